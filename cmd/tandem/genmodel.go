@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"tandem/compute"
+	"tandem/model/gemma4"
+)
+
+func newGenModel() *cobra.Command {
+	var (
+		preset, out, dtype, shard string
+		seed                      uint64
+		force, list               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gen-model --preset P --out DIR",
+		Short: "Write a random-weight checkpoint in the Hugging Face layout",
+		Long: "gen-model writes config.json, generation_config.json and safetensors weights (sharded with an\n" +
+			"index when large) for a Gemma 4 target or assistant preset, filled with seeded random values\n" +
+			"scaled so that logits are peaked rather than flat. The same seed gives the same bytes.\n\n" +
+			"Presets: " + strings.Join(gemma4.PresetNames(), ", "),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if list {
+				return listPresets(cmd.OutOrStdout())
+			}
+			if preset == "" || out == "" {
+				return fmt.Errorf("gen-model needs --preset and --out (see --list for presets)")
+			}
+			p, err := gemma4.LookupPreset(preset)
+			if err != nil {
+				return err
+			}
+			dt, err := compute.ParseDType(dtype)
+			if err != nil || !dt.IsFloat() {
+				return fmt.Errorf("--dtype %q: want bf16, f16 or f32", dtype)
+			}
+			maxShard, err := parseBytes(shard)
+			if err != nil {
+				return fmt.Errorf("--max-shard-size: %w", err)
+			}
+			if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil && !force {
+				return fmt.Errorf("%s already holds a model (config.json); pass --force to overwrite", out)
+			}
+			return generate(cmd.ErrOrStderr(), p, out, gemma4.GenerateOptions{Seed: seed, DType: dt, MaxShardBytes: maxShard})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&preset, "preset", "", "model preset (see --list)")
+	f.StringVar(&out, "out", "", "output directory")
+	f.Uint64Var(&seed, "seed", 0, "random seed")
+	f.StringVar(&dtype, "dtype", "bf16", "weight dtype: bf16, f16 or f32")
+	f.StringVar(&shard, "max-shard-size", "5GB", "largest shard before splitting (e.g. 500MB, 5GB; 0 = never split)")
+	f.BoolVar(&force, "force", false, "overwrite an existing model directory")
+	f.BoolVar(&list, "list", false, "list presets with their sizes and exit")
+	return cmd
+}
+
+// generate writes preset p to dir, with a progress bar for large models.
+func generate(log io.Writer, p gemma4.Preset, dir string, opt gemma4.GenerateOptions) error {
+	if opt.DType == compute.Invalid {
+		opt.DType = compute.BF16
+	}
+	var total int64
+	for _, w := range p.Weights() {
+		total += w.Bytes(opt.DType)
+	}
+	start := time.Now()
+	if total > 256<<20 {
+		bar := progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(log), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription("writing "+p.Name), progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(log) }))
+		opt.Progress = func(done, _ int64) { bar.Set64(done) }
+	}
+	if err := p.Generate(dir, opt); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "wrote %s (%s, %s, seed %d) to %s in %s\n", p.Name, humanBytes(total), opt.DType, opt.Seed, dir, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func listPresets(w io.Writer) error {
+	fmt.Fprintf(w, "%-32s %14s %10s  %s\n", "PRESET", "PARAMETERS", "BF16", "DESCRIPTION")
+	for _, p := range gemma4.Presets() {
+		var n, b int64
+		for _, wt := range p.Weights() {
+			n += int64(compute.NumElements(wt.Shape))
+			b += wt.Bytes(compute.BF16)
+		}
+		fmt.Fprintf(w, "%-32s %14s %10s  %s\n", p.Name, groupDigits(n), humanBytes(b), p.Description)
+	}
+	return nil
+}
+
+// parseBytes reads sizes such as 5GB, 500MB, 64KiB or a plain byte count.
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 5GB, 500MB or 0)", s)
+	}
+	if v == 0 {
+		return -1, nil // never split
+	}
+	return int64(v * float64(mult)), nil
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

@@ -1,0 +1,144 @@
+package compute
+
+import "math"
+
+// Backend is the op set the model code is written against. Activations are
+// F32; weights may be F32, BF16 or F16 and are widened inside the ops.
+//
+// Shapes: a "row" is a vector along the last dimension. Ops that take a
+// [..., D] tensor treat it as Rows() rows of D values. Every op computes each
+// row (and, for attention, each query) with the same sequence of floating-
+// point operations whatever the number of rows in the call: results are
+// batch-invariant bit for bit.
+//
+// Ops return new tensors. Misuse by model code (mismatched shapes, wrong
+// dtypes) panics: it is a programming error, never a consequence of user
+// input, which is validated where it enters (config and checkpoint loading,
+// request parsing).
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda").
+	Name() string
+
+	// Zeros allocates a zero-filled tensor.
+	Zeros(dt DType, shape ...int) *Tensor
+	// FromF32 and FromI32 copy host data into a new tensor.
+	FromF32(data []float32, shape ...int) *Tensor
+	FromI32(data []int32, shape ...int) *Tensor
+	// Weight makes a read-only tensor from stored little-endian bytes, such
+	// as a memory-mapped checkpoint tensor. The CPU backend uses the bytes in
+	// place when they are aligned; raw must then outlive the tensor.
+	Weight(dt DType, shape []int, raw []byte) (*Tensor, error)
+	// ToF32 copies a float tensor to the host, widening BF16/F16.
+	ToF32(t *Tensor) []float32
+	// ToI32 copies an I32 tensor to the host.
+	ToI32(t *Tensor) []int32
+
+	// Index returns the view t[i] along the first dimension (an expert's
+	// weights in a stacked [E, N, K] tensor, a batch row).
+	Index(t *Tensor, i int) *Tensor
+	// Slice returns rows [start, end) along the first dimension as a view.
+	Slice(t *Tensor, start, end int) *Tensor
+	// Copy writes src into dst at first-dimension offset start
+	// (dst[start:start+src.Dim(0)] = src); the trailing dimensions must match.
+	Copy(dst *Tensor, start int, src *Tensor)
+
+	// MatMul computes x·wᵀ: x [..., K] F32, w [N, K] → [..., N] F32.
+	MatMul(x, w *Tensor) *Tensor
+	// Gather picks rows of table [V, D] (any float dtype) → [len(ids), D] F32.
+	Gather(table *Tensor, ids []int32) *Tensor
+	// AddRows accumulates dst[rows[i]] += scale[i] · src[i] for each i in
+	// order; src is [len(rows), D], dst is [R, D]. MoE combines expert
+	// outputs with it; a fixed visiting order keeps each row's sum invariant.
+	AddRows(dst, src *Tensor, rows []int32, scale []float32)
+	// Concat joins a [..., Da] and b [..., Db] along the last dimension.
+	Concat(a, b *Tensor) *Tensor
+
+	// RMSNorm normalises each row: x · (mean(x²) + eps)^-½ · w. A nil w is
+	// the weightless norm (w = 1).
+	RMSNorm(x, w *Tensor, eps float32) *Tensor
+	// RoPE rotates x [T, H, d] (rotate-half layout); row t uses position pos[t].
+	RoPE(x *Tensor, pos []int32, r *RoPE) *Tensor
+	// Attention is scaled dot-product attention with grouped-query heads.
+	// q is [B, L, Hq, d]; k and v are [B, S, Hkv, d] with Hq a multiple of
+	// Hkv; the result is [B, L, Hq, d]. A 3-D q, k or v means B = 1.
+	Attention(q, k, v *Tensor, opt AttentionOptions) *Tensor
+
+	// Add, Mul: elementwise a∘b, where b has a's shape, or is a row
+	// broadcast along a's rows (b.Len() == a.Dim(-1)), or is a scalar.
+	Add(a, b *Tensor) *Tensor
+	Mul(a, b *Tensor) *Tensor
+	// Scale multiplies every element by s.
+	Scale(x *Tensor, s float32) *Tensor
+	// GeluTanh is the tanh approximation of GELU ("gelu_pytorch_tanh").
+	GeluTanh(x *Tensor) *Tensor
+	// GeluMul computes GeluTanh(gate) · up, the gated MLP's inner product.
+	GeluMul(gate, up *Tensor) *Tensor
+	// Softcap computes c · tanh(x / c).
+	Softcap(x *Tensor, c float32) *Tensor
+	// Softmax normalises each row.
+	Softmax(x *Tensor) *Tensor
+	// Argmax returns the index of each row's largest value (lowest index on
+	// ties) as I32 [rows].
+	Argmax(x *Tensor) *Tensor
+	// TopK returns each row's k largest values in descending order, ties by
+	// lower index first, as values F32 [..., k] and indices I32 [..., k].
+	TopK(x *Tensor, k int) (values, indices *Tensor)
+}
+
+// Mask selects which keys a query may see in Attention.
+type Mask uint8
+
+const (
+	// Causal: a key is visible when its position is ≤ the query's.
+	Causal Mask = iota
+	// Bidirectional: every valid key is visible.
+	Bidirectional
+)
+
+// AttentionOptions controls masking and scaling in Backend.Attention.
+type AttentionOptions struct {
+	// Scale multiplies q·k before the softmax (Gemma 4 uses 1.0; 0 means 1).
+	Scale float32
+	Mask  Mask
+	// Window > 0 also hides keys at positions ≤ qpos − Window, so a query
+	// sees at most Window keys ending at its own position (sliding attention).
+	// It applies to both mask kinds.
+	Window int
+	// QueryPos holds the absolute position of each query, [B·L].
+	QueryPos []int32
+	// KeyPos holds the absolute position of each key slot, [B·S]; a negative
+	// value marks an empty slot. Nil means slot s of every row is position s.
+	// Ring buffers pass their slots' positions here.
+	KeyPos []int32
+	// KeyLen, if set, is each batch row's number of valid key slots; slots
+	// at or beyond it are ignored.
+	KeyLen []int
+}
+
+// RoPE holds rotary-embedding frequencies for one head dimension. Pair
+// (j, j+Dim/2) rotates by position·InvFreq[j]; a zero frequency leaves the
+// pair unchanged.
+type RoPE struct {
+	Dim     int
+	InvFreq []float32
+}
+
+// DefaultRoPE is the standard rotary table: InvFreq[j] = theta^(−2j/dim).
+func DefaultRoPE(dim int, theta float64) *RoPE {
+	return ProportionalRoPE(dim, theta, 1)
+}
+
+// ProportionalRoPE is Gemma 4's table for full-attention layers: only the
+// first floor(fraction·dim/2) pairs rotate, and their exponents still use
+// the full dim as the denominator (not the rotated width).
+func ProportionalRoPE(dim int, theta float64, fraction float64) *RoPE {
+	half := dim / 2
+	rotated := int(math.Floor(fraction * float64(dim) / 2))
+	r := &RoPE{Dim: dim, InvFreq: make([]float32, half)}
+	for j := 0; j < rotated && j < half; j++ {
+		// float32 throughout, as the reference computes it.
+		exp := float32(2*j) / float32(dim)
+		r.InvFreq[j] = float32(1 / math.Pow(theta, float64(exp)))
+	}
+	return r
+}

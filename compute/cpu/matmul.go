@@ -1,0 +1,66 @@
+package cpu
+
+import (
+	"fmt"
+
+	"tandem/compute"
+)
+
+// Tile sizes for MatMul: a tile is up to matmulTileM rows of x against
+// matmulTileN weight rows. Inside a tile each weight row is used for all of
+// the tile's x rows while it is hot in L1. Tiling only changes the order in
+// which output elements are produced, never how one is computed.
+const (
+	matmulTileM = 32
+	matmulTileN = 8
+)
+
+// MatMul implements compute.Backend: x [..., K] F32 times w [N, K]ᵀ with F32,
+// BF16 or F16 weights. Every output element is one dot product in the fixed
+// order described in dot.go, whatever the number of rows M, so a row's
+// result is the same alone or in a batch.
+func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
+	if x.Rank() == 0 || w.Rank() != 2 || x.Dim(-1) != w.Dim(1) {
+		panic(fmt.Sprintf("cpu: MatMul %v by %vᵀ", x, w))
+	}
+	xs := f32s(x)
+	K, N := w.Dim(1), w.Dim(0)
+	M := compute.NumElements(x.Shape()[:x.Rank()-1])
+	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), N)
+	out, os := newF32(shape...)
+	if M == 0 || N == 0 || K == 0 {
+		return out
+	}
+
+	var dot func(xr []float32, n int) float32
+	switch ws := floatData(w).(type) {
+	case []float32:
+		dot = func(xr []float32, n int) float32 { return dotF32(xr, ws[n*K:(n+1)*K]) }
+	case []uint16:
+		if w.DType() == compute.BF16 {
+			dot = func(xr []float32, n int) float32 { return dotBF16(xr, ws[n*K:(n+1)*K]) }
+		} else {
+			tab := f16Table()
+			dot = func(xr []float32, n int) float32 { return dotF16(xr, ws[n*K:(n+1)*K], tab) }
+		}
+	}
+
+	tilesM := (M + matmulTileM - 1) / matmulTileM
+	tilesN := (N + matmulTileN - 1) / matmulTileN
+	tileWork := min(M, matmulTileM) * min(N, matmulTileN) * K
+	// Tiles run along N within one block of x rows, so a chunk streams
+	// through the weights while its x rows stay in cache.
+	b.parallelFor(tilesM*tilesN, tileWork, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			m0 := t / tilesN * matmulTileM
+			n0 := t % tilesN * matmulTileN
+			m1, n1 := min(m0+matmulTileM, M), min(n0+matmulTileN, N)
+			for n := n0; n < n1; n++ {
+				for m := m0; m < m1; m++ {
+					os[m*N+n] = dot(xs[m*K:(m+1)*K], n)
+				}
+			}
+		}
+	})
+	return out
+}

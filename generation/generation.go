@@ -1,0 +1,197 @@
+// Package generation runs plain (non-speculative) decoding and teacher-forced
+// scoring on a Gemma 4 target: chunked prefill, then one token per step.
+package generation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"tandem/compute"
+	"tandem/kvcache"
+	"tandem/model/gemma4"
+	"tandem/sample"
+)
+
+// DefaultPrefillSize is the default prompt chunk per forward pass.
+const DefaultPrefillSize = 512
+
+// Options controls Generate.
+type Options struct {
+	MaxTokens   int // > 0
+	Sample      sample.Params
+	StopTokens  []int32
+	PrefillSize int // tokens per prefill forward pass; 0: DefaultPrefillSize
+}
+
+// Stop reasons.
+const (
+	StopToken  = "stop"   // a stop token was generated (and is included)
+	StopLength = "length" // MaxTokens reached
+)
+
+// Result of Generate.
+type Result struct {
+	Tokens       []int32 `json:"tokens"`
+	StopReason   string  `json:"stop_reason"`
+	PromptTokens int     `json:"prompt_tokens"`
+	Prefill      time.Duration
+	Decode       time.Duration
+}
+
+// Validate checks options against the model.
+func (o *Options) validate(m *gemma4.Model, promptLen int) error {
+	if promptLen == 0 {
+		return errors.New("the prompt is empty")
+	}
+	if o.MaxTokens <= 0 {
+		return fmt.Errorf("max tokens must be positive, got %d", o.MaxTokens)
+	}
+	if o.PrefillSize == 0 {
+		o.PrefillSize = DefaultPrefillSize
+	}
+	if o.PrefillSize < 1 {
+		return fmt.Errorf("prefill size must be positive, got %d", o.PrefillSize)
+	}
+	if limit := m.Config.Text.MaxPositionEmbeddings; promptLen+o.MaxTokens > limit {
+		return fmt.Errorf("prompt (%d tokens) + max tokens (%d) exceeds the model's context of %d", promptLen, o.MaxTokens, limit)
+	}
+	return o.Sample.Validate()
+}
+
+// Generate decodes up to MaxTokens tokens after prompt. onToken, if set, sees
+// each token as it is produced. Cancelling ctx stops between steps.
+func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options, onToken func(int32)) (*Result, error) {
+	if err := opt.validate(m, len(prompt)); err != nil {
+		return nil, err
+	}
+	b := m.Backend()
+	res := &Result{PromptTokens: len(prompt), StopReason: StopLength}
+	cache := m.NewCache(opt.PrefillSize)
+	start := time.Now()
+	logits, err := Prefill(ctx, m, cache, prompt, opt.PrefillSize)
+	if err != nil {
+		return nil, err
+	}
+	res.Prefill = time.Since(start)
+	start = time.Now()
+	s := sample.New(opt.Sample)
+	history := slices.Clone(prompt)
+	for {
+		tok := s.Next(b.ToF32(logits), history)
+		res.Tokens = append(res.Tokens, tok)
+		history = append(history, tok)
+		if onToken != nil {
+			onToken(tok)
+		}
+		if slices.Contains(opt.StopTokens, tok) {
+			res.StopReason = StopToken
+			break
+		}
+		if len(res.Tokens) == opt.MaxTokens {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
+		if err != nil {
+			return res, err
+		}
+		logits = out.Logits
+	}
+	res.Decode = time.Since(start)
+	return res, nil
+}
+
+// Prefill feeds prompt into cache in chunks of at most chunk tokens and
+// returns the last position's logits [1, V]. Batch invariance makes the
+// result bit-identical for every chunk size.
+func Prefill(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, prompt []int32, chunk int) (*compute.Tensor, error) {
+	var logits *compute.Tensor
+	for s := 0; s < len(prompt); s += chunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		e := min(s+chunk, len(prompt))
+		which := gemma4.LogitsNone
+		if e == len(prompt) {
+			which = gemma4.LogitsLast
+		}
+		out, err := m.Forward([]gemma4.Row{{Tokens: prompt[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: which})
+		if err != nil {
+			return nil, err
+		}
+		logits = out.Logits
+	}
+	return logits, nil
+}
+
+// Position is one scored position of a sequence: how likely the model found
+// the token that actually came next.
+type Position struct {
+	Next        int32   `json:"next"`
+	Logprob     float64 `json:"logprob"`
+	Top1        int32   `json:"top1"`
+	Top1Logprob float64 `json:"top1_logprob"`
+}
+
+// Score is teacher-forced scoring of a sequence.
+type Score struct {
+	Positions  []Position `json:"positions"`
+	NLL        float64    `json:"nll"`        // total negative log-likelihood, nats
+	Perplexity float64    `json:"perplexity"` // exp(NLL / scored positions)
+}
+
+// ScoreTokens runs tokens through the model (in chunks of at most chunk) and,
+// for every position but the last, reports the logprob of the next token and
+// the model's top-1 choice.
+func ScoreTokens(ctx context.Context, m *gemma4.Model, tokens []int32, chunk int) (*Score, error) {
+	if len(tokens) < 2 {
+		return nil, fmt.Errorf("scoring needs at least 2 tokens, got %d", len(tokens))
+	}
+	if chunk <= 0 {
+		chunk = DefaultPrefillSize
+	}
+	if limit := m.Config.Text.MaxPositionEmbeddings; len(tokens) > limit {
+		return nil, fmt.Errorf("%d tokens exceed the model's context of %d", len(tokens), limit)
+	}
+	b := m.Backend()
+	cache := m.NewCache(chunk)
+	sc := &Score{}
+	V := m.Config.Text.VocabSize
+	for s := 0; s < len(tokens)-1; s += chunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		e := min(s+chunk, len(tokens)-1)
+		out, err := m.Forward([]gemma4.Row{{Tokens: tokens[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		if err != nil {
+			return nil, err
+		}
+		all := b.ToF32(out.Logits)
+		for i := range e - s {
+			row := all[i*V : (i+1)*V]
+			lse := logSumExp(row)
+			next := tokens[s+i+1]
+			top := sample.Argmax(row)
+			p := Position{Next: next, Logprob: float64(row[next]) - lse, Top1: top, Top1Logprob: float64(row[top]) - lse}
+			sc.Positions = append(sc.Positions, p)
+			sc.NLL -= p.Logprob
+		}
+	}
+	sc.Perplexity = math.Exp(sc.NLL / float64(len(sc.Positions)))
+	return sc, nil
+}
+
+func logSumExp(x []float32) float64 {
+	m := float64(x[sample.Argmax(x)])
+	var z float64
+	for _, v := range x {
+		z += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(z)
+}

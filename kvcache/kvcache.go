@@ -1,0 +1,167 @@
+// Package kvcache holds the keys and values a decoder layer has computed for
+// one sequence, for full-attention layers (every position) and sliding-window
+// layers (a ring that keeps the window plus headroom).
+//
+// Speculative decoding writes several tokens in one forward pass and then
+// keeps only some of them. Truncate drops the rest; the ring's headroom
+// guarantees that a forward of up to MaxStep tokens never overwrites a key
+// that a later query may still see, so rolling back loses nothing.
+package kvcache
+
+import (
+	"fmt"
+
+	"tandem/compute"
+)
+
+// Spec describes one layer's cache.
+type Spec struct {
+	KVHeads, HeadDim int
+	// Window > 0 makes a sliding-window ring; 0 keeps every position.
+	Window int
+}
+
+// Layer is one layer's K/V storage: [slots, KVHeads, HeadDim] tensors and
+// the absolute position held by each slot (−1 when empty).
+type Layer struct {
+	spec Spec
+	b    compute.Backend
+	k, v *compute.Tensor
+	pos  []int32
+}
+
+// Cache is one sequence's K/V for every layer that owns a cache. All layers
+// advance together: Len is the number of positions written.
+type Cache struct {
+	b       compute.Backend
+	layers  []*Layer
+	n       int
+	maxStep int
+}
+
+// New makes an empty cache. maxStep is the most tokens one forward pass may
+// write (the prefill chunk or the verify width, whichever is larger); rings
+// get maxStep−1 slots of headroom beyond their window.
+func New(b compute.Backend, specs []Spec, maxStep int) *Cache {
+	if maxStep < 1 {
+		maxStep = 1
+	}
+	c := &Cache{b: b, maxStep: maxStep}
+	for _, s := range specs {
+		l := &Layer{spec: s, b: b}
+		if s.Window > 0 {
+			l.alloc(s.Window + maxStep - 1)
+		}
+		c.layers = append(c.layers, l)
+	}
+	return c
+}
+
+// Len is the number of positions written (0..Len−1).
+func (c *Cache) Len() int { return c.n }
+
+// MaxStep is the most tokens one forward pass may write.
+func (c *Cache) MaxStep() int { return c.maxStep }
+
+// Layer returns layer i's storage.
+func (c *Cache) Layer(i int) *Layer { return c.layers[i] }
+
+// NumLayers is the number of layers with storage.
+func (c *Cache) NumLayers() int { return len(c.layers) }
+
+// Advance records that every layer has been written n more positions.
+func (c *Cache) Advance(n int) { c.n += n }
+
+// Truncate keeps positions [0, n) and forgets the rest, after a speculative
+// round keeps fewer tokens than it wrote. It may only drop positions written
+// by the last forward passes whose total width is at most MaxStep.
+func (c *Cache) Truncate(n int) error {
+	if n < 0 || n > c.n {
+		return fmt.Errorf("kvcache: truncate to %d, cache holds %d positions", n, c.n)
+	}
+	if c.n-n > c.maxStep {
+		return fmt.Errorf("kvcache: cannot roll back %d positions (at most %d, the forward step width)", c.n-n, c.maxStep)
+	}
+	for _, l := range c.layers {
+		if l.spec.Window > 0 {
+			for i, p := range l.pos {
+				if int(p) >= n {
+					l.pos[i] = -1
+				}
+			}
+		}
+	}
+	c.n = n
+	return nil
+}
+
+// Reset empties the cache, keeping its memory.
+func (c *Cache) Reset() {
+	c.n = 0
+	for _, l := range c.layers {
+		for i := range l.pos {
+			l.pos[i] = -1
+		}
+	}
+}
+
+func (l *Layer) alloc(slots int) {
+	k := l.b.Zeros(compute.F32, slots, l.spec.KVHeads, l.spec.HeadDim)
+	v := l.b.Zeros(compute.F32, slots, l.spec.KVHeads, l.spec.HeadDim)
+	pos := make([]int32, slots)
+	for i := range pos {
+		pos[i] = -1
+	}
+	if l.k != nil {
+		n := min(len(l.pos), slots)
+		l.b.Copy(k, 0, l.b.Slice(l.k, 0, n))
+		l.b.Copy(v, 0, l.b.Slice(l.v, 0, n))
+		copy(pos, l.pos[:n])
+	}
+	l.k, l.v, l.pos = k, v, pos
+}
+
+// Write stores k and v [n, KVHeads, HeadDim] for positions start..start+n−1.
+// Full layers grow as needed; rings write slot position mod capacity.
+func (l *Layer) Write(start int, k, v *compute.Tensor) {
+	n := k.Dim(0)
+	if l.spec.Window == 0 {
+		if need := start + n; need > len(l.pos) {
+			l.alloc(max(need, 2*len(l.pos), 64))
+		}
+		l.b.Copy(l.k, start, k)
+		l.b.Copy(l.v, start, v)
+		for i := range n {
+			l.pos[start+i] = int32(start + i)
+		}
+		return
+	}
+	c := len(l.pos)
+	if n > c {
+		panic(fmt.Sprintf("kvcache: writing %d positions into a ring of %d slots", n, c))
+	}
+	for done := 0; done < n; {
+		slot := (start + done) % c
+		m := min(n-done, c-slot) // contiguous run up to the ring's end
+		l.b.Copy(l.k, slot, l.b.Slice(k, done, done+m))
+		l.b.Copy(l.v, slot, l.b.Slice(v, done, done+m))
+		for i := range m {
+			l.pos[slot+i] = int32(start + done + i)
+		}
+		done += m
+	}
+}
+
+// View returns the keys, values and per-slot positions to attend over after
+// the cache holds positions [0, upto). Full layers return exactly upto slots
+// in position order (positions nil: slot s is position s); rings return
+// every slot with its position (−1 for empty slots).
+func (l *Layer) View(upto int) (k, v *compute.Tensor, pos []int32) {
+	if l.spec.Window == 0 {
+		return l.b.Slice(l.k, 0, upto), l.b.Slice(l.v, 0, upto), nil
+	}
+	return l.k, l.v, l.pos
+}
+
+// Spec returns the layer's shape.
+func (l *Layer) Spec() Spec { return l.spec }

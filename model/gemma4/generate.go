@@ -1,0 +1,212 @@
+package gemma4
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+
+	"tandem/checkpoint"
+	"tandem/checkpoint/safetensors"
+	"tandem/compute"
+)
+
+// GenerateOptions controls random-weight checkpoint generation.
+type GenerateOptions struct {
+	Seed  uint64
+	DType compute.DType // F32, BF16 or F16 for float weights
+	// MaxShardBytes splits weights into shards plus an index when the
+	// total is larger (0: DefaultShardBytes; negative: never shard).
+	MaxShardBytes int64
+	// Progress, if set, is called with bytes written so far and the total.
+	Progress func(done, total int64)
+}
+
+// DefaultShardBytes is HF's classic shard size.
+const DefaultShardBytes = 5 << 30
+
+// TransformersVersion is written into generated configs: the version of HF
+// transformers our oracle scripts run.
+const TransformersVersion = "5.17.0"
+
+// Weights lists the preset's tensors in checkpoint order.
+func (p Preset) Weights() []Weight {
+	if p.Assistant != nil {
+		return AssistantWeights(p.Assistant)
+	}
+	return TargetWeights(p.Target, Prefixes[0])
+}
+
+// Generate writes a random-weight checkpoint of the preset into dir in the
+// HF layout: config.json, generation_config.json and model.safetensors (or
+// shards and model.safetensors.index.json). The same seed always gives the
+// same bytes, whatever the shard size; values of a BF16 checkpoint are those
+// of the F32 one, rounded.
+func (p Preset) Generate(dir string, opt GenerateOptions) error {
+	if opt.DType == compute.Invalid {
+		opt.DType = compute.BF16
+	}
+	if !opt.DType.IsFloat() {
+		return fmt.Errorf("gen-model: dtype %s is not a float type (want BF16, F16 or F32)", opt.DType)
+	}
+	if opt.MaxShardBytes == 0 {
+		opt.MaxShardBytes = DefaultShardBytes
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	if err := p.writeConfigs(dir, opt.DType); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	ws := p.Weights()
+	specs := make([]safetensors.Spec, len(ws))
+	var total int64
+	for i, w := range ws {
+		dt := opt.DType
+		if w.Int {
+			dt = compute.I64 // HF stores token_ordering as int64
+		}
+		specs[i] = safetensors.Spec{Name: w.Name, DType: dt, Shape: w.Shape}
+		total += w.Bytes(opt.DType)
+	}
+	var done int64
+	fill := func(i int, out io.Writer) error {
+		n, err := fillTensor(out, ws[i], specs[i].DType, opt.Seed, func(n int64) {
+			if opt.Progress != nil {
+				opt.Progress(done+n, total)
+			}
+		})
+		done += n
+		return err
+	}
+	if err := safetensors.WriteSharded(dir, specs, map[string]string{"format": "pt"}, opt.MaxShardBytes, fill); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	return nil
+}
+
+func (p Preset) writeConfigs(dir string, dt compute.DType) error {
+	torchDType := map[compute.DType]string{compute.BF16: "bfloat16", compute.F16: "float16", compute.F32: "float32"}[dt]
+	var cfg any
+	if a := p.Assistant; a != nil {
+		cfg = struct {
+			Architectures []string `json:"architectures"`
+			*AssistantConfig
+			DType               string `json:"dtype"`
+			TransformersVersion string `json:"transformers_version"`
+		}{[]string{"Gemma4AssistantForCausalLM"}, a, torchDType, TransformersVersion}
+	} else {
+		cfg = struct {
+			Architectures       []string    `json:"architectures"`
+			ModelType           string      `json:"model_type"`
+			Text                *TextConfig `json:"text_config"`
+			VisionConfig        any         `json:"vision_config"`
+			AudioConfig         any         `json:"audio_config"`
+			TieWordEmbeddings   bool        `json:"tie_word_embeddings"`
+			DType               string      `json:"dtype"`
+			TransformersVersion string      `json:"transformers_version"`
+		}{[]string{"Gemma4ForConditionalGeneration"}, TypeWrapper, p.Target, nil, nil, true, torchDType, TransformersVersion}
+	}
+	if err := checkpoint.WriteJSON(dir+"/config.json", cfg); err != nil {
+		return err
+	}
+	bos, pad := 2, 0
+	gen := struct {
+		checkpoint.GenerationConfig
+		TransformersVersion string `json:"transformers_version"`
+	}{checkpoint.GenerationConfig{
+		BOSTokenID: &bos, PadTokenID: &pad, EOSTokenIDs: checkpoint.IDList(StopTokens),
+		DoSample: ptr(true), Temperature: ptr(1.0), TopK: ptr(64), TopP: ptr(0.95),
+	}, TransformersVersion}
+	return checkpoint.WriteJSON(dir+"/generation_config.json", gen)
+}
+
+// fillBlock is the number of values one RNG stream produces; blocks are
+// generated in parallel and written in order.
+const fillBlock = 1 << 20
+
+// fillTensor writes w's random values in dtype dt and returns the bytes
+// written. Each block of values has its own RNG stream keyed by (seed,
+// tensor name, block), so output is independent of scheduling.
+func fillTensor(out io.Writer, w Weight, dt compute.DType, seed uint64, progress func(int64)) (int64, error) {
+	n := compute.NumElements(w.Shape)
+	key := streamKey(seed, w.Name)
+	if w.Int {
+		r := rand.New(rand.NewPCG(key, 0))
+		perm := r.Perm(n)
+		buf := make([]byte, 0, n*dt.Size())
+		for _, v := range perm {
+			switch dt {
+			case compute.I64:
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
+			case compute.I32:
+				buf = binary.LittleEndian.AppendUint32(buf, uint32(v))
+			default:
+				return 0, fmt.Errorf("tensor %q: permutation needs an integer dtype, got %s", w.Name, dt)
+			}
+		}
+		_, err := out.Write(buf)
+		progress(int64(len(buf)))
+		return int64(len(buf)), err
+	}
+	a := w.Std * math.Sqrt(3) // uniform on [−a, a] has standard deviation Std
+	center := w.Mean
+	workers := runtime.GOMAXPROCS(0)
+	bufs := make([][]byte, workers)
+	for i := range bufs {
+		bufs[i] = make([]byte, fillBlock*dt.Size())
+	}
+	var written int64
+	blocks := (n + fillBlock - 1) / fillBlock
+	for wave := 0; wave < blocks; wave += workers {
+		var wg sync.WaitGroup
+		m := min(workers, blocks-wave)
+		for j := range m {
+			b := wave + j
+			cnt := min(fillBlock, n-b*fillBlock)
+			bufs[j] = bufs[j][:cnt*dt.Size()]
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(key, uint64(b)))
+				buf := bufs[j]
+				for k := range cnt {
+					v := float32(center + a*(2*r.Float64()-1))
+					putFloat(buf, k, v, dt)
+				}
+			})
+		}
+		wg.Wait()
+		for j := range m {
+			if _, err := out.Write(bufs[j]); err != nil {
+				return written, err
+			}
+			written += int64(len(bufs[j]))
+		}
+		progress(written)
+	}
+	return written, nil
+}
+
+func putFloat(buf []byte, i int, v float32, dt compute.DType) {
+	switch dt {
+	case compute.BF16:
+		binary.LittleEndian.PutUint16(buf[2*i:], compute.F32ToBF16(v))
+	case compute.F16:
+		binary.LittleEndian.PutUint16(buf[2*i:], compute.F32ToF16(v))
+	default:
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	}
+}
+
+func streamKey(seed uint64, name string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])
+	h.Write([]byte(name))
+	return h.Sum64()
+}

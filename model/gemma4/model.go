@@ -1,0 +1,475 @@
+package gemma4
+
+import (
+	"fmt"
+	"math"
+
+	"tandem/checkpoint"
+	"tandem/checkpoint/safetensors"
+	"tandem/compute"
+	"tandem/kvcache"
+)
+
+// Model is a Gemma 4 text model (the target), with weights on a backend.
+//
+// The forward pass follows spec §1: scaled embeddings, per-layer embeddings
+// (PLE), sliding and full attention with q/k/v norms and attention scale 1,
+// default and proportional RoPE, KV sharing, dense or double-wide MLPs, the
+// MoE block, layer scalars, the final norm and the softcapped tied LM head.
+type Model struct {
+	Config *Config
+	b      compute.Backend
+	set    *safetensors.Set // keeps mapped weights alive
+
+	embed      *compute.Tensor // [V, H]; also the tied LM head
+	embedScale float32         // sqrt(H) rounded to the embedding's dtype, as HF does
+	norm       *compute.Tensor
+
+	pleEmbed, pleProj, pleNorm *compute.Tensor
+	pleScale                   float32
+
+	layers                []layer
+	ropeSliding, ropeFull *compute.RoPE
+	cacheOf               []int // layer → cache slot, or −1 for KV-shared layers
+}
+
+type layer struct {
+	Layer
+	rope                                        *compute.RoPE
+	inNorm, postAttnNorm, preFFNorm, postFFNorm *compute.Tensor
+	scalar                                      *compute.Tensor
+	q, k, v, o, qNorm, kNorm                    *compute.Tensor
+	gate, up, down                              *compute.Tensor
+	pleGate, pleProj, plePostNorm               *compute.Tensor
+	// MoE block.
+	routerProj, routerScale, expertScale *compute.Tensor
+	expGateUp, expDown                   *compute.Tensor
+	postFF1, postFF2, preFF2             *compute.Tensor
+	perExpert                            []float32
+}
+
+// Load reads a Gemma 4 target from dir onto backend b. Weights stay memory-
+// mapped in their stored dtype. A checkpoint that does not match its config
+// fails here with every problem named.
+func Load(dir string, b compute.Backend) (*Model, error) {
+	rc, err := checkpoint.ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ParseTarget(rc.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newModel(cfg, set, b)
+	if err != nil {
+		set.Close()
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return m, nil
+}
+
+func newModel(cfg *Config, set *safetensors.Set, b compute.Backend) (*Model, error) {
+	c := &cfg.Text
+	r := CheckTarget(c, set.Tensors())
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, b: b, set: set}
+	var werr error
+	w := func(name string) *compute.Tensor {
+		if werr != nil {
+			return nil
+		}
+		t, err := loadWeight(set, b, r.Prefix+name)
+		werr = err
+		return t
+	}
+	m.embed, m.norm = w("embed_tokens.weight"), w("norm.weight")
+	m.embedScale = scaleIn(float32(math.Sqrt(float64(c.HiddenSize))), m.embed)
+	if c.HasPLE() {
+		m.pleEmbed, m.pleProj, m.pleNorm = w("embed_tokens_per_layer.weight"), w("per_layer_model_projection.weight"), w("per_layer_projection_norm.weight")
+		m.pleScale = scaleIn(float32(math.Sqrt(float64(c.HiddenSizePerLayer))), m.pleEmbed)
+	}
+	ropes := map[[2]any]*compute.RoPE{}
+	for _, l := range c.Layers() {
+		p := fmt.Sprintf("layers.%d.", l.Index)
+		key := [2]any{l.Type, l.HeadDim}
+		if ropes[key] == nil {
+			ropes[key] = ropeFor(c, l.Type, l.HeadDim)
+		}
+		ly := layer{Layer: l, rope: ropes[key],
+			inNorm: w(p + "input_layernorm.weight"), postAttnNorm: w(p + "post_attention_layernorm.weight"),
+			preFFNorm: w(p + "pre_feedforward_layernorm.weight"), postFFNorm: w(p + "post_feedforward_layernorm.weight"),
+			scalar: w(p + "layer_scalar"),
+			q:      w(p + "self_attn.q_proj.weight"), o: w(p + "self_attn.o_proj.weight"), qNorm: w(p + "self_attn.q_norm.weight"),
+			gate: w(p + "mlp.gate_proj.weight"), up: w(p + "mlp.up_proj.weight"), down: w(p + "mlp.down_proj.weight"),
+		}
+		if !l.Shared {
+			ly.k, ly.kNorm = w(p+"self_attn.k_proj.weight"), w(p+"self_attn.k_norm.weight")
+			if !l.KEqV {
+				ly.v = w(p + "self_attn.v_proj.weight")
+			}
+		}
+		if c.HasPLE() {
+			ly.pleGate, ly.pleProj, ly.plePostNorm = w(p+"per_layer_input_gate.weight"), w(p+"per_layer_projection.weight"), w(p+"post_per_layer_input_norm.weight")
+		}
+		if c.EnableMoEBlock {
+			ly.routerProj, ly.routerScale, ly.expertScale = w(p+"router.proj.weight"), w(p+"router.scale"), w(p+"router.per_expert_scale")
+			ly.expGateUp, ly.expDown = w(p+"experts.gate_up_proj"), w(p+"experts.down_proj")
+			ly.postFF1, ly.postFF2, ly.preFF2 = w(p+"post_feedforward_layernorm_1.weight"), w(p+"post_feedforward_layernorm_2.weight"), w(p+"pre_feedforward_layernorm_2.weight")
+			if ly.expertScale != nil {
+				ly.perExpert = b.ToF32(ly.expertScale)
+			}
+		}
+		m.layers = append(m.layers, ly)
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	slots := 0
+	for _, l := range m.layers {
+		slot := -1
+		if !l.Shared {
+			slot, slots = slots, slots+1
+		}
+		m.cacheOf = append(m.cacheOf, slot)
+	}
+	return m, nil
+}
+
+func loadWeight(set *safetensors.Set, b compute.Backend, name string) (*compute.Tensor, error) {
+	info, ok := set.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("missing tensor %q", name)
+	}
+	data, err := set.Data(name)
+	if err != nil {
+		return nil, err
+	}
+	t, err := b.Weight(info.DType, info.Shape, data)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q in %s: %w", name, info.File, err)
+	}
+	return t, nil
+}
+
+// scaleIn rounds s to the dtype of w: HF multiplies embeddings by a scale
+// cast to the weight dtype (sqrt(1536) = 39.19 becomes 39.25 in BF16).
+func scaleIn(s float32, w *compute.Tensor) float32 {
+	switch w.DType() {
+	case compute.BF16:
+		return compute.RoundBF16(s)
+	case compute.F16:
+		return compute.F16ToF32(compute.F32ToF16(s))
+	}
+	return s
+}
+
+func ropeFor(c *TextConfig, layerType string, dim int) *compute.RoPE {
+	rp := c.RopeParameters[layerType]
+	frac := 1.0
+	if rp.RopeType == "proportional" && rp.PartialRotaryFactor != nil {
+		frac = float64(*rp.PartialRotaryFactor)
+	}
+	r := compute.ProportionalRoPE(dim, float64(rp.RopeTheta), frac)
+	if rp.Factor != nil && *rp.Factor != 1 {
+		for i := range r.InvFreq {
+			r.InvFreq[i] /= float32(*rp.Factor)
+		}
+	}
+	return r
+}
+
+// Close releases the memory-mapped weights. The model must not be used after.
+func (m *Model) Close() error { return m.set.Close() }
+
+// Backend is the backend the weights live on.
+func (m *Model) Backend() compute.Backend { return m.b }
+
+// cacheSpecs lists the caches of the non-shared layers, in layer order.
+func (m *Model) cacheSpecs() []kvcache.Spec {
+	var specs []kvcache.Spec
+	for _, l := range m.layers {
+		if l.Shared {
+			continue
+		}
+		s := kvcache.Spec{KVHeads: l.KVHeads, HeadDim: l.HeadDim}
+		if l.Type == Sliding {
+			s.Window = m.Config.Text.SlidingWindow
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// NewCache makes an empty KV cache for one sequence. maxStep is the most
+// tokens one Forward call will write (prefill chunk or verify width).
+func (m *Model) NewCache(maxStep int) *kvcache.Cache {
+	return kvcache.New(m.b, m.cacheSpecs(), maxStep)
+}
+
+// Logits selects which positions get LM-head logits.
+type Logits uint8
+
+const (
+	LogitsLast Logits = iota // only the last position of each row
+	LogitsAll                // every position
+	LogitsNone               // none (non-final prefill chunks)
+)
+
+// Row is one sequence in a forward pass: new tokens appended at the end of
+// its cache.
+type Row struct {
+	Tokens []int32
+	Cache  *kvcache.Cache
+}
+
+// ForwardOptions controls what Forward returns.
+type ForwardOptions struct {
+	Logits Logits
+	// SharedKV asks for the K/V snapshot the assistant drafter reads.
+	SharedKV bool
+}
+
+// SharedKV is one row's view of the K/V of the last non-shared sliding and
+// full layers, after this forward's update (spec §1.11).
+type SharedKV struct {
+	SlidingK, SlidingV *compute.Tensor
+	SlidingPos         []int32 // slot positions (−1: empty); nil means slot s is position s
+	FullK, FullV       *compute.Tensor
+	FullPos            []int32
+}
+
+// Output of a forward pass. Row i's positions occupy Offsets[i] up to
+// Offsets[i+1] in Hidden (and in Logits with LogitsAll).
+type Output struct {
+	Hidden   *compute.Tensor // [N, H], after the final norm
+	Logits   *compute.Tensor // [N, V] (LogitsAll), [rows, V] (LogitsLast) or nil
+	Offsets  []int
+	SharedKV []SharedKV // per row, when requested
+}
+
+// Forward runs the model over each row's new tokens, appending their K/V to
+// the row's cache. All rows share the weight reads of one pass (that is what
+// batching buys); attention runs per row against its own cache.
+func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
+	c := &m.Config.Text
+	b := m.b
+	var ids, pos []int32
+	offsets := []int{0}
+	for i, r := range rows {
+		if len(r.Tokens) == 0 {
+			return nil, fmt.Errorf("forward: row %d has no tokens", i)
+		}
+		if len(r.Tokens) > r.Cache.MaxStep() {
+			return nil, fmt.Errorf("forward: row %d has %d tokens, its cache allows %d per step", i, len(r.Tokens), r.Cache.MaxStep())
+		}
+		if end := r.Cache.Len() + len(r.Tokens); end > c.MaxPositionEmbeddings {
+			return nil, fmt.Errorf("forward: row %d would reach position %d, beyond max_position_embeddings %d", i, end, c.MaxPositionEmbeddings)
+		}
+		for j, t := range r.Tokens {
+			if t < 0 || int(t) >= c.VocabSize {
+				return nil, fmt.Errorf("forward: row %d token %d is %d, outside the vocabulary [0, %d)", i, j, t, c.VocabSize)
+			}
+			ids = append(ids, t)
+			pos = append(pos, int32(r.Cache.Len()+j))
+		}
+		offsets = append(offsets, len(ids))
+	}
+
+	x := b.Scale(b.Gather(m.embed, ids), m.embedScale) // [N, H]
+	var ple *compute.Tensor                            // [N, layers, P]
+	if c.HasPLE() {
+		ple = m.perLayerInputs(ids, x)
+	}
+	views := make([][]kvView, len(m.layers))
+	for i := range m.layers {
+		l := &m.layers[i]
+		r := x
+		h := b.RMSNorm(x, l.inNorm, float32(c.RMSNormEps))
+		var layerPLE *compute.Tensor
+		if ple != nil {
+			layerPLE = m.pleSlice(ple, i)
+		}
+		a := m.attention(l, h, pos, rows, offsets, views, i)
+		x = b.Add(r, b.RMSNorm(a, l.postAttnNorm, float32(c.RMSNormEps)))
+		x = b.Add(x, b.RMSNorm(m.feedForward(l, x), l.postFFNorm, float32(c.RMSNormEps)))
+		if layerPLE != nil {
+			g := b.Mul(b.GeluTanh(b.MatMul(x, l.pleGate)), layerPLE)
+			x = b.Add(x, b.RMSNorm(b.MatMul(g, l.pleProj), l.plePostNorm, float32(c.RMSNormEps)))
+		}
+		x = b.Mul(x, l.scalar)
+	}
+	for _, r := range rows {
+		r.Cache.Advance(len(r.Tokens))
+	}
+	out := &Output{Hidden: b.RMSNorm(x, m.norm, float32(c.RMSNormEps)), Offsets: offsets}
+	switch opt.Logits {
+	case LogitsAll:
+		out.Logits = m.lmHead(out.Hidden)
+	case LogitsLast:
+		last := make([]int32, len(rows))
+		for i := range rows {
+			last[i] = int32(offsets[i+1] - 1)
+		}
+		out.Logits = m.lmHead(b.Gather(out.Hidden, last))
+	}
+	if opt.SharedKV {
+		for ri := range rows {
+			var s SharedKV
+			for i, l := range m.layers {
+				if l.Shared || views[i] == nil {
+					continue
+				}
+				v := views[i][ri]
+				if l.Type == Sliding {
+					s.SlidingK, s.SlidingV, s.SlidingPos = v.k, v.v, v.pos
+				} else {
+					s.FullK, s.FullV, s.FullPos = v.k, v.v, v.pos
+				}
+			}
+			out.SharedKV = append(out.SharedKV, s)
+		}
+	}
+	return out, nil
+}
+
+// lmHead applies the tied embedding and the final softcap.
+func (m *Model) lmHead(h *compute.Tensor) *compute.Tensor {
+	logits := m.b.MatMul(h, m.embed)
+	if sc := m.Config.Text.FinalLogitSoftcapping; sc != nil {
+		logits = m.b.Softcap(logits, float32(*sc))
+	}
+	return logits
+}
+
+// perLayerInputs computes PLE (spec §1.3): (RMSNorm(proj(h0)·H^-½) +
+// embed_per_layer(ids)·√P) · 2^-½, as [N, layers·P].
+func (m *Model) perLayerInputs(ids []int32, h0 *compute.Tensor) *compute.Tensor {
+	c := &m.Config.Text
+	b := m.b
+	N, L, P := len(ids), c.NumHiddenLayers, c.HiddenSizePerLayer
+	tok := b.Scale(b.Gather(m.pleEmbed, ids), m.pleScale)
+	ctx := b.Scale(b.MatMul(h0, m.pleProj), float32(1/math.Sqrt(float64(c.HiddenSize))))
+	ctx = b.RMSNorm(ctx.Reshape(N*L, P), m.pleNorm, float32(c.RMSNormEps)).Reshape(N, L*P)
+	return b.Scale(b.Add(ctx, tok), float32(1/math.Sqrt2))
+}
+
+// pleSlice picks layer i's per-layer input, [N, P], from [N, layers·P].
+func (m *Model) pleSlice(ple *compute.Tensor, i int) *compute.Tensor {
+	c := &m.Config.Text
+	N, L, P := ple.Dim(0), c.NumHiddenLayers, c.HiddenSizePerLayer
+	rows := make([]int32, N)
+	for n := range rows {
+		rows[n] = int32(n*L + i)
+	}
+	return m.b.Gather(ple.Reshape(N*L, P), rows)
+}
+
+// kvView is the K/V one layer attended to for one row: its own cache after
+// this pass's write, or its source layer's when KV-shared.
+type kvView struct {
+	k, v *compute.Tensor
+	pos  []int32 // slot positions; nil means slot s is position s
+}
+
+// attention runs layer i's attention for every row (spec §1.5). It writes
+// the layer's new K/V into each row's cache and records what each row
+// attended to in views[i], which KV-shared layers and the drafter reuse.
+func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, offsets []int, views [][]kvView, i int) *compute.Tensor {
+	c := &m.Config.Text
+	b := m.b
+	eps := float32(c.RMSNormEps)
+	N, nH, d := h.Dim(0), c.NumAttentionHeads, l.HeadDim
+	rope := l.rope
+	q := b.RoPE(b.RMSNorm(b.MatMul(h, l.q).Reshape(N, nH, d), l.qNorm, eps), pos, rope)
+	var kNew, vNew *compute.Tensor
+	if !l.Shared {
+		k := b.MatMul(h, l.k).Reshape(N, l.KVHeads, d)
+		v := k // k_eq_v: values are the raw key projection
+		if !l.KEqV {
+			v = b.MatMul(h, l.v).Reshape(N, l.KVHeads, d)
+		}
+		kNew = b.RoPE(b.RMSNorm(k, l.kNorm, eps), pos, rope)
+		vNew = b.RMSNorm(v, nil, eps)
+	}
+	views[i] = make([]kvView, len(rows))
+	out := b.Zeros(compute.F32, N, nH, d)
+	for ri, r := range rows {
+		s, e := offsets[ri], offsets[ri+1]
+		var kv kvView
+		if l.Shared {
+			kv = views[l.KVSource][ri]
+		} else {
+			cl := r.Cache.Layer(m.cacheOf[i])
+			cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
+			kv.k, kv.v, kv.pos = cl.View(r.Cache.Len() + e - s)
+		}
+		views[i][ri] = kv
+		opt := compute.AttentionOptions{Scale: 1, Mask: compute.Causal, QueryPos: pos[s:e], KeyPos: kv.pos}
+		if l.Type == Sliding {
+			opt.Window = c.SlidingWindow
+		}
+		b.Copy(out, s, b.Attention(b.Slice(q, s, e), kv.k, kv.v, opt))
+	}
+	return b.MatMul(out.Reshape(N, nH*d), l.o)
+}
+
+// feedForward is the FFN sub-block before post_feedforward_layernorm: the
+// gated MLP, plus the MoE branch on MoE models (spec §1.8).
+func (m *Model) feedForward(l *layer, x *compute.Tensor) *compute.Tensor {
+	c := &m.Config.Text
+	b := m.b
+	eps := float32(c.RMSNormEps)
+	h := b.RMSNorm(x, l.preFFNorm, eps)
+	f := b.MatMul(b.GeluMul(b.MatMul(h, l.gate), b.MatMul(h, l.up)), l.down)
+	if !c.EnableMoEBlock {
+		return f
+	}
+	return b.Add(b.RMSNorm(f, l.postFF1, eps), b.RMSNorm(m.experts(l, x), l.postFF2, eps))
+}
+
+// experts routes each token to its top-k experts and sums their weighted
+// outputs. Experts are visited in ascending id, so every token's sum has the
+// same order whatever else is in the batch.
+func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
+	c := &m.Config.Text
+	b := m.b
+	eps := float32(c.RMSNormEps)
+	N, H := r.Dim(0), c.HiddenSize
+	E, K, I := deref(c.NumExperts), deref(c.TopKExperts), deref(c.MoEIntermediateSize)
+
+	z := b.Scale(b.Mul(b.RMSNorm(r, nil, eps), l.routerScale), float32(1/math.Sqrt(float64(H))))
+	vals, idx := b.TopK(b.Softmax(b.MatMul(z, l.routerProj)), K)
+	weights, experts := b.ToF32(vals), b.ToI32(idx)
+	perExpert := l.perExpert
+	tokens := make([][]int32, E)
+	scales := make([][]float32, E)
+	for n := range N {
+		var sum float32
+		for j := range K {
+			sum += weights[n*K+j]
+		}
+		for j := range K {
+			e := experts[n*K+j]
+			tokens[e] = append(tokens[e], int32(n))
+			scales[e] = append(scales[e], weights[n*K+j]/sum*perExpert[e])
+		}
+	}
+	x2 := b.RMSNorm(r, l.preFF2, eps)
+	out := b.Zeros(compute.F32, N, H)
+	for e := range E {
+		if len(tokens[e]) == 0 {
+			continue
+		}
+		xe := b.Gather(x2, tokens[e])
+		gu := b.Index(l.expGateUp, e) // [2I, H]: gate rows first, then up
+		act := b.GeluMul(b.MatMul(xe, b.Slice(gu, 0, I)), b.MatMul(xe, b.Slice(gu, I, 2*I)))
+		b.AddRows(out, b.MatMul(act, b.Index(l.expDown, e)), tokens[e], scales[e])
+	}
+	return out
+}

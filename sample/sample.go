@@ -1,0 +1,194 @@
+// Package sample turns logits into tokens: greedy argmax or seeded sampling
+// with temperature, top-k, top-p, min-p and a repetition penalty, applied in
+// Hugging Face's order (penalty, temperature, top-k, top-p, min-p).
+//
+// Distribution exposes the exact distribution a token is drawn from, which
+// lossless speculative sampling needs for both drafter and target.
+package sample
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+)
+
+// Params are the sampling settings. The zero value is greedy decoding.
+type Params struct {
+	Temperature       float64 // 0: greedy
+	TopK              int     // 0: off
+	TopP              float64 // 0 or 1: off
+	MinP              float64 // 0: off
+	RepetitionPenalty float64 // 0 or 1: off; >1 discourages tokens already seen
+	Seed              uint64
+}
+
+// Greedy reports whether p picks the most likely token deterministically.
+func (p Params) Greedy() bool { return p.Temperature == 0 }
+
+// Validate rejects settings that have no meaning.
+func (p Params) Validate() error {
+	var errs []error
+	if p.Temperature < 0 || math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) {
+		errs = append(errs, fmt.Errorf("temperature must be >= 0, got %v", p.Temperature))
+	}
+	if p.TopK < 0 {
+		errs = append(errs, fmt.Errorf("top_k must be >= 0, got %d", p.TopK))
+	}
+	if p.TopP < 0 || p.TopP > 1 || math.IsNaN(p.TopP) {
+		errs = append(errs, fmt.Errorf("top_p must be in [0, 1], got %v", p.TopP))
+	}
+	if p.MinP < 0 || p.MinP > 1 || math.IsNaN(p.MinP) {
+		errs = append(errs, fmt.Errorf("min_p must be in [0, 1], got %v", p.MinP))
+	}
+	if p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || math.IsInf(p.RepetitionPenalty, 0) {
+		errs = append(errs, fmt.Errorf("repetition_penalty must be > 0, got %v", p.RepetitionPenalty))
+	}
+	return errors.Join(errs...)
+}
+
+// Sampler draws tokens with its own seeded random stream.
+type Sampler struct {
+	p   Params
+	rng *rand.Rand
+}
+
+// New makes a sampler; the same Params (seed included) give the same tokens.
+func New(p Params) *Sampler {
+	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, 0x74616e64656d))}
+}
+
+// Params returns the sampler's settings.
+func (s *Sampler) Params() Params { return s.p }
+
+// Penalize applies the repetition penalty in place to logits of tokens in
+// history: positive logits are divided by the penalty, negative multiplied.
+func (p Params) Penalize(logits []float32, history []int32) {
+	if p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1 {
+		return
+	}
+	pen := float32(p.RepetitionPenalty)
+	seen := make(map[int32]bool, len(history))
+	for _, t := range history {
+		if seen[t] || t < 0 || int(t) >= len(logits) {
+			continue
+		}
+		seen[t] = true
+		if logits[t] > 0 {
+			logits[t] /= pen
+		} else {
+			logits[t] *= pen
+		}
+	}
+}
+
+// Next picks the next token from one position's logits. history is the
+// sequence so far (prompt and generated), for the repetition penalty.
+// logits is not modified.
+func (s *Sampler) Next(logits []float32, history []int32) int32 {
+	if s.p.Greedy() {
+		l := slices.Clone(logits)
+		s.p.Penalize(l, history)
+		return Argmax(l)
+	}
+	probs := s.p.Distribution(logits, history)
+	return Draw(probs, s.rng.Float64())
+}
+
+// Uniform draws the sampler's next uniform number in [0, 1).
+func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
+
+// Argmax returns the index of the largest value, the lowest on ties; NaN
+// never wins.
+func Argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] || (x[best] != x[best] && v == v) {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// Distribution returns the probabilities sampling draws from: softmax of the
+// penalised logits at the temperature, restricted by top-k, top-p and min-p,
+// renormalised. For greedy params it is one-hot on the argmax.
+func (p Params) Distribution(logits []float32, history []int32) []float64 {
+	l := slices.Clone(logits)
+	p.Penalize(l, history)
+	probs := make([]float64, len(l))
+	if p.Greedy() {
+		probs[Argmax(l)] = 1
+		return probs
+	}
+	// Candidates in descending logit order (stable: lower id first on ties).
+	order := make([]int, len(l))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return l[order[a]] > l[order[b]] })
+	keep := len(order)
+	if p.TopK > 0 && p.TopK < keep {
+		keep = p.TopK
+	}
+	maxL := float64(l[order[0]])
+	var z float64
+	for _, i := range order[:keep] {
+		probs[i] = math.Exp((float64(l[i]) - maxL) / p.Temperature)
+		z += probs[i]
+	}
+	for _, i := range order[:keep] {
+		probs[i] /= z
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		// Keep the smallest prefix whose mass reaches top_p (at least one).
+		var cum float64
+		n := 0
+		for n < keep {
+			cum += probs[order[n]]
+			n++
+			if cum >= p.TopP {
+				break
+			}
+		}
+		keep = n
+	}
+	if p.MinP > 0 {
+		floor := p.MinP * probs[order[0]]
+		n := 1
+		for n < keep && probs[order[n]] >= floor {
+			n++
+		}
+		keep = n
+	}
+	z = 0
+	for _, i := range order[:keep] {
+		z += probs[i]
+	}
+	for _, i := range order[keep:] {
+		probs[i] = 0
+	}
+	for _, i := range order[:keep] {
+		probs[i] /= z
+	}
+	return probs
+}
+
+// Draw picks an index from probs with the uniform number u in [0, 1).
+func Draw(probs []float64, u float64) int32 {
+	var cum float64
+	last := int32(-1)
+	for i, q := range probs {
+		if q <= 0 {
+			continue
+		}
+		cum += q
+		last = int32(i)
+		if u < cum {
+			return int32(i)
+		}
+	}
+	return last // rounding left u beyond the total: take the last candidate
+}
