@@ -113,6 +113,12 @@ type AttentionOptions struct {
 	// KeyLen, if set, is each batch row's number of valid key slots; slots
 	// at or beyond it are ignored.
 	KeyLen []int
+	// KeyStart, if set, is the slot each batch row's reduction starts at:
+	// slots are visited KeyStart, KeyStart+1, …, S−1, 0, …, KeyStart−1.
+	// Keys are summed in visiting order, so a ring buffer passes the slot of
+	// its oldest entry: keys are then reduced in position order and results
+	// do not depend on the ring's capacity or on where it wrapped.
+	KeyStart []int
 }
 
 // RoPE holds rotary-embedding frequencies for one head dimension. Pair

@@ -153,14 +153,17 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 }
 
 // View returns the keys, values and per-slot positions to attend over after
-// the cache holds positions [0, upto). Full layers return exactly upto slots
-// in position order (positions nil: slot s is position s); rings return
-// every slot with its position (−1 for empty slots).
-func (l *Layer) View(upto int) (k, v *compute.Tensor, pos []int32) {
+// the cache holds positions [0, upto), and the slot to start reducing at.
+// Full layers return exactly upto slots in position order (positions nil:
+// slot s is position s; start 0). Rings return every slot with its position
+// (−1 for empty slots) and the slot after the newest position, which holds
+// the oldest: visiting from there reduces keys in position order, so results
+// do not depend on the ring's capacity.
+func (l *Layer) View(upto int) (k, v *compute.Tensor, pos []int32, start int) {
 	if l.spec.Window == 0 {
-		return l.b.Slice(l.k, 0, upto), l.b.Slice(l.v, 0, upto), nil
+		return l.b.Slice(l.k, 0, upto), l.b.Slice(l.v, 0, upto), nil, 0
 	}
-	return l.k, l.v, l.pos
+	return l.k, l.v, l.pos, upto % len(l.pos)
 }
 
 // Spec returns the layer's shape.

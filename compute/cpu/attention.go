@@ -17,7 +17,8 @@ import (
 //	p_s     = float32(e_s / Σ e)                    (Σ in float64, slot order)
 //	out     = Σ p_s · v_s                           (float32, slot order)
 //
-// Slots are visited in order 0..S-1, skipping hidden ones. The query heads
+// Slots are visited in order 0..S-1 (rotated to begin at KeyStart), skipping
+// hidden ones. The query heads
 // that share a KV head are processed together so each key and value row is
 // read once for all of them; that changes only the interleaving, not any
 // head's arithmetic. A query with no visible key gets zeros.
@@ -38,6 +39,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		panic(fmt.Sprintf("cpu: Attention needs %d key positions, got %d", B*S, len(opt.KeyPos)))
 	case opt.KeyLen != nil && len(opt.KeyLen) != B:
 		panic(fmt.Sprintf("cpu: Attention needs %d key lengths, got %d", B, len(opt.KeyLen)))
+	case opt.KeyStart != nil && len(opt.KeyStart) != B:
+		panic(fmt.Sprintf("cpu: Attention needs %d key starts, got %d", B, len(opt.KeyStart)))
 	}
 	qs, ks, vs := f32s(q), f32s(k), f32s(v)
 	var out *compute.Tensor
@@ -164,7 +167,7 @@ func pvBlocked(out, p []float32, vis []int32, vs []float32, base, Dv, Hkv, nh in
 }
 
 // visibleSlots appends to vis the key slots that batch row bi's query bl
-// (flattened b·L+l) may see, in slot order.
+// (flattened b·L+l) may see, in visiting order (slot order from KeyStart).
 func visibleSlots(vis []int32, bi, bl, S int, opt *compute.AttentionOptions) []int32 {
 	n := S
 	if opt.KeyLen != nil {
@@ -174,7 +177,15 @@ func visibleSlots(vis []int32, bi, bl, S int, opt *compute.AttentionOptions) []i
 	if opt.QueryPos != nil {
 		qp = int(opt.QueryPos[bl])
 	}
-	for s := range n {
+	start := 0
+	if opt.KeyStart != nil && S > 0 {
+		start = ((opt.KeyStart[bi] % S) + S) % S
+	}
+	for i := range S {
+		s := (start + i) % S
+		if s >= n {
+			continue
+		}
 		kp := s
 		if opt.KeyPos != nil {
 			kp = int(opt.KeyPos[bi*S+s])

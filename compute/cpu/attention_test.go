@@ -278,3 +278,35 @@ func TestAttentionRejectsMisuse(t *testing.T) {
 		b.Attention(q, b.Zeros(compute.F32, 1, 2, 2, 5), k, compute.AttentionOptions{Mask: bidi})
 	})
 }
+
+// TestAttentionRingsReduceInPositionOrder protects KeyStart: the same keys
+// held by rings of different capacities (so at different slots) give the
+// same bits when each ring starts at its oldest slot.
+func TestAttentionRingsReduceInPositionOrder(t *testing.T) {
+	b := New(2)
+	const Hq, Hkv, D, W, last = 4, 2, 16, 11, 40
+	r := newRand(7)
+	keys, vals := randVec(r, (last+1)*Hkv*D, 1), randVec(r, (last+1)*Hkv*D, 1)
+	q := randVec(r, 3*Hq*D, 1)
+	qpos := []int32{last - 2, last - 1, last}
+	run := func(capacity int) []float32 {
+		k, v := make([]float32, capacity*Hkv*D), make([]float32, capacity*Hkv*D)
+		pos := make([]int32, capacity)
+		for i := range pos {
+			pos[i] = -1
+		}
+		for p := 0; p <= last; p++ { // write positions in order; the ring keeps the newest
+			s := p % capacity
+			copy(k[s*Hkv*D:(s+1)*Hkv*D], keys[p*Hkv*D:(p+1)*Hkv*D])
+			copy(v[s*Hkv*D:(s+1)*Hkv*D], vals[p*Hkv*D:(p+1)*Hkv*D])
+			pos[s] = int32(p)
+		}
+		opt := compute.AttentionOptions{Scale: 1, Mask: causal, Window: W, QueryPos: qpos, KeyPos: pos, KeyStart: []int{(last + 1) % capacity}}
+		return b.ToF32(b.Attention(b.FromF32(q, 3, Hq, D), b.FromF32(k, capacity, Hkv, D), b.FromF32(v, capacity, Hkv, D), opt))
+	}
+	want := run(64) // no wrap: slot order is position order
+	// Three queries need W+2 slots: the oldest query still sees W keys.
+	for _, capacity := range []int{W + 2, W + 3, 17, 23} {
+		requireSameBits(t, fmt.Sprintf("ring of %d slots", capacity), run(capacity), want)
+	}
+}

@@ -240,6 +240,7 @@ type ForwardOptions struct {
 type SharedKV struct {
 	SlidingK, SlidingV *compute.Tensor
 	SlidingPos         []int32 // slot positions (−1: empty); nil means slot s is position s
+	SlidingStart       int     // slot holding the oldest entry (reduce from here)
 	FullK, FullV       *compute.Tensor
 	FullPos            []int32
 }
@@ -327,7 +328,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 				}
 				v := views[i][ri]
 				if l.Type == Sliding {
-					s.SlidingK, s.SlidingV, s.SlidingPos = v.k, v.v, v.pos
+					s.SlidingK, s.SlidingV, s.SlidingPos, s.SlidingStart = v.k, v.v, v.pos, v.start
 				} else {
 					s.FullK, s.FullV, s.FullPos = v.k, v.v, v.pos
 				}
@@ -373,8 +374,9 @@ func (m *Model) pleSlice(ple *compute.Tensor, i int) *compute.Tensor {
 // kvView is the K/V one layer attended to for one row: its own cache after
 // this pass's write, or its source layer's when KV-shared.
 type kvView struct {
-	k, v *compute.Tensor
-	pos  []int32 // slot positions; nil means slot s is position s
+	k, v  *compute.Tensor
+	pos   []int32 // slot positions; nil means slot s is position s
+	start int     // slot to start reducing at (position order)
 }
 
 // attention runs layer i's attention for every row (spec §1.5). It writes
@@ -407,10 +409,10 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		} else {
 			cl := r.Cache.Layer(m.cacheOf[i])
 			cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
-			kv.k, kv.v, kv.pos = cl.View(r.Cache.Len() + e - s)
+			kv.k, kv.v, kv.pos, kv.start = cl.View(r.Cache.Len() + e - s)
 		}
 		views[i][ri] = kv
-		opt := compute.AttentionOptions{Scale: 1, Mask: compute.Causal, QueryPos: pos[s:e], KeyPos: kv.pos}
+		opt := compute.AttentionOptions{Scale: 1, Mask: compute.Causal, QueryPos: pos[s:e], KeyPos: kv.pos, KeyStart: []int{kv.start}}
 		if l.Type == Sliding {
 			opt.Window = c.SlidingWindow
 		}

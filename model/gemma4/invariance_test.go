@@ -1,0 +1,189 @@
+package gemma4_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"tandem/compute/cpu"
+	"tandem/kvcache"
+	"tandem/model/gemma4"
+)
+
+// These tests protect the property speculative decoding stands on: a
+// position's logits are bit-identical however the tokens were grouped into
+// forward passes (chunk sizes, verify widths, rollbacks, batch rows).
+
+var tinyTargets = []string{"gemma4-tiny-e2b", "gemma4-tiny-e4b", "gemma4-tiny-26b-a4b", "gemma4-tiny-31b"}
+
+func loadTiny(t *testing.T, preset string) *gemma4.Model {
+	t.Helper()
+	p, err := gemma4.LookupPreset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := gemma4.Load(dir, cpu.New(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func randomTokens(n, vocab int, seed uint64) []int32 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(3 + r.IntN(vocab-3))
+	}
+	ids[0] = 2
+	return ids
+}
+
+// feed runs ids through cache in passes of the given widths (cycled) and
+// returns every position's logits, row by row.
+func feed(t *testing.T, m *gemma4.Model, cache *kvcache.Cache, ids []int32, widths ...int) [][]float32 {
+	t.Helper()
+	b := m.Backend()
+	V := m.Config.Text.VocabSize
+	var rows [][]float32
+	for s, w := 0, 0; s < len(ids); w++ {
+		e := min(s+widths[w%len(widths)], len(ids))
+		out, err := m.Forward([]gemma4.Row{{Tokens: ids[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := b.ToF32(out.Logits)
+		for i := range e - s {
+			rows = append(rows, all[i*V:(i+1)*V])
+		}
+		s = e
+	}
+	return rows
+}
+
+func sameBits(t *testing.T, what string, want, got [][]float32) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d positions, want %d", what, len(got), len(want))
+	}
+	for p := range want {
+		if !slices.Equal(want[p], got[p]) {
+			t.Fatalf("%s: position %d differs (bitwise)", what, p)
+		}
+	}
+}
+
+func TestChunkingIsBitIdentical(t *testing.T) {
+	for _, preset := range tinyTargets {
+		t.Run(preset, func(t *testing.T) {
+			m := loadTiny(t, preset)
+			// 70 tokens: past the tiny window (16) several times over.
+			ids := randomTokens(70, m.Config.Text.VocabSize, 1)
+			whole := feed(t, m, m.NewCache(len(ids)), ids, len(ids))
+			for _, widths := range [][]int{{1}, {3}, {16}, {17}, {5, 1, 9}} {
+				got := feed(t, m, m.NewCache(max(widths[0], 17)), ids, widths...)
+				sameBits(t, fmt.Sprintf("chunks %v", widths), whole, got)
+			}
+		})
+	}
+}
+
+func TestRollbackThenContinueIsBitIdentical(t *testing.T) {
+	// A speculative round writes k+1 tokens, keeps n+1 of them and carries
+	// on. The kept positions and everything after must equal plain decoding,
+	// including when the rejected writes wrapped the sliding rings.
+	for _, preset := range tinyTargets {
+		t.Run(preset, func(t *testing.T) {
+			m := loadTiny(t, preset)
+			V := m.Config.Text.VocabSize
+			ids := randomTokens(60, V, 2)
+			plain := feed(t, m, m.NewCache(1), ids, 1)
+
+			const k = 6
+			cache := m.NewCache(k + 1)
+			var got [][]float32
+			r := rand.New(rand.NewPCG(3, 4))
+			for T := 0; T < len(ids); {
+				// Verify [real token, k wrong drafts], keep n+1 of them.
+				n := r.IntN(k + 1)
+				block := []int32{ids[T]}
+				for j := 1; j <= k; j++ {
+					if T+j < len(ids) && j <= n {
+						block = append(block, ids[T+j])
+					} else {
+						block = append(block, int32(3+r.IntN(V-3)))
+					}
+				}
+				rows := feed(t, m, cache, block, len(block))
+				keep := min(n+1, len(ids)-T)
+				got = append(got, rows[:keep]...)
+				if err := cache.Truncate(T + keep); err != nil {
+					t.Fatal(err)
+				}
+				T += keep
+			}
+			sameBits(t, "verify + rollback", plain, got)
+		})
+	}
+}
+
+func TestBatchRowsAreBitIdentical(t *testing.T) {
+	// Rows at different positions in one pass equal the same rows alone.
+	for _, preset := range tinyTargets {
+		t.Run(preset, func(t *testing.T) {
+			m := loadTiny(t, preset)
+			b := m.Backend()
+			V := m.Config.Text.VocabSize
+			a, c := randomTokens(40, V, 5), randomTokens(23, V, 6)
+			ca, cc := m.NewCache(40), m.NewCache(40)
+			feed(t, m, ca, a[:30], 30)
+			feed(t, m, cc, c[:20], 20)
+			out, err := m.Forward([]gemma4.Row{{Tokens: a[30:], Cache: ca}, {Tokens: c[20:], Cache: cc}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := b.ToF32(out.Logits)
+			alone := append(feed(t, m, m.NewCache(40), a, 30, 10)[30:], feed(t, m, m.NewCache(40), c, 20, 3)[20:]...)
+			var batched [][]float32
+			for i := range len(all) / V {
+				batched = append(batched, all[i*V:(i+1)*V])
+			}
+			sameBits(t, "two rows in one pass", alone, batched)
+			if ca.Len() != 40 || cc.Len() != 23 {
+				t.Fatalf("cache lengths %d, %d", ca.Len(), cc.Len())
+			}
+		})
+	}
+}
+
+func TestForwardRejectsBadInput(t *testing.T) {
+	m := loadTiny(t, "gemma4-tiny-e2b")
+	c := m.NewCache(4)
+	for _, tc := range []struct {
+		name string
+		rows []gemma4.Row
+		want string
+	}{
+		{"empty row", []gemma4.Row{{Cache: c}}, "has no tokens"},
+		{"token outside vocab", []gemma4.Row{{Tokens: []int32{2, 512}, Cache: c}}, "outside the vocabulary"},
+		{"negative token", []gemma4.Row{{Tokens: []int32{-1}, Cache: c}}, "outside the vocabulary"},
+		{"wider than the cache step", []gemma4.Row{{Tokens: make([]int32, 5), Cache: c}}, "allows 4 per step"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.Forward(tc.rows, gemma4.ForwardOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if c.Len() != 0 {
+				t.Fatalf("a rejected forward changed the cache (len %d)", c.Len())
+			}
+		})
+	}
+}
