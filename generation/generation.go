@@ -70,9 +70,12 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	}
 	b := m.Backend()
 	res := &Result{PromptTokens: len(prompt), StopReason: StopLength}
-	cache := m.NewCache(opt.PrefillSize)
+	// No pass writes more than the prompt: a larger chunk would only grow
+	// the sliding rings (and the keys every decode step scans) for nothing.
+	chunk := min(opt.PrefillSize, len(prompt))
+	cache := m.NewCache(chunk)
 	start := time.Now()
-	logits, err := Prefill(ctx, m, cache, prompt, opt.PrefillSize)
+	logits, err := Prefill(ctx, m, cache, prompt, chunk)
 	if err != nil {
 		return nil, err
 	}
@@ -109,8 +112,15 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 
 // Prefill feeds prompt into cache in chunks of at most chunk tokens and
 // returns the last position's logits [1, V]. Batch invariance makes the
-// result bit-identical for every chunk size.
+// result bit-identical for every chunk size. chunk must be at least 1 and at
+// most cache.MaxStep().
 func Prefill(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, prompt []int32, chunk int) (*compute.Tensor, error) {
+	if len(prompt) == 0 {
+		return nil, errors.New("prefill: the prompt is empty")
+	}
+	if chunk < 1 {
+		return nil, fmt.Errorf("prefill: chunk size must be positive, got %d", chunk)
+	}
 	var logits *compute.Tensor
 	for s := 0; s < len(prompt); s += chunk {
 		if err := ctx.Err(); err != nil {
@@ -159,10 +169,18 @@ func ScoreTokens(ctx context.Context, m *gemma4.Model, tokens []int32, chunk int
 	if limit := m.Config.Text.MaxPositionEmbeddings; len(tokens) > limit {
 		return nil, fmt.Errorf("%d tokens exceed the model's context of %d", len(tokens), limit)
 	}
+	V := m.Config.Text.VocabSize
+	// The last token is only looked up, never fed to Forward (which checks
+	// the others): check them all here rather than index out of range.
+	for i, t := range tokens {
+		if t < 0 || int(t) >= V {
+			return nil, fmt.Errorf("token %d is %d, outside the vocabulary [0, %d)", i, t, V)
+		}
+	}
 	b := m.Backend()
+	chunk = min(chunk, len(tokens)-1) // as in Generate: no larger rings than needed
 	cache := m.NewCache(chunk)
 	sc := &Score{}
-	V := m.Config.Text.VocabSize
 	for s := 0; s < len(tokens)-1; s += chunk {
 		if err := ctx.Err(); err != nil {
 			return nil, err

@@ -37,6 +37,10 @@ type Cache struct {
 	layers  []*Layer
 	n       int
 	maxStep int
+	// furthest is the largest Len reached since New or Reset: every
+	// position below it has been written into the rings, overwriting older
+	// ones, so a rollback must stay within maxStep of it.
+	furthest int
 }
 
 // New makes an empty cache. maxStep is the most tokens one forward pass may
@@ -51,6 +55,8 @@ func New(b compute.Backend, specs []Spec, maxStep int) *Cache {
 		l := &Layer{spec: s, b: b}
 		if s.Window > 0 {
 			l.alloc(s.Window + maxStep - 1)
+		} else {
+			l.alloc(0) // grows on Write; View(0) of an empty layer works
 		}
 		c.layers = append(c.layers, l)
 	}
@@ -70,17 +76,26 @@ func (c *Cache) Layer(i int) *Layer { return c.layers[i] }
 func (c *Cache) NumLayers() int { return len(c.layers) }
 
 // Advance records that every layer has been written n more positions.
-func (c *Cache) Advance(n int) { c.n += n }
+func (c *Cache) Advance(n int) {
+	c.n += n
+	c.furthest = max(c.furthest, c.n)
+}
 
 // Truncate keeps positions [0, n) and forgets the rest, after a speculative
 // round keeps fewer tokens than it wrote. It may only drop positions written
-// by the last forward passes whose total width is at most MaxStep.
+// by the last forward passes whose total width is at most MaxStep, counted
+// from the furthest position ever written: successive truncations add up,
+// since the rings overwrote old keys when the dropped positions were written.
 func (c *Cache) Truncate(n int) error {
 	if n < 0 || n > c.n {
 		return fmt.Errorf("kvcache: truncate to %d, cache holds %d positions", n, c.n)
 	}
-	if c.n-n > c.maxStep {
-		return fmt.Errorf("kvcache: cannot roll back %d positions (at most %d, the forward step width)", c.n-n, c.maxStep)
+	if back := c.furthest - n; back > c.maxStep {
+		now := ""
+		if c.furthest > c.n {
+			now = fmt.Sprintf(" (the furthest length written; now %d)", c.n)
+		}
+		return fmt.Errorf("kvcache: cannot roll back %d positions, from %d%s to %d (at most %d, the forward step width)", back, c.furthest, now, n, c.maxStep)
 	}
 	for _, l := range c.layers {
 		if l.spec.Window > 0 {
@@ -97,7 +112,7 @@ func (c *Cache) Truncate(n int) error {
 
 // Reset empties the cache, keeping its memory.
 func (c *Cache) Reset() {
-	c.n = 0
+	c.n, c.furthest = 0, 0
 	for _, l := range c.layers {
 		for i := range l.pos {
 			l.pos[i] = -1
@@ -136,9 +151,12 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 		}
 		return
 	}
+	// A ring has MaxStep−1 slots of headroom beyond its window: a wider
+	// write would overwrite keys the write's first queries still need.
+	// Forward rejects such rows, so reaching here is a programming error.
 	c := len(l.pos)
-	if n > c {
-		panic(fmt.Sprintf("kvcache: writing %d positions into a ring of %d slots", n, c))
+	if step := c - l.spec.Window + 1; n > step {
+		panic(fmt.Sprintf("kvcache: writing %d positions into a ring of window %d and %d slots (at most %d, the cache's MaxStep, per write)", n, l.spec.Window, c, step))
 	}
 	for done := 0; done < n; {
 		slot := (start + done) % c

@@ -115,6 +115,13 @@ func Argmax(x []float32) int32 {
 // Distribution returns the probabilities sampling draws from: softmax of the
 // penalised logits at the temperature, restricted by top-k, top-p and min-p,
 // renormalised. For greedy params it is one-hot on the argmax.
+//
+// The filters follow Hugging Face's warpers: top-k keeps every token whose
+// logit is at least the k-th largest (ties with it included); top-p drops
+// the tokens whose cumulative probability, summed from the least likely, is
+// <= 1-top_p, always keeping the most likely; min-p drops tokens whose
+// probability is below min_p times the largest. Where top-p's cut falls
+// inside a group of equal logits, the lower token ids are kept.
 func (p Params) Distribution(logits []float32, history []int32) []float64 {
 	l := slices.Clone(logits)
 	p.Penalize(l, history)
@@ -131,29 +138,31 @@ func (p Params) Distribution(logits []float32, history []int32) []float64 {
 	sort.SliceStable(order, func(a, b int) bool { return l[order[a]] > l[order[b]] })
 	keep := len(order)
 	if p.TopK > 0 && p.TopK < keep {
+		// HF removes only logits below the k-th largest, so ties with it stay.
+		kth := l[order[p.TopK-1]]
 		keep = p.TopK
+		for keep < len(order) && l[order[keep]] == kth {
+			keep++
+		}
 	}
 	maxL := float64(l[order[0]])
-	var z float64
 	for _, i := range order[:keep] {
 		probs[i] = math.Exp((float64(l[i]) - maxL) / p.Temperature)
-		z += probs[i]
 	}
-	for _, i := range order[:keep] {
-		probs[i] /= z
-	}
+	normalize(probs, order[:keep])
 	if p.TopP > 0 && p.TopP < 1 {
-		// Keep the smallest prefix whose mass reaches top_p (at least one).
+		// Summed from the least likely token up, as HF does, so that a mass
+		// reached exactly is decided the same way.
 		var cum float64
-		n := 0
-		for n < keep {
-			cum += probs[order[n]]
-			n++
-			if cum >= p.TopP {
+		for keep > 1 {
+			cum += probs[order[keep-1]]
+			if cum > 1-p.TopP {
 				break
 			}
+			probs[order[keep-1]] = 0
+			keep--
 		}
-		keep = n
+		normalize(probs, order[:keep])
 	}
 	if p.MinP > 0 {
 		floor := p.MinP * probs[order[0]]
@@ -163,20 +172,28 @@ func (p Params) Distribution(logits []float32, history []int32) []float64 {
 		}
 		keep = n
 	}
-	z = 0
-	for _, i := range order[:keep] {
-		z += probs[i]
-	}
 	for _, i := range order[keep:] {
 		probs[i] = 0
 	}
-	for _, i := range order[:keep] {
-		probs[i] /= z
-	}
+	normalize(probs, order[:keep])
 	return probs
 }
 
-// Draw picks an index from probs with the uniform number u in [0, 1).
+// normalize scales probs at the indices in idx to sum to one.
+func normalize(probs []float64, idx []int) {
+	var z float64
+	for _, i := range idx {
+		z += probs[i]
+	}
+	for _, i := range idx {
+		probs[i] /= z
+	}
+}
+
+// Draw picks an index from probs with the uniform number u in [0, 1):
+// index i covers [sum of probs before i, that plus probs[i]). Entries <= 0
+// are never picked; u beyond the total (rounding) picks the last positive
+// entry, and probs with no positive entry give -1.
 func Draw(probs []float64, u float64) int32 {
 	var cum float64
 	last := int32(-1)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,7 +129,7 @@ func newGenerate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			res, err := generation.Generate(ctx, m, prompt, generation.Options{
 				MaxTokens: maxTokens, Sample: sp, StopTokens: stops, PrefillSize: f.prefill,

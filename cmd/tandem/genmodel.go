@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,6 +55,11 @@ func newGenModel() *cobra.Command {
 			if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil && !force {
 				return fmt.Errorf("%s already holds a model (config.json); pass --force to overwrite", out)
 			}
+			if force {
+				if err := removeWeights(out); err != nil {
+					return err
+				}
+			}
 			return generate(cmd.ErrOrStderr(), p, out, gemma4.GenerateOptions{Seed: seed, DType: dt, MaxShardBytes: maxShard})
 		},
 	}
@@ -64,6 +72,30 @@ func newGenModel() *cobra.Command {
 	f.BoolVar(&force, "force", false, "overwrite an existing model directory")
 	f.BoolVar(&list, "list", false, "list presets with their sizes and exit")
 	return cmd
+}
+
+// removeWeights deletes the weight files a previous gen-model wrote to dir:
+// rewriting with another shard size would otherwise leave stale shards (or
+// a stale model.safetensors next to a new index) behind, as HF's
+// save_pretrained avoids by cleaning up too.
+func removeWeights(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		shard, _ := filepath.Match("model-*-of-*.safetensors", name)
+		if shard || name == "model.safetensors" || name == "model.safetensors.index.json" {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // generate writes preset p to dir, with a progress bar for large models.
@@ -103,9 +135,10 @@ func listPresets(w io.Writer) error {
 	return nil
 }
 
-// parseBytes reads sizes such as 5GB, 500MB, 64KiB or a plain byte count.
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(strings.ToUpper(s))
+// parseBytes reads sizes such as 5GB, 500MB, 64KiB or a plain byte count;
+// 0 means never split (-1).
+func parseBytes(in string) (int64, error) {
+	s := strings.TrimSpace(strings.ToUpper(in))
 	units := []struct {
 		suffix string
 		mult   int64
@@ -118,13 +151,22 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bad size %q (want e.g. 5GB, 500MB or 0)", s)
+	// ParseFloat also takes "NaN" and "Inf", which are no sizes.
+	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("bad size %q (want e.g. 5GB, 500MB or 0)", in)
 	}
 	if v == 0 {
 		return -1, nil // never split
 	}
-	return int64(v * float64(mult)), nil
+	n := v * float64(mult)
+	switch {
+	case n < 1:
+		// It would truncate to 0, which GenerateOptions reads as the 5 GiB default.
+		return 0, fmt.Errorf("size %q is less than one byte (0 means never split)", in)
+	case n >= math.MaxInt64:
+		return 0, fmt.Errorf("size %q is too large", in)
+	}
+	return int64(n), nil
 }
 
 func humanBytes(n int64) string {

@@ -3,9 +3,7 @@ package cpu
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
-	"time"
 
 	"tandem/compute"
 )
@@ -25,37 +23,6 @@ func fillBF16(w []uint16, seed uint32) {
 		s ^= s << 5
 		w[i] = 0x3c00 + uint16(s&0x07ff) | uint16(s>>16)&0x8000 // ±[2^-7, 2^1)
 	}
-}
-
-// copyBandwidth measures, once per process, bytes per second of copying a
-// streamBytes buffer split across GOMAXPROCS goroutines (the same fan-out as
-// the backend), best of a few runs.
-var copyBandwidth = sync.OnceValue(func() float64 {
-	src, dst := make([]byte, streamBytes), make([]byte, streamBytes)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	copy(dst, src) // fault the pages in
-	best := time.Duration(1 << 62)
-	for range 5 {
-		start := time.Now()
-		parallelCopy(dst, src, runtime.GOMAXPROCS(0))
-		best = min(best, time.Since(start))
-	}
-	return streamBytes / best.Seconds()
-})
-
-func parallelCopy(dst, src []byte, n int) {
-	var wg sync.WaitGroup
-	for i := range n {
-		lo, hi := i*len(src)/n, (i+1)*len(src)/n
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			copy(dst[lo:hi], src[lo:hi])
-		}()
-	}
-	wg.Wait()
 }
 
 // BenchmarkGEMV is the decode hot path: one token (M = 1) through bf16
@@ -82,7 +49,7 @@ func BenchmarkGEMV(b *testing.B) {
 			}
 			b.StopTimer()
 			bw := float64(2*size) * float64(b.N) / b.Elapsed().Seconds()
-			b.ReportMetric(bw/copyBandwidth(), "x-of-memcpy")
+			b.ReportMetric(bw/CopyBandwidth(), "x-of-memcpy")
 		})
 	}
 	b.Run("memcpy_256MiB", func(b *testing.B) {

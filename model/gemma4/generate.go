@@ -159,7 +159,7 @@ func fillTensor(out io.Writer, w Weight, dt compute.DType, seed uint64, progress
 	workers := runtime.GOMAXPROCS(0)
 	bufs := make([][]byte, workers)
 	for i := range bufs {
-		bufs[i] = make([]byte, fillBlock*dt.Size())
+		bufs[i] = make([]byte, min(n, fillBlock)*dt.Size()) // a block, or the whole tensor if smaller
 	}
 	var written int64
 	blocks := (n + fillBlock - 1) / fillBlock

@@ -46,7 +46,7 @@ func Inspect(dir string) (*Summary, error) {
 	case TypeAssistant:
 		a, err := ParseAssistant(rc.Raw)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 		s.Kind, text, want = "assistant", &a.Text, AssistantWeights(a)
 		s.Notes = append(s.Notes, a.Warnings...)
@@ -60,7 +60,7 @@ func Inspect(dir string) (*Summary, error) {
 	default:
 		c, err := ParseTarget(rc.Raw)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 		s.Kind, text = "target", &c.Text
 		s.Notes = append(s.Notes, c.Warnings...)

@@ -184,6 +184,30 @@ func ropeFor(c *TextConfig, layerType string, dim int) *compute.RoPE {
 	return r
 }
 
+// DecodeBytes is the weight bytes one single-token forward pass reads: every
+// tensor once, except the embedding tables' input rows (one row each; the
+// tied embedding is still read whole by the LM head) and, on MoE models,
+// only top-k of the experts. Divided into the memory bandwidth it gives the
+// decode roofline.
+func (m *Model) DecodeBytes() int64 {
+	c := &m.Config.Text
+	var n int64
+	for _, t := range m.set.Tensors() {
+		n += t.Size
+	}
+	if m.pleEmbed != nil {
+		rowBytes := int64(m.pleEmbed.Dim(1) * m.pleEmbed.DType().Size())
+		n -= int64(m.pleEmbed.Dim(0)-1) * rowBytes
+	}
+	if c.EnableMoEBlock {
+		for _, l := range m.layers {
+			experts := int64(l.expGateUp.Len()*l.expGateUp.DType().Size() + l.expDown.Len()*l.expDown.DType().Size())
+			n -= experts - experts*int64(deref(c.TopKExperts))/int64(deref(c.NumExperts))
+		}
+	}
+	return n
+}
+
 // Close releases the memory-mapped weights. The model must not be used after.
 func (m *Model) Close() error { return m.set.Close() }
 

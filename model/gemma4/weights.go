@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"tandem/checkpoint/safetensors"
@@ -174,7 +175,44 @@ func CheckTarget(c *TextConfig, tensors []safetensors.TensorInfo) *Report {
 		return false
 	}
 	check(r, TargetWeights(c, r.Prefix), tensors, r.Prefix, drop)
+	if len(r.Problems) > 0 {
+		r.Problems = append(structureMismatch(c, r.Prefix, tensors), r.Problems...)
+	}
 	return r
+}
+
+var layerIndex = regexp.MustCompile(`^layers\.(\d+)\.`)
+
+// structureMismatch names the cause of a wholesale disagreement, a layer
+// count or embedding size that differs between config.json and the
+// checkpoint, so that it leads the list instead of hiding among dozens of
+// per-tensor problems (of which an error shows only the first 20).
+func structureMismatch(c *TextConfig, prefix string, tensors []safetensors.TensorInfo) []string {
+	var out []string
+	last := -1
+	for _, t := range tensors {
+		rel, ok := strings.CutPrefix(t.Name, prefix)
+		if m := layerIndex.FindStringSubmatch(rel); ok && m != nil {
+			if i, err := strconv.Atoi(m[1]); err == nil {
+				last = max(last, i)
+			}
+		}
+	}
+	if last >= 0 && last+1 != c.NumHiddenLayers {
+		out = append(out, fmt.Sprintf("checkpoint has tensors for layers 0 to %d (%d layers), config.json has num_hidden_layers %d", last, last+1, c.NumHiddenLayers))
+	}
+	for _, t := range tensors {
+		if t.Name != prefix+"embed_tokens.weight" || len(t.Shape) != 2 {
+			continue
+		}
+		if t.Shape[0] != c.VocabSize {
+			out = append(out, fmt.Sprintf("checkpoint's embed_tokens.weight %v has %d rows, config.json has vocab_size %d", t.Shape, t.Shape[0], c.VocabSize))
+		}
+		if t.Shape[1] != c.HiddenSize {
+			out = append(out, fmt.Sprintf("checkpoint's embed_tokens.weight %v has width %d, config.json has hidden_size %d", t.Shape, t.Shape[1], c.HiddenSize))
+		}
+	}
+	return out
 }
 
 // CheckAssistant compares a drafter checkpoint's tensors with its config.

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"tandem/compute/cpu"
+	"tandem/generation"
+	"tandem/model/gemma4"
+	"tandem/sample"
+)
+
+// generateJSON is the documented shape of `generate --json`.
+type generateJSON struct {
+	Tokens     []int32 `json:"tokens"`
+	StopReason string  `json:"stop_reason"`
+	Stats      struct {
+		PromptTokens    *int `json:"prompt_tokens"`
+		GeneratedTokens *int `json:"generated_tokens"`
+	} `json:"stats"`
+	Timings map[string]float64 `json:"timings"`
+}
+
+func runGenerateJSON(t *testing.T, args ...string) generateJSON {
+	t.Helper()
+	out, _ := mustExecute(t, append([]string{"generate", "--json"}, args...)...)
+	var g generateJSON
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatalf("generate --json is not JSON: %v\n%s", err, out)
+	}
+	return g
+}
+
+// library runs the same generation through the generation package.
+func library(t *testing.T, dir string, prompt []int32, opt generation.Options) *generation.Result {
+	t.Helper()
+	m, err := gemma4.Load(dir, cpu.New(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := generation.Generate(context.Background(), m, prompt, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestGenerateJSON(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	prompt := []int32{2, 40, 41, 300, 7}
+	stops := []int32{1, 106, 50} // gen-model's generation_config.json
+	tests := []struct {
+		name string
+		args []string
+		opt  generation.Options
+	}{
+		{"greedy", nil, generation.Options{MaxTokens: 12}},
+		{"greedy, one-token prefill", []string{"--prefill-size", "1"}, generation.Options{MaxTokens: 12}},
+		{"one token", []string{"--max-tokens", "1"}, generation.Options{MaxTokens: 1}},
+		{"sampled", []string{"--temperature", "0.9", "--top-k", "50", "--top-p", "0.9", "--min-p", "0.01", "--repetition-penalty", "1.2", "--seed", "5"},
+			generation.Options{MaxTokens: 12, Sample: sample.Params{Temperature: 0.9, TopK: 50, TopP: 0.9, MinP: 0.01, RepetitionPenalty: 1.2, Seed: 5}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--model", dir, "--prompt-ids", "2,40,41,300,7", "--max-tokens", "12"}, tt.args...)
+			g := runGenerateJSON(t, args...)
+			tt.opt.StopTokens = stops
+			want := library(t, dir, prompt, tt.opt)
+			if !slices.Equal(g.Tokens, want.Tokens) || g.StopReason != want.StopReason {
+				t.Errorf("tokens %v (%s), want %v (%s) from generation.Generate", g.Tokens, g.StopReason, want.Tokens, want.StopReason)
+			}
+			if g.Stats.PromptTokens == nil || *g.Stats.PromptTokens != len(prompt) {
+				t.Errorf("stats.prompt_tokens = %v, want %d", g.Stats.PromptTokens, len(prompt))
+			}
+			if g.Stats.GeneratedTokens == nil || *g.Stats.GeneratedTokens != len(g.Tokens) {
+				t.Errorf("stats.generated_tokens = %v, want %d", g.Stats.GeneratedTokens, len(g.Tokens))
+			}
+			for _, k := range []string{"load_s", "prefill_s", "decode_s", "prefill_tokens_per_s", "decode_tokens_per_s"} {
+				if v, ok := g.Timings[k]; !ok || v < 0 {
+					t.Errorf("timings.%s = %v (present %v), want a number >= 0", k, v, ok)
+				}
+			}
+		})
+	}
+}
+
+func TestGenerateSampledIsSeeded(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	run := func(seed string) []int32 {
+		return runGenerateJSON(t, "--model", dir, "--prompt-ids", "2,9,8", "--max-tokens", "16", "--temperature", "1", "--seed", seed).Tokens
+	}
+	a, b, c := run("1"), run("1"), run("2")
+	if !slices.Equal(a, b) {
+		t.Errorf("--seed 1 twice: %v and %v", a, b)
+	}
+	if slices.Equal(a, c) {
+		t.Errorf("--seed 1 and --seed 2 both gave %v", a)
+	}
+}
+
+func TestGeneratePlainOutput(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	out, log := mustExecute(t, "generate", "--model", dir, "--prompt-ids", "2,40,41", "--max-tokens", "6")
+	want := runGenerateJSON(t, "--model", dir, "--prompt-ids", "2,40,41", "--max-tokens", "6").Tokens
+	var got []int32
+	for _, f := range strings.Fields(out) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("stdout %q is not space-separated ids", out)
+		}
+		got = append(got, int32(v))
+	}
+	if !slices.Equal(got, want) || strings.Count(out, "\n") != 1 {
+		t.Errorf("stdout %q, want the ids %v on one line", out, want)
+	}
+	if !strings.Contains(log, strconv.Itoa(len(want))+" tokens (") || !strings.Contains(log, "prefill 3 tokens") {
+		t.Errorf("stderr %q lacks the stats line", log)
+	}
+}
+
+func TestGenerateStopsAtGenerationConfigEOS(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	free := library(t, dir, []int32{2, 40, 41}, generation.Options{MaxTokens: 16}).Tokens
+	at := 4
+	for slices.Index(free, free[at]) != at {
+		at++ // a token first seen at index at, so stopping there is unambiguous
+	}
+	cfg := `{"bos_token_id": 2, "eos_token_id": [` + strconv.Itoa(int(free[at])) + `]}`
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := runGenerateJSON(t, "--model", dir, "--prompt-ids", "2,40,41", "--max-tokens", "16")
+	if !slices.Equal(g.Tokens, free[:at+1]) || g.StopReason != "stop" {
+		t.Errorf("tokens %v (%s), want %v (stop)", g.Tokens, g.StopReason, free[:at+1])
+	}
+}
+
+func TestStopTokens(t *testing.T) {
+	tests := []struct {
+		name    string
+		config  string // generation_config.json; empty: none
+		want    []int32
+		wantErr string
+	}{
+		{"list", `{"eos_token_id": [1, 106, 7]}`, []int32{1, 106, 7}, ""},
+		{"single id", `{"eos_token_id": 9}`, []int32{9}, ""},
+		{"no eos falls back to Gemma 4's", `{"bos_token_id": 2}`, []int32{1, 106, 50}, ""},
+		{"no file falls back to Gemma 4's", "", []int32{1, 106, 50}, ""},
+		{"malformed", `{"eos_token_id": [1,`, nil, "generation_config.json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.config != "" {
+				if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(tt.config), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := stopTokens(dir)
+			if tt.wantErr != "" {
+				wantError(t, err, tt.wantErr)
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("stopTokens = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPromptIDsFromFile(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	want := runGenerateJSON(t, "--model", dir, "--prompt-ids", "2,40,41,300", "--max-tokens", "5").Tokens
+	files := t.TempDir()
+	for _, tt := range []struct{ name, content string }{
+		{"commas", "2,40,41,300"},
+		{"commas and spaces", "2, 40, 41, 300\n"},
+		{"whitespace", "2 40\n41\t300\r\n"},
+		{"JSON array", "[2, 40, 41, 300]\n"},
+		{"JSON array over lines", "[\n  2,\n  40,\n  41,\n  300\n]\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(files, strings.ReplaceAll(tt.name, " ", "_"))
+			if err := os.WriteFile(path, []byte(tt.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := runGenerateJSON(t, "--model", dir, "--prompt-ids", "@"+path, "--max-tokens", "5").Tokens; !slices.Equal(got, want) {
+				t.Errorf("@FILE holding %q: %v, want %v", tt.content, got, want)
+			}
+		})
+	}
+}
+
+func TestParseIDs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ids")
+	if err := os.WriteFile(file, []byte("[5,6]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		in      string
+		want    []int32
+		wantErr string
+	}{
+		{"1,2,3", []int32{1, 2, 3}, ""},
+		{"1 2 3", []int32{1, 2, 3}, ""},
+		{"[1, 2, 3]", []int32{1, 2, 3}, ""},
+		{" 1,\n2\t3 ", []int32{1, 2, 3}, ""},
+		{"0", []int32{0}, ""},
+		{"2147483647", []int32{2147483647}, ""},
+		{"@" + file, []int32{5, 6}, ""},
+		{"1,x", nil, `token id 1 ("x") is not a non-negative integer`},
+		{"-1", nil, `token id 0 ("-1") is not a non-negative integer`},
+		{"1.5", nil, `("1.5")`},
+		{"2147483648", nil, "not a non-negative integer"}, // beyond int32
+		{"", nil, "no token ids given"},
+		{"[ ]", nil, "no token ids given"},
+		{"@" + filepath.Join(t.TempDir(), "missing"), nil, "no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseIDs(tt.in)
+			if tt.wantErr != "" {
+				wantError(t, err, tt.wantErr)
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("parseIDs(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	base := []string{"generate", "--model", dir}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no model", []string{"generate", "--prompt-ids", "2"}, []string{"--model is required"}},
+		{"no prompt", base, []string{"give a prompt with --prompt-ids"}},
+		{"text prompt", append(base, "--prompt", "hello"), []string{"--prompt needs a tokenizer", "--prompt-ids"}},
+		{"bad prompt id", append(base, "--prompt-ids", "1,x"), []string{"--prompt-ids", `token id 1 ("x")`}},
+		{"missing ids file", append(base, "--prompt-ids", "@"+filepath.Join(t.TempDir(), "none")), []string{"--prompt-ids", "no such file"}},
+		{"prompt id outside the vocabulary", append(base, "--prompt-ids", "2,512"), []string{"outside the vocabulary"}},
+		{"cuda", append(base, "--prompt-ids", "2", "--device", "cuda"), []string{"--device cuda", "not available", "--device cpu"}},
+		{"bogus device", append(base, "--prompt-ids", "2", "--device", "bogus"), []string{`--device "bogus"`, "auto, cpu or cuda"}},
+		{"missing model directory", []string{"generate", "--model", filepath.Join(t.TempDir(), "none"), "--prompt-ids", "2"}, []string{"none"}},
+		{"zero max tokens", append(base, "--prompt-ids", "2", "--max-tokens", "0"), []string{"max tokens must be positive"}},
+		{"beyond the context", append(base, "--prompt-ids", "2", "--max-tokens", "4096"), []string{"exceeds the model's context of 4096"}},
+		{"negative prefill size", append(base, "--prompt-ids", "2", "--prefill-size", "-1"), []string{"prefill size must be positive"}},
+		{"negative temperature", append(base, "--prompt-ids", "2", "--temperature", "-1"), []string{"temperature"}},
+		{"top-p above one", append(base, "--prompt-ids", "2", "--top-p", "1.5"), []string{"top_p"}},
+		{"negative top-k", append(base, "--prompt-ids", "2", "--top-k", "-1"), []string{"top_k"}},
+		{"positional argument", append(base, "--prompt-ids", "2", "extra"), []string{"unknown command"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := execute(t, tt.args...)
+			wantError(t, err, tt.want...)
+			if out != "" {
+				t.Errorf("a failed generate printed %q", out)
+			}
+		})
+	}
+}
+
+func TestGenerateHonoursCommandContext(t *testing.T) {
+	// generate must derive its context from the command's, so that callers
+	// (and tests) can cancel it, not only an interrupt signal.
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, cmd := range []string{"generate", "score"} {
+		_, _, err := executeContext(t, ctx, cmd, "--model", dir, "--prompt-ids", "2,3,4")
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: err = %v, want context.Canceled", cmd, err)
+		}
+	}
+}
+
+func TestOpenBackend(t *testing.T) {
+	for _, tt := range []struct {
+		device, wantErr string
+	}{
+		{"auto", ""},
+		{"cpu", ""},
+		{"cuda", "not available"},
+		{"CPU", "want auto, cpu or cuda"},
+		{"", "want auto, cpu or cuda"},
+	} {
+		b, err := openBackend(tt.device, 1)
+		if tt.wantErr == "" {
+			if err != nil || b == nil {
+				t.Errorf("openBackend(%q) = %v, %v", tt.device, b, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("openBackend(%q) error %v, want %q", tt.device, err, tt.wantErr)
+		}
+	}
+}
+
+func TestScoreJSON(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	ids := []int32{2, 40, 41, 300, 7, 7, 9, 100, 511, 0}
+	m, err := gemma4.Load(dir, cpu.New(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want, err := generation.ScoreTokens(context.Background(), m, ids, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []string{"1", "4", "512"} {
+		t.Run("prefill "+chunk, func(t *testing.T) {
+			out, _ := mustExecute(t, "score", "--json", "--model", dir, "--prompt-ids", "2,40,41,300,7,7,9,100,511,0", "--prefill-size", chunk)
+			var got generation.Score
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("score --json is not JSON: %v\n%s", err, out)
+			}
+			// JSON round-trips float64 exactly: the CLI's numbers are the library's.
+			if !slices.Equal(got.Positions, want.Positions) || got.NLL != want.NLL || got.Perplexity != want.Perplexity {
+				t.Errorf("score --json = %+v, want %+v", got, want)
+			}
+			for _, k := range []string{`"positions"`, `"nll"`, `"perplexity"`, `"next"`, `"logprob"`, `"top1"`, `"top1_logprob"`} {
+				if !strings.Contains(out, k) {
+					t.Errorf("score --json lacks %s", k)
+				}
+			}
+		})
+	}
+}
+
+func TestScoreTable(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	out, _ := mustExecute(t, "score", "--model", dir, "--prompt-ids", "2,40,41,300")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "POS") ||
+		!strings.HasPrefix(lines[4], "nll ") || !strings.Contains(lines[4], "over 3 positions, perplexity") {
+		t.Errorf("want a header, 3 positions and a summary line:\n%s", out)
+	}
+}
+
+func TestScoreErrors(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	tests := []struct {
+		name, ids string
+		want      string
+	}{
+		{"one token", "2", "at least 2 tokens, got 1"},
+		// The last token used to index past the logits and panic.
+		{"last token outside the vocabulary", "2,40,512", "outside the vocabulary"},
+		{"bad id", "2,x", `token id 1 ("x")`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := execute(t, "score", "--model", dir, "--prompt-ids", tt.ids)
+			wantError(t, err, tt.want)
+		})
+	}
+	_, _, err := execute(t, "score", "--model", dir, "--prompt", "hi")
+	wantError(t, err, "unknown flag: --prompt")
+}
