@@ -1,0 +1,420 @@
+package gemma4
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"tandem/checkpoint"
+	"tandem/checkpoint/safetensors"
+	"tandem/compute"
+	"tandem/kvcache"
+)
+
+// Assistant is a Gemma 4 "assistant" MTP drafter (spec §2). It has no KV
+// cache of its own: its four q-only layers attend to the target's K/V of the
+// last non-shared sliding and full layers. It embeds its input tokens with
+// the target's table, so it works only once bound to a target.
+type Assistant struct {
+	Config *AssistantConfig
+	b      compute.Backend
+	set    *safetensors.Set
+
+	preProj, postProj *compute.Tensor // [h, 2Ht], [Ht, h]
+	head              *compute.Tensor // [V, h] LM head (tied embed_tokens or lm_head)
+	norm              *compute.Tensor
+	layers            []assistantLayer
+
+	// Centroid ("ordered embeddings") head.
+	centroids *compute.Tensor // [C, h]
+	ordering  []int32         // [C·vpc]: cluster c's canonical token ids are ordering[c·vpc:(c+1)·vpc]
+
+	target *Model
+}
+
+type assistantLayer struct {
+	Layer
+	rope                                        *compute.RoPE
+	inNorm, postAttnNorm, preFFNorm, postFFNorm *compute.Tensor
+	scalar, q, o, qNorm, gate, up, down         *compute.Tensor
+}
+
+// Errors of binding and drafting.
+var (
+	ErrUnsupportedTarget = errors.New("gemma4: the target cannot host an assistant drafter")
+	ErrNotBound          = errors.New("gemma4: the assistant drafter is not bound to a target")
+	ErrAlreadyBound      = errors.New("gemma4: the assistant drafter is already bound to a target")
+)
+
+// IncompatibleError lists every reason a drafter does not fit a target.
+type IncompatibleError struct {
+	Reasons []string
+}
+
+func (e *IncompatibleError) Error() string {
+	return "gemma4: drafter does not fit the target: " + strings.Join(e.Reasons, "; ")
+}
+
+// LoadAssistant reads a gemma4_assistant checkpoint from dir onto b.
+func LoadAssistant(dir string, b compute.Backend) (*Assistant, error) {
+	rc, err := checkpoint.ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ParseAssistant(rc.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAssistant(cfg, set, b)
+	if err != nil {
+		set.Close()
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return a, nil
+}
+
+func newAssistant(cfg *AssistantConfig, set *safetensors.Set, b compute.Backend) (*Assistant, error) {
+	if err := CheckAssistant(cfg, set.Tensors()).Err(); err != nil {
+		return nil, err
+	}
+	c := &cfg.Text
+	a := &Assistant{Config: cfg, b: b, set: set}
+	var werr error
+	w := func(name string) *compute.Tensor {
+		if werr != nil {
+			return nil
+		}
+		t, err := loadWeight(set, b, name)
+		werr = err
+		return t
+	}
+	a.preProj, a.postProj, a.norm = w("pre_projection.weight"), w("post_projection.weight"), w("model.norm.weight")
+	a.head = w("model.embed_tokens.weight")
+	if !cfg.TieWordEmbeddings {
+		a.head = w("lm_head.weight")
+	}
+	ropes := map[[2]any]*compute.RoPE{}
+	for _, l := range c.Layers() {
+		p := fmt.Sprintf("model.layers.%d.", l.Index)
+		key := [2]any{l.Type, l.HeadDim}
+		if ropes[key] == nil {
+			ropes[key] = ropeFor(c, l.Type, l.HeadDim)
+		}
+		a.layers = append(a.layers, assistantLayer{Layer: l, rope: ropes[key],
+			inNorm: w(p + "input_layernorm.weight"), postAttnNorm: w(p + "post_attention_layernorm.weight"),
+			preFFNorm: w(p + "pre_feedforward_layernorm.weight"), postFFNorm: w(p + "post_feedforward_layernorm.weight"),
+			scalar: w(p + "layer_scalar"), q: w(p + "self_attn.q_proj.weight"), o: w(p + "self_attn.o_proj.weight"),
+			qNorm: w(p + "self_attn.q_norm.weight"),
+			gate:  w(p + "mlp.gate_proj.weight"), up: w(p + "mlp.up_proj.weight"), down: w(p + "mlp.down_proj.weight"),
+		})
+	}
+	if cfg.UseOrderedEmbeddings {
+		a.centroids = w("masked_embedding.centroids.weight")
+		ord, err := tokenOrdering(set, c.VocabSize)
+		if err != nil && werr == nil {
+			werr = err
+		}
+		a.ordering = ord
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	return a, nil
+}
+
+// tokenOrdering reads masked_embedding.token_ordering (int64 or int32) as
+// int32 (vocabularies are far below 2³¹) and checks it is a permutation.
+func tokenOrdering(set *safetensors.Set, vocab int) ([]int32, error) {
+	const name = "masked_embedding.token_ordering"
+	info, _ := set.Lookup(name)
+	data, err := set.Data(name)
+	if err != nil {
+		return nil, err
+	}
+	ord := make([]int32, vocab)
+	seen := make([]bool, vocab)
+	for i := range ord {
+		var v int64
+		switch info.DType {
+		case compute.I64:
+			v = int64(leUint64(data[8*i:]))
+		default:
+			v = int64(int32(leUint32(data[4*i:])))
+		}
+		if v < 0 || v >= int64(vocab) || seen[v] {
+			return nil, fmt.Errorf("tensor %q: entry %d is %d: not a permutation of the %d-token vocabulary", name, i, v, vocab)
+		}
+		seen[v] = true
+		ord[i] = int32(v)
+	}
+	return ord, nil
+}
+
+func leUint64(b []byte) uint64 { return uint64(leUint32(b)) | uint64(leUint32(b[4:]))<<32 }
+func leUint32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// Close releases the drafter's mapped weights.
+func (a *Assistant) Close() error { return a.set.Close() }
+
+// Check lists why a drafter would not fit target t (nil when it fits).
+func (a *Assistant) Check(t *Model) error {
+	tc, dc := &t.Config.Text, &a.Config.Text
+	var reasons []string
+	if a.Config.BackboneHiddenSize != tc.HiddenSize {
+		reasons = append(reasons, fmt.Sprintf("drafter backbone_hidden_size %d, target hidden_size %d", a.Config.BackboneHiddenSize, tc.HiddenSize))
+	}
+	if dc.VocabSize != tc.VocabSize {
+		reasons = append(reasons, fmt.Sprintf("drafter vocab_size %d, target vocab_size %d", dc.VocabSize, tc.VocabSize))
+	}
+	src := t.kvSources()
+	for _, l := range a.layers {
+		s, ok := src[l.Type]
+		if !ok {
+			reasons = append(reasons, fmt.Sprintf("drafter layer %d is %s but the target has no non-shared %s layer", l.Index, l.Type, l.Type))
+			continue
+		}
+		tl := t.layers[s]
+		if l.HeadDim != tl.HeadDim {
+			reasons = append(reasons, fmt.Sprintf("drafter layer %d (%s) has head dim %d, the target's %s K/V (layer %d) %d", l.Index, l.Type, l.HeadDim, l.Type, s, tl.HeadDim))
+		}
+		if dc.NumAttentionHeads%tl.KVHeads != 0 {
+			reasons = append(reasons, fmt.Sprintf("drafter's %d query heads are not a multiple of the target's %d %s KV heads", dc.NumAttentionHeads, tl.KVHeads, l.Type))
+		}
+	}
+	if len(reasons) > 0 {
+		return &IncompatibleError{Reasons: dedupe(reasons)}
+	}
+	return nil
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Bind attaches the drafter to target t after checking they fit. A drafter
+// serves one target for its lifetime.
+func (a *Assistant) Bind(t *Model) error {
+	if a.target != nil {
+		return ErrAlreadyBound
+	}
+	if t == nil || len(t.kvSources()) == 0 {
+		return ErrUnsupportedTarget
+	}
+	if err := a.Check(t); err != nil {
+		return err
+	}
+	a.target = t
+	return nil
+}
+
+// Target is the bound target, or nil.
+func (a *Assistant) Target() *Model { return a.target }
+
+// kvSources maps a layer type to the target layer whose K/V the drafter
+// reads: the last non-shared layer of that type.
+func (m *Model) kvSources() map[string]int {
+	src := map[string]int{}
+	for i, l := range m.layers {
+		if !l.Shared {
+			src[l.Type] = i
+		}
+	}
+	return src
+}
+
+// Snapshot is the target K/V one sequence's drafting reads, taken after the
+// target cache holds exactly the committed positions [0, Len).
+type Snapshot struct {
+	Len   int // committed positions
+	views map[string]kvView
+}
+
+// Snapshot takes the drafter's view of cache c: the K/V of the last
+// non-shared sliding and full layers at the committed length.
+func (m *Model) Snapshot(c *kvcache.Cache) Snapshot {
+	s := Snapshot{Len: c.Len(), views: map[string]kvView{}}
+	for typ, i := range m.kvSources() {
+		var v kvView
+		v.k, v.v, v.pos, v.start = c.Layer(m.cacheOf[i]).View(c.Len())
+		s.views[typ] = v
+	}
+	return s
+}
+
+// DraftOptions sets the drafter's conventions.
+type DraftOptions struct {
+	// QueryAtLast puts the drafter's query at position T−1 (mlx-vlm,
+	// SGLang, ollama) instead of T, the pending token's own position (HF).
+	QueryAtLast bool
+	// MaxSharedKV > 0 limits attention over full-attention keys to the last
+	// MaxSharedKV committed positions.
+	MaxSharedKV int
+}
+
+// DraftRow is one sequence's drafting state for a step.
+type DraftRow struct {
+	Token  int32           // the token to embed
+	Hidden *compute.Tensor // [1, Ht]: the target's post-norm hidden (first step) or the drafter's own
+	Snap   Snapshot
+}
+
+// StepOutput is one drafter step: the normed hidden the head reads, the
+// hidden fed back into the next step, per row.
+type StepOutput struct {
+	Normed *compute.Tensor // [B, h]
+	Next   *compute.Tensor // [B, Ht] (post_projection)
+}
+
+// Step runs the drafter once for every row (spec §2.3): embed the token
+// with the target's scaled table, concatenate [embedding, hidden],
+// pre-project, four q-only layers over the target's committed K/V (sliding
+// layers: the last W keys), final norm, post-projection.
+func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error) {
+	t := a.target
+	if t == nil {
+		return nil, ErrNotBound
+	}
+	b := a.b
+	c := &a.Config.Text
+	eps := float32(c.RMSNormEps)
+	B := len(rows)
+	ids := make([]int32, B)
+	qpos, keyPos := make([]int32, B), make([]int32, B)
+	hs := b.Zeros(compute.F32, B, a.Config.BackboneHiddenSize)
+	for i, r := range rows {
+		if r.Token < 0 || int(r.Token) >= c.VocabSize {
+			return nil, fmt.Errorf("draft: row %d token %d outside the vocabulary [0, %d)", i, r.Token, c.VocabSize)
+		}
+		if r.Snap.Len < 1 {
+			return nil, fmt.Errorf("draft: row %d has no committed positions: prefill the target first", i)
+		}
+		ids[i] = r.Token
+		// Every key set is anchored at the last committed position, so the
+		// query position convention changes only RoPE, never which keys are
+		// visible.
+		keyPos[i] = int32(r.Snap.Len - 1)
+		qpos[i] = int32(r.Snap.Len)
+		if opt.QueryAtLast {
+			qpos[i] = keyPos[i]
+		}
+		b.Copy(hs, i, r.Hidden)
+	}
+	e := b.Scale(b.Gather(t.embed, ids), t.embedScale)
+	z := b.MatMul(b.Concat(e, hs), a.preProj)
+	for i := range a.layers {
+		l := &a.layers[i]
+		r := z
+		h := b.RMSNorm(z, l.inNorm, eps)
+		nH, d := c.NumAttentionHeads, l.HeadDim
+		q := b.RoPE(b.RMSNorm(b.MatMul(h, l.q).Reshape(B, nH, d), l.qNorm, eps), qpos, l.rope)
+		out := b.Zeros(compute.F32, B, nH, d)
+		for ri, row := range rows {
+			v := row.Snap.views[l.Type]
+			opt2 := compute.AttentionOptions{Scale: 1, Mask: compute.Bidirectional, QueryPos: keyPos[ri : ri+1], KeyPos: v.pos, KeyStart: []int{v.start}}
+			if l.Type == Sliding {
+				opt2.Window = c.SlidingWindow
+			} else if opt.MaxSharedKV > 0 {
+				opt2.Window = opt.MaxSharedKV
+			}
+			b.Copy(out, ri, b.Attention(b.Slice(q, ri, ri+1), v.k, v.v, opt2))
+		}
+		z = b.Add(r, b.RMSNorm(b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, eps))
+		r = z
+		h = b.RMSNorm(z, l.preFFNorm, eps)
+		f := b.MatMul(b.GeluMul(b.MatMul(h, l.gate), b.MatMul(h, l.up)), l.down)
+		z = b.Mul(b.Add(r, b.RMSNorm(f, l.postFFNorm, eps)), l.scalar)
+	}
+	n := b.RMSNorm(z, a.norm, eps)
+	return &StepOutput{Normed: n, Next: b.MatMul(n, a.postProj)}, nil
+}
+
+// Logits returns full-vocabulary drafter logits [B, V] (no softcap). For the
+// centroid head, tokens outside the selected clusters get min(selected) − 1,
+// as HF fills them (the minimum over all rows, as HF takes it).
+func (a *Assistant) Logits(n *compute.Tensor) *compute.Tensor {
+	if a.centroids == nil {
+		return a.b.MatMul(n, a.head)
+	}
+	b := a.b
+	B, V := n.Dim(0), a.Config.Text.VocabSize
+	sel, ids := a.selected(n)
+	out := make([]float32, B*V)
+	lo := float32(math.Inf(1))
+	for _, v := range sel {
+		lo = min(lo, v)
+	}
+	for i := range out {
+		out[i] = lo - 1
+	}
+	per := len(sel) / B
+	for r := range B {
+		for j := range per {
+			out[r*V+int(ids[r*per+j])] = sel[r*per+j]
+		}
+	}
+	return b.FromF32(out, B, V)
+}
+
+// Argmax returns each row's most likely token. The centroid head takes the
+// fast path: the argmax over the selected clusters' tokens only, never
+// materialising the full vocabulary.
+func (a *Assistant) Argmax(n *compute.Tensor) []int32 {
+	if a.centroids == nil {
+		return a.b.ToI32(a.b.Argmax(a.b.MatMul(n, a.head)))
+	}
+	sel, ids := a.selected(n)
+	B := n.Dim(0)
+	per := len(sel) / B
+	out := make([]int32, B)
+	for r := range B {
+		best := r * per
+		for j := r * per; j < (r+1)*per; j++ {
+			// Ties go to the lower token id, as a full-vocabulary argmax would.
+			if sel[j] > sel[best] || (sel[j] == sel[best] && ids[j] < ids[best]) {
+				best = j
+			}
+		}
+		out[r] = ids[best]
+	}
+	return out
+}
+
+// selected computes the centroid head's logits over the top-k clusters'
+// tokens: per row, top-k centroids, their canonical token ids, and those
+// tokens' logits, as [B·k·vpc] values and ids.
+func (a *Assistant) selected(n *compute.Tensor) ([]float32, []int32) {
+	b := a.b
+	cfg := a.Config
+	B := n.Dim(0)
+	vpc := cfg.Text.VocabSize / cfg.NumCentroids
+	_, top := b.TopK(b.MatMul(n, a.centroids), cfg.CentroidTopK)
+	clusters := b.ToI32(top)
+	per := cfg.CentroidTopK * vpc
+	ids := make([]int32, 0, B*per)
+	vals := make([]float32, 0, B*per)
+	for r := range B {
+		row := ids[len(ids):]
+		for _, cl := range clusters[r*cfg.CentroidTopK : (r+1)*cfg.CentroidTopK] {
+			row = append(row, a.ordering[int(cl)*vpc:(int(cl)+1)*vpc]...)
+		}
+		ids = append(ids, row...)
+		lg := b.ToF32(b.MatMul(b.Slice(n, r, r+1), b.Gather(a.head, row)))
+		vals = append(vals, lg...)
+	}
+	return vals, ids
+}

@@ -1,0 +1,123 @@
+package gemma4_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"tandem/checkpoint/safetensors"
+	"tandem/compute/cpu"
+	"tandem/model/gemma4"
+)
+
+// generated writes preset with seed 0 and checks it is the checkpoint the
+// fixture was made from.
+func generated(t *testing.T, preset, wantSHA string) string {
+	t.Helper()
+	p, err := gemma4.LookupPreset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 0}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != wantSHA {
+		t.Fatalf("gen-model output for %s changed since the fixtures were made: regenerate them (scripts/oracle/gemma4_drafter.py)", preset)
+	}
+	return dir
+}
+
+// Drafter logits are compared with a tolerance of the same origin as the
+// target's (f32 over bf16 weights, different summation orders). Measured
+// 2026-11-29 over all presets, both conventions, T = 10 and 40: max
+// |Δlogit| 9.9e-4, max |Δhidden| 2.3e-4.
+const drafterTol = 5e-3
+
+func TestAssistantMatchesHFTransformers(t *testing.T) {
+	for _, preset := range tinyTargets {
+		t.Run(preset, func(t *testing.T) {
+			f, err := safetensors.Open(filepath.Join(oracleDir, preset+"-assistant.hf.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			fx := fixture{t, f}
+			meta := f.Metadata()
+			b := cpu.New(0)
+			m, err := gemma4.Load(generated(t, preset, meta["target_sha256"]), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			a, err := gemma4.LoadAssistant(generated(t, preset+"-assistant", meta["assistant_sha256"]), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if err := a.Bind(m); err != nil {
+				t.Fatal(err)
+			}
+			V := m.Config.Text.VocabSize
+			for _, T := range []int{10, 40} {
+				p := fmt.Sprintf("p%d.", T)
+				ids := fx.i32(p + "ids")
+				cache := m.NewCache(T)
+				out, err := m.Forward([]gemma4.Row{{Tokens: ids, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
+				if err != nil {
+					t.Fatal(err)
+				}
+				bonus := argmax(b.ToF32(out.Logits))
+				if want := fx.i32(p + "bonus")[0]; bonus != want {
+					t.Fatalf("T=%d: target's next token %d, HF %d", T, bonus, want)
+				}
+				hidden := b.Slice(out.Hidden, T-1, T)
+				snap := m.Snapshot(cache)
+				for _, conv := range []struct {
+					name string
+					last bool
+				}{{"T", false}, {"Tm1", true}} {
+					wantTok := fx.i32(p + conv.name + ".tokens")
+					wantLogits, wantHidden := fx.f32(p+conv.name+".logits"), fx.f32(p+conv.name+".hidden")
+					Ht := len(wantHidden) / len(wantTok)
+					tok, h := bonus, hidden
+					var maxL, maxH float64
+					for step := range wantTok {
+						so, err := a.Step([]gemma4.DraftRow{{Token: tok, Hidden: h, Snap: snap}}, gemma4.DraftOptions{QueryAtLast: conv.last})
+						if err != nil {
+							t.Fatal(err)
+						}
+						logits := b.ToF32(a.Logits(so.Normed))
+						for v := range V {
+							maxL = max(maxL, math.Abs(float64(logits[v]-wantLogits[step*V+v])))
+						}
+						next := b.ToF32(so.Next)
+						for j := range Ht {
+							maxH = max(maxH, math.Abs(float64(next[j]-wantHidden[step*Ht+j])))
+						}
+						fast := a.Argmax(so.Normed)[0]
+						if full := argmax(logits); fast != full {
+							t.Fatalf("T=%d %s step %d: fast-path argmax %d, full-vocabulary argmax %d", T, conv.name, step, fast, full)
+						}
+						if fast != wantTok[step] {
+							t.Fatalf("T=%d %s step %d: drafted %d, HF %d", T, conv.name, step, fast, wantTok[step])
+						}
+						tok, h = fast, so.Next
+					}
+					t.Logf("T=%d, query at %s: max |Δlogit| %.2e, max |Δhidden| %.2e", T, conv.name, maxL, maxH)
+					if maxL > drafterTol || maxH > drafterTol {
+						t.Errorf("T=%d %s: logits differ by %.3g, hidden by %.3g (tolerance %g)", T, conv.name, maxL, maxH, drafterTol)
+					}
+				}
+			}
+		})
+	}
+}
