@@ -42,8 +42,8 @@ type Result struct {
 	Decode       time.Duration
 }
 
-// Validate checks options against the model.
-func (o *Options) validate(m *gemma4.Model, promptLen int) error {
+// Validate checks options against the model and fills in defaults.
+func (o *Options) Validate(m *gemma4.Model, promptLen int) error {
 	if promptLen == 0 {
 		return errors.New("the prompt is empty")
 	}
@@ -65,7 +65,7 @@ func (o *Options) validate(m *gemma4.Model, promptLen int) error {
 // Generate decodes up to MaxTokens tokens after prompt. onToken, if set, sees
 // each token as it is produced. Cancelling ctx stops between steps.
 func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options, onToken func(int32)) (*Result, error) {
-	if err := opt.validate(m, len(prompt)); err != nil {
+	if err := opt.Validate(m, len(prompt)); err != nil {
 		return nil, err
 	}
 	b := m.Backend()
@@ -75,7 +75,7 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	chunk := min(opt.PrefillSize, len(prompt))
 	cache := m.NewCache(chunk)
 	start := time.Now()
-	logits, err := Prefill(ctx, m, cache, prompt, chunk)
+	logits, _, err := Prefill(ctx, m, cache, prompt, chunk)
 	if err != nil {
 		return nil, err
 	}
@@ -111,20 +111,20 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 }
 
 // Prefill feeds prompt into cache in chunks of at most chunk tokens and
-// returns the last position's logits [1, V]. Batch invariance makes the
-// result bit-identical for every chunk size. chunk must be at least 1 and at
-// most cache.MaxStep().
-func Prefill(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, prompt []int32, chunk int) (*compute.Tensor, error) {
+// returns the last position's logits [1, V] and post-norm hidden state
+// [1, H] (what a drafter starts from). Batch invariance makes the result
+// bit-identical for every chunk size. chunk must be at least 1 and at most
+// cache.MaxStep().
+func Prefill(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, prompt []int32, chunk int) (logits, hidden *compute.Tensor, err error) {
 	if len(prompt) == 0 {
-		return nil, errors.New("prefill: the prompt is empty")
+		return nil, nil, errors.New("prefill: the prompt is empty")
 	}
 	if chunk < 1 {
-		return nil, fmt.Errorf("prefill: chunk size must be positive, got %d", chunk)
+		return nil, nil, fmt.Errorf("prefill: chunk size must be positive, got %d", chunk)
 	}
-	var logits *compute.Tensor
 	for s := 0; s < len(prompt); s += chunk {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		e := min(s+chunk, len(prompt))
 		which := gemma4.LogitsNone
@@ -133,11 +133,14 @@ func Prefill(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, prompt 
 		}
 		out, err := m.Forward([]gemma4.Row{{Tokens: prompt[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: which})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		logits = out.Logits
+		if e == len(prompt) {
+			hidden = m.Backend().Slice(out.Hidden, e-s-1, e-s)
+		}
 	}
-	return logits, nil
+	return logits, hidden, nil
 }
 
 // Position is one scored position of a sequence: how likely the model found

@@ -431,7 +431,7 @@ func TestPrefillReturnsLastRowOfLogitsAll(t *testing.T) {
 	for _, chunk := range []int{1, 7, 16, 40, 512} {
 		t.Run(fmt.Sprint(chunk), func(t *testing.T) {
 			cache := m.NewCache(chunk)
-			logits, err := Prefill(context.Background(), m, cache, ids, chunk)
+			logits, _, err := Prefill(context.Background(), m, cache, ids, chunk)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -456,7 +456,7 @@ func TestPrefillReturnsLastRowOfLogitsAll(t *testing.T) {
 	}
 	for _, tt := range errs {
 		t.Run(tt.name, func(t *testing.T) {
-			logits, err := Prefill(context.Background(), m, m.NewCache(4), tt.prompt, tt.chunk)
+			logits, _, err := Prefill(context.Background(), m, m.NewCache(4), tt.prompt, tt.chunk)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Prefill = %v, %v; want an error containing %q", logits, err, tt.want)
 			}

@@ -160,6 +160,9 @@ func leUint32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
+// Backend is the backend the drafter's weights live on.
+func (a *Assistant) Backend() compute.Backend { return a.b }
+
 // Close releases the drafter's mapped weights.
 func (a *Assistant) Close() error { return a.set.Close() }
 
