@@ -14,7 +14,7 @@ func TestDemoGeneratesAndInspectsBothModels(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	out, log := mustExecute(t, "demo", "--seed", "2")
-	for _, w := range []string{"gemma4 (target)", "gemma4_assistant (assistant)", "problems:    none", "demo: tiny target and drafter generated and verified"} {
+	for _, w := range []string{"gemma4 (target)", "gemma4_assistant (assistant)", "problems:    none", "demo: speculative decoding reproduced plain greedy decoding bit for bit", "speculative, k = 4:  identical output"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("demo output lacks %q:\n%s", w, out)
 		}

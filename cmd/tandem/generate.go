@@ -18,6 +18,7 @@ import (
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
+	"tandem/spec"
 )
 
 // modelFlags are the flags every command that runs a model shares.
@@ -104,8 +105,50 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 	return m, prompt, time.Since(start), nil
 }
 
+// draftFlags select speculative decoding.
+type draftFlags struct {
+	dir      string
+	k        int
+	position string
+	maxKV    int
+}
+
+func (d *draftFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&d.dir, "draft", "", "assistant drafter directory: decode speculatively (output is identical to plain decoding)")
+	fl.StringVar(&d.dir, "mtp-assistant-model", "", "alias of --draft")
+	fl.IntVar(&d.k, "num-draft-tokens", 3, "drafts per round (1–64); see docs/speculative-decoding.md for the default")
+	fl.StringVar(&d.position, "draft-position", "T", "drafter query position: T (the pending token's position, as HF) or T-1 (as mlx-vlm, SGLang, ollama)")
+	fl.IntVar(&d.maxKV, "max-shared-kv", 0, "drafter attends to at most the last N full-attention positions (0: all)")
+}
+
+// options turns the flags into drafting options, or an error naming the flag.
+func (d *draftFlags) options(cmd *cobra.Command) (gemma4.DraftOptions, error) {
+	if d.dir == "" {
+		for _, name := range []string{"num-draft-tokens", "draft-position", "max-shared-kv"} {
+			if cmd.Flags().Changed(name) {
+				return gemma4.DraftOptions{}, fmt.Errorf("--%s needs --draft", name)
+			}
+		}
+	}
+	var opt gemma4.DraftOptions
+	switch d.position {
+	case "T":
+	case "T-1":
+		opt.QueryAtLast = true
+	default:
+		return opt, fmt.Errorf("--draft-position %q: want T or T-1", d.position)
+	}
+	if d.maxKV < 0 {
+		return opt, fmt.Errorf("--max-shared-kv must be >= 0, got %d", d.maxKV)
+	}
+	opt.MaxSharedKV = d.maxKV
+	return opt, nil
+}
+
 func newGenerate() *cobra.Command {
 	var f modelFlags
+	var df draftFlags
 	var sp sample.Params
 	var maxTokens int
 	cmd := &cobra.Command{
@@ -120,6 +163,10 @@ func newGenerate() *cobra.Command {
 			if err := sp.Validate(); err != nil {
 				return err
 			}
+			dopt, err := df.options(cmd)
+			if err != nil {
+				return err
+			}
 			m, prompt, loadTime, err := f.load()
 			if err != nil {
 				return err
@@ -131,16 +178,37 @@ func newGenerate() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			res, err := generation.Generate(ctx, m, prompt, generation.Options{
-				MaxTokens: maxTokens, Sample: sp, StopTokens: stops, PrefillSize: f.prefill,
-			}, nil)
+			opt := generation.Options{MaxTokens: maxTokens, Sample: sp, StopTokens: stops, PrefillSize: f.prefill}
+			if df.dir == "" {
+				res, err := generation.Generate(ctx, m, prompt, opt, nil)
+				if err != nil {
+					return err
+				}
+				return printGeneration(cmd, &f, res, nil, loadTime)
+			}
+			start := time.Now()
+			a, err := gemma4.LoadAssistant(df.dir, m.Backend())
 			if err != nil {
 				return err
 			}
-			return printGeneration(cmd, &f, res, loadTime)
+			defer a.Close()
+			if err := a.Bind(m); err != nil {
+				return fmt.Errorf("--draft %s: %w", df.dir, err)
+			}
+			loadTime += time.Since(start)
+			d, err := spec.NewAssistant(a, dopt, sp)
+			if err != nil {
+				return err
+			}
+			res, err := spec.Generate(ctx, m, d, prompt, spec.Options{Options: opt, DraftTokens: df.k, Draft: dopt}, nil)
+			if err != nil {
+				return err
+			}
+			return printGeneration(cmd, &f, &res.Result, &res.Stats, loadTime)
 		},
 	}
 	f.register(cmd)
+	df.register(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&f.prompt, "prompt", "", "prompt text (needs a tokenizer; not supported yet)")
 	fl.IntVar(&maxTokens, "max-tokens", 128, "most tokens to generate")
@@ -171,18 +239,39 @@ func stopTokens(dir string) ([]int32, error) {
 	return out, nil
 }
 
-func printGeneration(cmd *cobra.Command, f *modelFlags, res *generation.Result, load time.Duration) error {
+// specStats is the speculative part of generate's JSON stats.
+func specStats(s *spec.Stats) map[string]any {
+	per := make([]float64, len(s.DraftedAt))
+	for i := range per {
+		if s.DraftedAt[i] > 0 {
+			per[i] = float64(s.AcceptedAt[i]) / float64(s.DraftedAt[i])
+		}
+	}
+	return map[string]any{
+		"rounds": s.Rounds, "drafted": s.Drafted, "accepted": s.Accepted,
+		"acceptance_rate": s.AcceptanceRate(), "mean_acceptance_length": s.MeanAcceptLength(),
+		"per_position_acceptance": per, "draft_s": s.DraftTime.Seconds(), "verify_s": s.VerifyTime.Seconds(),
+	}
+}
+
+func printGeneration(cmd *cobra.Command, f *modelFlags, res *generation.Result, ss *spec.Stats, load time.Duration) error {
 	rate := func(n int, d time.Duration) float64 {
 		if d <= 0 {
 			return 0
 		}
 		return float64(n) / d.Seconds()
 	}
+	stats := map[string]any{"prompt_tokens": res.PromptTokens, "generated_tokens": len(res.Tokens)}
+	if ss != nil {
+		for k, v := range specStats(ss) {
+			stats[k] = v
+		}
+	}
 	if f.asJSON {
 		out := map[string]any{
 			"tokens":      res.Tokens,
 			"stop_reason": res.StopReason,
-			"stats":       map[string]any{"prompt_tokens": res.PromptTokens, "generated_tokens": len(res.Tokens)},
+			"stats":       stats,
 			"timings": map[string]any{
 				"load_s": load.Seconds(), "prefill_s": res.Prefill.Seconds(), "decode_s": res.Decode.Seconds(),
 				"prefill_tokens_per_s": rate(res.PromptTokens, res.Prefill),
@@ -201,6 +290,10 @@ func printGeneration(cmd *cobra.Command, f *modelFlags, res *generation.Result, 
 	fmt.Fprintf(cmd.ErrOrStderr(), "%d tokens (%s); load %.2fs, prefill %d tokens %.2fs (%.1f tok/s), decode %.2fs (%.1f tok/s)\n",
 		len(res.Tokens), res.StopReason, load.Seconds(), res.PromptTokens, res.Prefill.Seconds(), rate(res.PromptTokens, res.Prefill),
 		res.Decode.Seconds(), rate(len(res.Tokens)-1, res.Decode))
+	if ss != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "speculative: %d rounds, %d/%d drafts accepted (%.0f%%), %.2f tokens per target pass; draft %.2fs, verify %.2fs\n",
+			ss.Rounds, ss.Accepted, ss.Drafted, 100*ss.AcceptanceRate(), ss.MeanAcceptLength(), ss.DraftTime.Seconds(), ss.VerifyTime.Seconds())
+	}
 	return nil
 }
 

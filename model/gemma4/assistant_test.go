@@ -3,10 +3,12 @@ package gemma4_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"tandem/checkpoint/safetensors"
@@ -119,5 +121,56 @@ func TestAssistantMatchesHFTransformers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAssistantBinding(t *testing.T) {
+	b := cpu.New(0)
+	load := func(preset string) string {
+		p, _ := gemma4.LookupPreset(preset)
+		dir := t.TempDir()
+		if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 5}); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	e2b, err := gemma4.Load(load("gemma4-tiny-e2b"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2b.Close()
+	a, err := gemma4.LoadAssistant(load("gemma4-tiny-e2b-assistant"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Step([]gemma4.DraftRow{{Token: 2}}, gemma4.DraftOptions{}); !errors.Is(err, gemma4.ErrNotBound) {
+		t.Fatalf("step before binding: %v", err)
+	}
+	if err := a.Bind(e2b); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Bind(e2b); !errors.Is(err, gemma4.ErrAlreadyBound) {
+		t.Fatalf("rebinding: %v", err)
+	}
+
+	// A 31B-shaped drafter on the E2B target: every mismatch is named.
+	wrong, err := gemma4.LoadAssistant(load("gemma4-tiny-31b-assistant"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	err = wrong.Bind(e2b)
+	var inc *gemma4.IncompatibleError
+	if !errors.As(err, &inc) {
+		t.Fatalf("binding a mismatched drafter: %v", err)
+	}
+	for _, want := range []string{"backbone_hidden_size 128, target hidden_size 64"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if wrong.Target() != nil {
+		t.Fatal("a failed Bind left the drafter bound")
 	}
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+// TestGenerateWithDraft protects the speculative CLI: --draft and its
+// SwiftLM alias give the plain output plus speculative stats.
+func TestGenerateWithDraft(t *testing.T) {
+	target := tinyModel(t, "gemma4-tiny-e4b")
+	drafter := tinyModel(t, "gemma4-tiny-e4b-assistant")
+	ids := "2,17,99,4,250,31,77"
+	decode := func(args ...string) map[string]any {
+		t.Helper()
+		out, _ := mustExecute(t, append([]string{"generate", "--model", target, "--prompt-ids", ids, "--max-tokens", "12", "--json"}, args...)...)
+		var v map[string]any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		return v
+	}
+	tokens := func(v map[string]any) []float64 {
+		var ts []float64
+		for _, x := range v["tokens"].([]any) {
+			ts = append(ts, x.(float64))
+		}
+		return ts
+	}
+	want := tokens(decode())
+	for _, args := range [][]string{
+		{"--draft", drafter},
+		{"--mtp-assistant-model", drafter, "--num-draft-tokens", "5", "--draft-position", "T-1"},
+		{"--draft", drafter, "--num-draft-tokens", "1", "--max-shared-kv", "4"},
+	} {
+		v := decode(args...)
+		if got := tokens(v); !slices.Equal(got, want) {
+			t.Fatalf("%v: tokens %v, plain %v", args, got, want)
+		}
+		stats := v["stats"].(map[string]any)
+		for _, k := range []string{"rounds", "drafted", "accepted", "acceptance_rate", "mean_acceptance_length", "per_position_acceptance", "draft_s", "verify_s", "prompt_tokens", "generated_tokens"} {
+			if _, ok := stats[k]; !ok {
+				t.Errorf("%v: stats lack %q: %v", args, k, stats)
+			}
+		}
+	}
+}
+
+func TestGenerateDraftErrors(t *testing.T) {
+	target := tinyModel(t, "gemma4-tiny-e2b")
+	drafter := tinyModel(t, "gemma4-tiny-e2b-assistant")
+	wrong := tinyModel(t, "gemma4-tiny-31b-assistant")
+	base := []string{"generate", "--model", target, "--prompt-ids", "2,5,9"}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--num-draft-tokens", "4"}, []string{"--num-draft-tokens needs --draft"}},
+		{[]string{"--draft", drafter, "--num-draft-tokens", "0"}, []string{"number of draft tokens", "got 0"}},
+		{[]string{"--draft", drafter, "--draft-position", "T+1"}, []string{`--draft-position "T+1"`}},
+		{[]string{"--draft", drafter, "--max-shared-kv", "-2"}, []string{"--max-shared-kv"}},
+		{[]string{"--draft", wrong}, []string{"does not fit the target", "backbone_hidden_size 128, target hidden_size 64"}},
+		{[]string{"--draft", target}, []string{"not a Gemma 4 assistant"}},
+		{[]string{"--draft", t.TempDir()}, []string{"no config.json"}},
+	} {
+		_, _, err := execute(t, append(base, tc.args...)...)
+		wantError(t, err, tc.want...)
+	}
+}
