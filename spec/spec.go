@@ -158,14 +158,20 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		}
 		t0 := time.Now()
 		T := cache.Len()
-		out, err := m.Forward([]gemma4.Row{{Tokens: append([]int32{pending}, prop.Tokens...), Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		out, err := m.Forward([]gemma4.Row{{Tokens: append([]int32{pending}, prop.Tokens...), Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
 		if err != nil {
 			return res, err
 		}
-		res.Stats.VerifyTime += time.Since(t0)
-		rows := b.ToF32(out.Logits)
-		V := len(rows) / (kr + 1)
-		row := func(i int) []float32 { return rows[i*V : (i+1)*V] }
+		// The LM head is the largest single matmul; the walk usually stops
+		// early, so each row's logits are computed only when it gets there
+		// (the same bits as computing all rows: the head is batch-invariant).
+		rows := make([][]float32, kr+1)
+		row := func(i int) []float32 {
+			if rows[i] == nil {
+				rows[i] = b.ToF32(m.Logits(b.Slice(out.Hidden, i, i+1)))
+			}
+			return rows[i]
+		}
 
 		// Walk: the target's choice at row i is compared with draft i+1.
 		n, done := 0, false
@@ -187,6 +193,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		} else {
 			next, n = rejectionSample(target, opt.Sample, prop, row, seq, base, kr)
 		}
+		res.Stats.VerifyTime += time.Since(t0)
 		res.Stats.Rounds++
 		res.Stats.Drafted += kr
 		res.Stats.Accepted += n

@@ -363,6 +363,12 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	return out, nil
 }
 
+// Logits applies the LM head (the tied embedding and the final softcap) to
+// post-norm hidden states [n, H]. Row for row, it gives the bits a forward
+// pass with logits would have given, so callers may defer the head to the
+// rows they need (a speculative walk stops at the first rejection).
+func (m *Model) Logits(h *compute.Tensor) *compute.Tensor { return m.lmHead(h) }
+
 // lmHead applies the tied embedding and the final softcap.
 func (m *Model) lmHead(h *compute.Tensor) *compute.Tensor {
 	logits := m.b.MatMul(h, m.embed)
