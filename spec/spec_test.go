@@ -103,7 +103,7 @@ func TestGreedySpeculativeEqualsPlain(t *testing.T) {
 			}{
 				{5, 512, []int{1, 2, 3, 4, 7}},
 				{40, 512, []int{1, 2, 3, 4, 7}},
-				{300, 128, []int{1, 4, 7}}, // chunked prefill
+				{300, 128, []int{1, 2, 3, 4, 7}}, // chunked prefill
 			} {
 				p := prompt(tc.promptLen, V, uint64(tc.promptLen))
 				opt := generation.Options{MaxTokens: 48, PrefillSize: tc.prefill}

@@ -1,6 +1,7 @@
 package gemma4_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -58,4 +59,54 @@ func BenchmarkDecode(b *testing.B) {
 	b.ReportMetric(bytes/perToken/1e9, "GB/s")
 	b.ReportMetric(bytes/perToken/roof, "x-of-memcpy")
 	b.ReportMetric(roof/bytes, "roofline-tok/s")
+}
+
+// BenchmarkDraftStep measures one assistant drafter step on the tiny E2B
+// pair at several committed lengths, with and without --max-shared-kv,
+// which caps the drafter's full-attention keys.
+func BenchmarkDraftStep(b *testing.B) {
+	be := cpu.New(0)
+	gen := func(name string) string {
+		p, _ := gemma4.LookupPreset(name)
+		dir := b.TempDir()
+		if err := p.Generate(dir, gemma4.GenerateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		return dir
+	}
+	m, err := gemma4.Load(gen("gemma4-tiny-e2b"), be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	a, err := gemma4.LoadAssistant(gen("gemma4-tiny-e2b-assistant"), be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Bind(m); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{128, 1024, 4000} {
+		ids := randomTokens(n, m.Config.Text.VocabSize, 2)
+		cache := m.NewCache(512)
+		var out *gemma4.Output
+		for s := 0; s < n; s += 512 {
+			if out, err = m.Forward([]gemma4.Row{{Tokens: ids[s:min(s+512, n)], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		h := be.Slice(out.Hidden, out.Hidden.Dim(0)-1, out.Hidden.Dim(0))
+		snap := m.Snapshot(cache)
+		for _, capKV := range []int{0, 16} {
+			b.Run(fmt.Sprintf("context_%d/max_shared_kv_%d", n, capKV), func(b *testing.B) {
+				row := []gemma4.DraftRow{{Token: 5, Hidden: h, Snap: snap}}
+				for range b.N {
+					if _, err := a.Step(row, gemma4.DraftOptions{MaxSharedKV: capKV}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
