@@ -2,12 +2,9 @@ package gemma4_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -72,23 +69,7 @@ func modelDir(t *testing.T, fx fixture, preset, source string) string {
 	if source == "hf" {
 		return filepath.Join(oracleDir, "hf-"+preset)
 	}
-	p, err := gemma4.LookupPreset(preset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 0}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(b)
-	if want := fx.file.Metadata()["gen_model_sha256"]; hex.EncodeToString(sum[:]) != want {
-		t.Fatalf("gen-model output for %s changed since the fixtures were made (sha256 %x, fixture %s): regenerate them with scripts/oracle/gemma4_target.py", preset, sum, want)
-	}
-	return dir
+	return generated(t, preset, fx.file.Metadata()["gen_model_sha256"])
 }
 
 // forwardAll runs ids through a fresh cache in chunks and returns logits
