@@ -173,6 +173,11 @@ func (a *Assistant) Check(t *Model) error {
 	if a.Config.BackboneHiddenSize != tc.HiddenSize {
 		reasons = append(reasons, fmt.Sprintf("drafter backbone_hidden_size %d, target hidden_size %d", a.Config.BackboneHiddenSize, tc.HiddenSize))
 	}
+	if dc.SlidingWindow != tc.SlidingWindow {
+		// The target's rings keep its own window: a wider drafter window
+		// would silently see fewer keys than it was trained with.
+		reasons = append(reasons, fmt.Sprintf("drafter sliding_window %d, target sliding_window %d", dc.SlidingWindow, tc.SlidingWindow))
+	}
 	if dc.VocabSize != tc.VocabSize {
 		reasons = append(reasons, fmt.Sprintf("drafter vocab_size %d, target vocab_size %d", dc.VocabSize, tc.VocabSize))
 	}

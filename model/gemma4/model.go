@@ -20,6 +20,7 @@ type Model struct {
 	Config *Config
 	b      compute.Backend
 	set    *safetensors.Set // keeps mapped weights alive
+	prefix string           // the text model's weight-name prefix
 
 	embed      *compute.Tensor // [V, H]; also the tied LM head
 	embedScale float32         // sqrt(H) rounded to the embedding's dtype, as HF does
@@ -78,7 +79,7 @@ func newModel(cfg *Config, set *safetensors.Set, b compute.Backend) (*Model, err
 	if err := r.Err(); err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, b: b, set: set}
+	m := &Model{Config: cfg, b: b, set: set, prefix: r.Prefix}
 	var werr error
 	w := func(name string) *compute.Tensor {
 		if werr != nil {
@@ -192,8 +193,10 @@ func ropeFor(c *TextConfig, layerType string, dim int) *compute.RoPE {
 func (m *Model) DecodeBytes() int64 {
 	c := &m.Config.Text
 	var n int64
-	for _, t := range m.set.Tensors() {
-		n += t.Size
+	for _, w := range TargetWeights(c, m.prefix) { // the text model's tensors only
+		if t, ok := m.set.Lookup(w.Name); ok {
+			n += t.Size
+		}
 	}
 	if m.pleEmbed != nil {
 		rowBytes := int64(m.pleEmbed.Dim(1) * m.pleEmbed.DType().Size())
