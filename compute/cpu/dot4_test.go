@@ -34,6 +34,15 @@ func TestSIMDKernelsMatchGoLoopsBitForBit(t *testing.T) {
 					for r := range 4 {
 						want[r] = dotBF16(x, ws[r*K:(r+1)*K])
 					}
+					// The two-row kernel: row 0 is x, row 1 another vector.
+					x1 := randVec(r, K, 3)
+					a, c := dot4BF16r2(x, x1, ws, K, 0)
+					for i := range 4 {
+						w1 := dotBF16(x1, ws[i*K:(i+1)*K])
+						if math.Float32bits(a[i]) != math.Float32bits(want[i]) || math.Float32bits(c[i]) != math.Float32bits(w1) {
+							t.Fatalf("two-row kernel, weight row %d: %v, %v; Go %v, %v", i, a[i], c[i], want[i], w1)
+						}
+					}
 				case []float32:
 					got = dot4F32(x, ws, K, 0)
 					for r := range 4 {

@@ -99,3 +99,75 @@ f32done:
 	VMOVUPS Y3, 96(DI)
 	VZEROUPPER
 	RET
+
+// func dotBF16x4r2(x0, x1 *float32, w0, w1, w2, w3 *uint16, n int, out *[64]float32)
+// Two x rows against four weight rows: each decoded weight block serves
+// both rows (verify passes have several rows). Lanes of x0 go to
+// out[0:32], of x1 to out[32:64], row-major by weight row.
+TEXT ·dotBF16x4r2(SB), NOSPLIT, $0-64
+	MOVQ x0+0(FP), SI
+	MOVQ x1+8(FP), DX
+	MOVQ w0+16(FP), R8
+	MOVQ w1+24(FP), R9
+	MOVQ w2+32(FP), R10
+	MOVQ w3+40(FP), R11
+	MOVQ n+48(FP), CX
+	MOVQ out+56(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	TESTQ CX, CX
+	JZ r2done
+
+r2loop:
+	VMOVUPS (SI), Y8
+	VMOVUPS (DX), Y9
+	VPMOVZXWD (R8), Y10
+	VPSLLD $16, Y10, Y10
+	VMULPS Y8, Y10, Y14
+	VADDPS Y14, Y0, Y0
+	VMULPS Y9, Y10, Y15
+	VADDPS Y15, Y4, Y4
+	VPMOVZXWD (R9), Y11
+	VPSLLD $16, Y11, Y11
+	VMULPS Y8, Y11, Y14
+	VADDPS Y14, Y1, Y1
+	VMULPS Y9, Y11, Y15
+	VADDPS Y15, Y5, Y5
+	VPMOVZXWD (R10), Y12
+	VPSLLD $16, Y12, Y12
+	VMULPS Y8, Y12, Y14
+	VADDPS Y14, Y2, Y2
+	VMULPS Y9, Y12, Y15
+	VADDPS Y15, Y6, Y6
+	VPMOVZXWD (R11), Y13
+	VPSLLD $16, Y13, Y13
+	VMULPS Y8, Y13, Y14
+	VADDPS Y14, Y3, Y3
+	VMULPS Y9, Y13, Y15
+	VADDPS Y15, Y7, Y7
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $16, R8
+	ADDQ $16, R9
+	ADDQ $16, R10
+	ADDQ $16, R11
+	DECQ CX
+	JNZ r2loop
+
+r2done:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	VZEROUPPER
+	RET

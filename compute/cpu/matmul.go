@@ -36,6 +36,8 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	// dot4, when set, computes four consecutive weight rows at once with
 	// SIMD, bit-identical to four dot calls.
 	var dot4 func(xr []float32, n int) [4]float32
+	// dot4r2, when set, does the same for two x rows at once.
+	var dot4r2 func(x0, x1 []float32, n int) ([4]float32, [4]float32)
 	switch ws := floatData(w).(type) {
 	case []float32:
 		dot = func(xr []float32, n int) float32 { return dotF32(xr, ws[n*K:(n+1)*K]) }
@@ -47,6 +49,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 			dot = func(xr []float32, n int) float32 { return dotBF16(xr, ws[n*K:(n+1)*K]) }
 			if useSIMD {
 				dot4 = func(xr []float32, n int) [4]float32 { return dot4BF16(xr, ws, K, n) }
+				dot4r2 = func(x0, x1 []float32, n int) ([4]float32, [4]float32) { return dot4BF16r2(x0, x1, ws, K, n) }
 			}
 		} else {
 			tab := f16Table()
@@ -64,7 +67,23 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 			m0 := t / tilesN * matmulTileM
 			n0 := t % tilesN * matmulTileN
 			m1, n1 := min(m0+matmulTileM, M), min(n0+matmulTileN, N)
-			for m := m0; m < m1; m++ {
+			m := m0
+			if dot4r2 != nil {
+				for ; m+2 <= m1; m += 2 {
+					x0, x1 := xs[m*K:(m+1)*K], xs[(m+1)*K:(m+2)*K]
+					o0, o1 := os[m*N:(m+1)*N], os[(m+1)*N:(m+2)*N]
+					n := n0
+					for ; n+4 <= n1; n += 4 {
+						a, c := dot4r2(x0, x1, n)
+						o0[n], o0[n+1], o0[n+2], o0[n+3] = a[0], a[1], a[2], a[3]
+						o1[n], o1[n+1], o1[n+2], o1[n+3] = c[0], c[1], c[2], c[3]
+					}
+					for ; n < n1; n++ {
+						o0[n], o1[n] = dot(x0, n), dot(x1, n)
+					}
+				}
+			}
+			for ; m < m1; m++ {
 				xr, o := xs[m*K:(m+1)*K], os[m*N:(m+1)*N]
 				n := n0
 				if dot4 != nil {
