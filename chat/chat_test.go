@@ -483,7 +483,7 @@ func TestMarkersRealTemplates(t *testing.T) {
 }
 
 func TestConcurrentRenders(t *testing.T) {
-	src, err := os.ReadFile("../testdata/chat/gemma4.jinja")
+	src, err := os.ReadFile("templates/gemma4.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}

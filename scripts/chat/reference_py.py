@@ -142,7 +142,7 @@ def main():
     for name in ["gemma3", "qwen3", "gemma4"]:
         ref = json.loads((OUT / f"reference-{name}.json").read_text())
         if name == "gemma4":
-            source = (OUT / "gemma4.jinja").read_text()
+            source = (ROOT / "chat" / "templates" / "gemma4.jinja").read_text()
         else:
             cfg = json.loads((OUT / ".cache" / f"tokenizer-{name}-3.7.2" / "tokenizer_config.json").read_text())
             source = cfg["chat_template"]
