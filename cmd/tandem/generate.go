@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tandem/chat"
 	"tandem/checkpoint"
 	"tandem/compute"
 	"tandem/compute/cpu"
@@ -19,13 +20,15 @@ import (
 	"tandem/model/gemma4"
 	"tandem/sample"
 	"tandem/spec"
+	"tandem/tokenizer"
 )
 
 // modelFlags are the flags every command that runs a model shares.
 type modelFlags struct {
 	model, device, promptIDs, prompt string
 	threads, prefill                 int
-	asJSON                           bool
+	asJSON, chatPrompt               bool
+	tok                              *tokenizer.Tokenizer // set when the prompt was text
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
@@ -75,6 +78,29 @@ func parseIDs(s string) ([]int32, error) {
 	return ids, nil
 }
 
+// encodePrompt tokenizes --prompt with the model's tokenizer; with --chat
+// the text is a user message rendered through the model's chat template
+// (which writes its own BOS).
+func (f *modelFlags) encodePrompt() ([]int32, error) {
+	tok, err := tokenizer.LoadDir(f.model)
+	if err != nil {
+		return nil, fmt.Errorf("--prompt needs the model's tokenizer (or use --prompt-ids): %w", err)
+	}
+	f.tok = tok
+	if !f.chatPrompt {
+		return tok.Encode(f.prompt, true), nil
+	}
+	tmpl, err := chat.Load(f.model)
+	if err != nil {
+		return nil, fmt.Errorf("--chat: %w", err)
+	}
+	text, err := tmpl.Render([]chat.Message{{Role: "user", Content: f.prompt}}, chat.Options{AddGenerationPrompt: true})
+	if err != nil {
+		return nil, fmt.Errorf("--chat: %w", err)
+	}
+	return tok.Encode(text, false), nil
+}
+
 // load opens the model and its prompt, timing the load.
 func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 	if f.model == "" {
@@ -82,8 +108,14 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 	}
 	var prompt []int32
 	switch {
+	case f.prompt != "" && f.promptIDs != "":
+		return nil, nil, 0, errors.New("give --prompt or --prompt-ids, not both")
 	case f.prompt != "":
-		return nil, nil, 0, errors.New("--prompt needs a tokenizer, which is not supported yet; pass --prompt-ids")
+		ids, err := f.encodePrompt()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		prompt = ids
 	case f.promptIDs != "":
 		ids, err := parseIDs(f.promptIDs)
 		if err != nil {
@@ -91,7 +123,7 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 		}
 		prompt = ids
 	default:
-		return nil, nil, 0, errors.New("give a prompt with --prompt-ids")
+		return nil, nil, 0, errors.New("give a prompt with --prompt or --prompt-ids")
 	}
 	b, err := openBackend(f.device, f.threads)
 	if err != nil {
@@ -210,7 +242,8 @@ func newGenerate() *cobra.Command {
 	f.register(cmd)
 	df.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.prompt, "prompt", "", "prompt text (needs a tokenizer; not supported yet)")
+	fl.StringVar(&f.prompt, "prompt", "", "prompt text, encoded with the model's tokenizer")
+	fl.BoolVar(&f.chatPrompt, "chat", false, "treat --prompt as a user message and render it with the model's chat template")
 	fl.IntVar(&maxTokens, "max-tokens", 128, "most tokens to generate")
 	fl.Float64Var(&sp.Temperature, "temperature", 0, "sampling temperature (0: greedy)")
 	fl.IntVar(&sp.TopK, "top-k", 0, "keep the k most likely tokens (0: off)")
@@ -279,6 +312,9 @@ func printGeneration(cmd *cobra.Command, f *modelFlags, res *generation.Result, 
 				"decode_tokens_per_s": rate(len(res.Tokens)-1, res.Decode),
 			},
 		}
+		if f.tok != nil {
+			out["text"] = f.tok.Decode(res.Tokens, true)
+		}
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		return enc.Encode(out)
 	}
@@ -286,7 +322,11 @@ func printGeneration(cmd *cobra.Command, f *modelFlags, res *generation.Result, 
 	for i, t := range res.Tokens {
 		ids[i] = strconv.Itoa(int(t))
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), strings.Join(ids, " "))
+	if f.tok != nil {
+		fmt.Fprintln(cmd.OutOrStdout(), f.tok.Decode(res.Tokens, true))
+	} else {
+		fmt.Fprintln(cmd.OutOrStdout(), strings.Join(ids, " "))
+	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "%d tokens (%s); load %.2fs, prefill %d tokens %.2fs (%.1f tok/s), decode %.2fs (%.1f tok/s)\n",
 		len(res.Tokens), res.StopReason, load.Seconds(), res.PromptTokens, res.Prefill.Seconds(), rate(res.PromptTokens, res.Prefill),
 		res.Decode.Seconds(), rate(len(res.Tokens)-1, res.Decode))

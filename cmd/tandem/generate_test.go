@@ -247,8 +247,9 @@ func TestGenerateErrors(t *testing.T) {
 		want []string
 	}{
 		{"no model", []string{"generate", "--prompt-ids", "2"}, []string{"--model is required"}},
-		{"no prompt", base, []string{"give a prompt with --prompt-ids"}},
-		{"text prompt", append(base, "--prompt", "hello"), []string{"--prompt needs a tokenizer", "--prompt-ids"}},
+		{"no prompt", base, []string{"give a prompt with --prompt or --prompt-ids"}},
+		{"text prompt and ids", append(base, "--prompt", "hello", "--prompt-ids", "2"), []string{"give --prompt or --prompt-ids, not both"}},
+		{"text prompt without a tokenizer", []string{"generate", "--model", noTokenizer(t, dir), "--prompt", "hello"}, []string{"--prompt needs the model's tokenizer", "--prompt-ids"}},
 		{"bad prompt id", append(base, "--prompt-ids", "1,x"), []string{"--prompt-ids", `token id 1 ("x")`}},
 		{"missing ids file", append(base, "--prompt-ids", "@"+filepath.Join(t.TempDir(), "none")), []string{"--prompt-ids", "no such file"}},
 		{"prompt id outside the vocabulary", append(base, "--prompt-ids", "2,512"), []string{"outside the vocabulary"}},
@@ -372,4 +373,50 @@ func TestScoreErrors(t *testing.T) {
 	}
 	_, _, err := execute(t, "score", "--model", dir, "--prompt", "hi")
 	wantError(t, err, "unknown flag: --prompt")
+}
+
+// noTokenizer copies a model directory without its tokenizer files.
+func noTokenizer(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestGenerateFromText protects --prompt and --chat: text goes through the
+// model's tokenizer (and chat template), and the JSON carries the text.
+func TestGenerateFromText(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	for _, args := range [][]string{{"--prompt", "Hello world"}, {"--prompt", "Hello world", "--chat"}} {
+		out, _ := mustExecute(t, append([]string{"generate", "--model", dir, "--max-tokens", "5", "--json"}, args...)...)
+		var v map[string]any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if _, ok := v["text"].(string); !ok {
+			t.Fatalf("%v: no text in %s", args, out)
+		}
+		stats := v["stats"].(map[string]any)
+		if n := stats["prompt_tokens"].(float64); n < 3 {
+			t.Fatalf("%v: prompt of %v tokens", args, n)
+		}
+	}
+	// The chat prompt is the rendered template: longer than the bare text.
+	plain, _ := mustExecute(t, "tokenize", "--model", dir, "--text", "Hello world", "--json")
+	var p struct{ IDs []int32 }
+	if err := json.Unmarshal([]byte(plain), &p); err != nil || len(p.IDs) < 3 || p.IDs[0] != 2 {
+		t.Fatalf("tokenize: %v %s", err, plain)
+	}
+	text, _ := mustExecute(t, "detokenize", "--model", dir, "--ids", "2,400,401", "--skip-special")
+	if strings.Contains(text, "<bos>") {
+		t.Fatalf("--skip-special kept <bos>: %q", text)
+	}
 }

@@ -21,9 +21,9 @@ import (
 
 func newGenModel() *cobra.Command {
 	var (
-		preset, out, dtype, shard string
-		seed                      uint64
-		force, list               bool
+		preset, out, dtype, shard, tokDir string
+		seed                              uint64
+		force, list                       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gen-model --preset P --out DIR",
@@ -60,7 +60,7 @@ func newGenModel() *cobra.Command {
 					return err
 				}
 			}
-			return generate(cmd.ErrOrStderr(), p, out, gemma4.GenerateOptions{Seed: seed, DType: dt, MaxShardBytes: maxShard})
+			return generate(cmd.ErrOrStderr(), p, out, gemma4.GenerateOptions{Seed: seed, DType: dt, MaxShardBytes: maxShard, TokenizerDir: tokDir})
 		},
 	}
 	f := cmd.Flags()
@@ -69,6 +69,7 @@ func newGenModel() *cobra.Command {
 	f.Uint64Var(&seed, "seed", 0, "random seed")
 	f.StringVar(&dtype, "dtype", "bf16", "weight dtype: bf16, f16 or f32")
 	f.StringVar(&shard, "max-shard-size", "5GB", "largest shard before splitting (e.g. 500MB, 5GB; 0 = never split)")
+	f.StringVar(&tokDir, "tokenizer", "", "copy the tokenizer files of this directory (default: a synthetic Gemma tokenizer of the model's vocabulary)")
 	f.BoolVar(&force, "force", false, "overwrite an existing model directory")
 	f.BoolVar(&list, "list", false, "list presets with their sizes and exit")
 	return cmd

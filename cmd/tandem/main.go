@@ -21,7 +21,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGenModel(), newInspect(), newDemo(), newGenerate(), newScore())
+	root.AddCommand(newGenModel(), newInspect(), newDemo(), newGenerate(), newScore(), newTokenize(), newDetokenize())
 	return root
 }
 

@@ -2,18 +2,24 @@ package gemma4
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 
+	"tandem/chat"
 	"tandem/checkpoint"
 	"tandem/checkpoint/safetensors"
 	"tandem/compute"
+	"tandem/tokenizer"
 )
 
 // GenerateOptions controls random-weight checkpoint generation.
@@ -25,6 +31,11 @@ type GenerateOptions struct {
 	MaxShardBytes int64
 	// Progress, if set, is called with bytes written so far and the total.
 	Progress func(done, total int64)
+	// TokenizerDir, if set, is a directory whose tokenizer files are copied
+	// (tokenizer.json required); otherwise a synthetic Gemma-family
+	// tokenizer of the model's vocabulary is written, with the Gemma 4 chat
+	// template.
+	TokenizerDir string
 }
 
 // DefaultShardBytes is HF's classic shard size.
@@ -57,10 +68,19 @@ func (p Preset) Generate(dir string, opt GenerateOptions) error {
 	if opt.MaxShardBytes == 0 {
 		opt.MaxShardBytes = DefaultShardBytes
 	}
+	if opt.TokenizerDir != "" {
+		// Check it before writing anything.
+		if _, err := tokenizer.LoadDir(opt.TokenizerDir); err != nil {
+			return fmt.Errorf("gen-model: --tokenizer %s: %w", opt.TokenizerDir, err)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("gen-model: %w", err)
 	}
 	if err := p.writeConfigs(dir, opt.DType); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	if err := p.writeTokenizer(dir, opt.TokenizerDir); err != nil {
 		return fmt.Errorf("gen-model: %w", err)
 	}
 	ws := p.Weights()
@@ -124,6 +144,61 @@ func (p Preset) writeConfigs(dir string, dt compute.DType) error {
 		DoSample: ptr(true), Temperature: ptr(1.0), TopK: ptr(64), TopP: ptr(0.95),
 	}, TransformersVersion}
 	return checkpoint.WriteJSON(dir+"/generation_config.json", gen)
+}
+
+// tokenizerFiles are what a model directory's tokenizer consists of.
+var tokenizerFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json"}
+
+// writeTokenizer copies a real tokenizer from src, or writes a synthetic one.
+func (p Preset) writeTokenizer(dir, src string) error {
+	for _, f := range tokenizerFiles {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if src != "" {
+		// A real tokenizer may list a few more ids than the embedding has
+		// rows (Gemma 3's has 262145 for 262144); the model rejects such
+		// ids when they reach it.
+		for _, f := range tokenizerFiles {
+			b, err := os.ReadFile(filepath.Join(src, f))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tj, cj, err := tokenizer.Synthetic("gemma", p.vocabSize())
+	if err != nil {
+		return err
+	}
+	// One Gemma 4 template for the project: chat_template.jinja, which HF
+	// prefers over tokenizer_config.json's own.
+	var cfg map[string]any
+	if err := json.Unmarshal(cj, &cfg); err != nil {
+		return err
+	}
+	delete(cfg, "chat_template")
+	if err := checkpoint.WriteJSON(filepath.Join(dir, "tokenizer_config.json"), cfg); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tj, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(chat.Gemma4Template), 0o644)
+}
+
+func (p Preset) vocabSize() int {
+	if p.Assistant != nil {
+		return p.Assistant.Text.VocabSize
+	}
+	return p.Target.VocabSize
 }
 
 // fillBlock is the number of values one RNG stream produces; blocks are
