@@ -10,10 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tandem/chat"
 	"tandem/compute/cpu"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/spec"
+	"tandem/tokenizer"
 )
 
 func newDemo() *cobra.Command {
@@ -82,16 +84,26 @@ func speculativeDemo(ctx context.Context, out io.Writer, target, drafter string)
 	if err := a.Bind(m); err != nil {
 		return err
 	}
-	prompt := []int32{2, 105, 2364, 107, 43, 87, 311, 9, 106, 107, 105, 4368, 107}
-	for i := range prompt {
-		prompt[i] %= int32(m.Config.Text.VocabSize)
+	tok, err := tokenizer.LoadDir(target)
+	if err != nil {
+		return err
 	}
+	tmpl, err := chat.Load(target)
+	if err != nil {
+		return err
+	}
+	text, err := tmpl.Render([]chat.Message{{Role: "user", Content: "Why is speculative decoding lossless?"}}, chat.Options{AddGenerationPrompt: true})
+	if err != nil {
+		return err
+	}
+	prompt := tok.Encode(text, false)
+	fmt.Fprintf(out, "prompt (chat template, %d tokens): %q\n", len(prompt), text)
 	opt := generation.Options{MaxTokens: 32}
 	want, err := generation.Generate(ctx, m, prompt, opt, nil)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "plain greedy:        %v\n", want.Tokens)
+	fmt.Fprintf(out, "plain greedy (random weights, so the text is noise): %q\n", tok.Decode(want.Tokens, true))
 	for k := 1; k <= 4; k++ {
 		d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
 		if err != nil {
