@@ -1,0 +1,107 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// result is a CUresult.
+type result int32
+
+// driverAPI holds the driver functions Tandem calls.
+type driverAPI struct {
+	cuInit                   func(flags uint32) result
+	cuDriverGetVersion       func(v *int32) result
+	cuDeviceGetCount         func(n *int32) result
+	cuDeviceGet              func(dev *int32, ordinal int32) result
+	cuDeviceGetName          func(name *byte, n int32, dev int32) result
+	cuDeviceGetAttribute     func(v *int32, attrib int32, dev int32) result
+	cuDevicePrimaryCtxRetain func(ctx *uintptr, dev int32) result
+	cuCtxSetCurrent          func(ctx uintptr) result
+	cuCtxSynchronize         func() result
+	cuMemAlloc               func(p *uintptr, n uint64) result
+	cuMemFree                func(p uintptr) result
+	cuMemcpyHtoD             func(dst uintptr, src unsafe.Pointer, n uint64) result
+	cuMemcpyDtoH             func(dst unsafe.Pointer, src uintptr, n uint64) result
+	cuMemGetInfo             func(free, total *uint64) result
+	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) result
+	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) result
+	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
+	cuGetErrorString         func(r result, s **byte) result
+}
+
+const (
+	attrComputeCapabilityMajor = 75
+	attrComputeCapabilityMinor = 76
+)
+
+var (
+	driverOnce sync.Once
+	driver     *driverAPI
+	driverErr  error
+)
+
+// loadDriver opens libcuda and resolves the driver API once per process.
+func loadDriver() (*driverAPI, error) {
+	driverOnce.Do(func() {
+		h, err := openLib("the CUDA driver library", "libcuda.so.1", "libcuda.so")
+		if err != nil {
+			driverErr = fmt.Errorf("%w: %v", ErrNoDriver, err)
+			return
+		}
+		d := &driverAPI{}
+		for name, fn := range map[string]any{
+			"cuInit": &d.cuInit, "cuDriverGetVersion": &d.cuDriverGetVersion,
+			"cuDeviceGetCount": &d.cuDeviceGetCount, "cuDeviceGet": &d.cuDeviceGet,
+			"cuDeviceGetName": &d.cuDeviceGetName, "cuDeviceGetAttribute": &d.cuDeviceGetAttribute,
+			"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuCtxSetCurrent": &d.cuCtxSetCurrent,
+			"cuCtxSynchronize": &d.cuCtxSynchronize, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
+			"cuMemcpyHtoD_v2": &d.cuMemcpyHtoD, "cuMemcpyDtoH_v2": &d.cuMemcpyDtoH, "cuMemGetInfo_v2": &d.cuMemGetInfo,
+			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
+			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
+		} {
+			if _, err := purego.Dlsym(h, name); err != nil {
+				driverErr = fmt.Errorf("cuda: the driver library lacks %s: %v", name, err)
+				return
+			}
+			purego.RegisterLibFunc(fn, h, name)
+		}
+		if r := d.cuInit(0); r != 0 {
+			driverErr = fmt.Errorf("cuda: cuInit: %s", d.errorString(r))
+			return
+		}
+		driver = d
+	})
+	return driver, driverErr
+}
+
+func (d *driverAPI) errorString(r result) string {
+	var s *byte
+	if d.cuGetErrorString(r, &s) != 0 || s == nil {
+		return fmt.Sprintf("CUDA error %d", r)
+	}
+	return fmt.Sprintf("%s (CUDA error %d)", goString(s), r)
+}
+
+// check turns a CUresult into an error naming the call.
+func (d *driverAPI) check(call string, r result) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("cuda: %s: %s", call, d.errorString(r))
+}
+
+// goString copies a NUL-terminated C string.
+func goString(p *byte) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for ptr := unsafe.Pointer(p); *(*byte)(ptr) != 0; ptr = unsafe.Add(ptr, 1) {
+		b = append(b, *(*byte)(ptr))
+	}
+	return string(b)
+}

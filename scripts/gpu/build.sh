@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Cross-builds the GPU test binaries (no cgo) into bin/gpu/, which the
+# device tool carries to the lent H200. See docs/gpu.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p bin/gpu
+for pkg in ./compute/cuda; do
+  name=$(basename "$pkg")
+  CGO_ENABLED=0 go test -c -o "bin/gpu/$name.test" "$pkg"
+done
+ls -la bin/gpu
