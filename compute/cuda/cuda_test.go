@@ -107,3 +107,91 @@ func TestOutOfMemoryIsAClearError(t *testing.T) {
 		t.Fatalf("error %v should say how much was asked and what is free", err)
 	}
 }
+
+// TestCuBLASRowInvariance checks cublasGemmEx against a float64 reference
+// and measures, for decode/verify/prefill shapes of the published models,
+// whether a row's result depends on how many rows share the call (M = 1 vs
+// 2..16, 64, 512) — the property decode and verify need. It reports rather
+// than fails on variance: issue #5's own small-M kernels exist to fix it.
+func TestCuBLASRowInvariance(t *testing.T) {
+	dev := openOrSkip(t)
+	blas, err := dev.NewBLAS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blas.Close()
+	s := uint32(1)
+	rnd := func() uint16 {
+		s = s*1664525 + 1013904223
+		return uint16(math.Float32bits(float32(int32(s>>8)%2001-1000)/1000) >> 16)
+	}
+	u16 := func(v []uint16) []byte {
+		b := make([]byte, 2*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint16(b[2*i:], x)
+		}
+		return b
+	}
+	widen := func(h uint16) float64 { return float64(math.Float32frombits(uint32(h) << 16)) }
+	Ms := []int{2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 64, 512}
+	for _, sh := range []struct{ N, K int }{{2048, 4096}, {1536, 1536}, {6144, 1536}, {1536, 12288}, {262144, 1536}, {21504, 5376}, {5376, 21504}} {
+		N, K := sh.N, sh.K
+		const maxM = 512
+		wv, xv := make([]uint16, N*K), make([]uint16, maxM*K)
+		for i := range wv {
+			wv[i] = rnd()
+		}
+		for i := range xv {
+			xv[i] = rnd()
+		}
+		w, err := dev.Alloc(2 * N * K)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := dev.Alloc(2 * maxM * K)
+		y, _ := dev.Alloc(4 * maxM * N)
+		dev.Upload(w, u16(wv))
+		dev.Upload(x, u16(xv))
+		row0 := func(M int) []float32 {
+			if err := blas.MatMulBF16(y, x, w, M, N, K); err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			out := make([]byte, 4*N)
+			dev.Download(out, y)
+			r := make([]float32, N)
+			for i := range r {
+				r[i] = math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
+			}
+			return r
+		}
+		alone := row0(1)
+		var maxErr float64
+		for n := 0; n < N; n += max(1, N/512) { // a sample of outputs against float64
+			var ref float64
+			for k := range K {
+				ref += widen(xv[k]) * widen(wv[n*K+k])
+			}
+			maxErr = max(maxErr, math.Abs(float64(alone[n])-ref))
+		}
+		if maxErr > 5e-2 {
+			t.Errorf("%dx%d: cublasGemmEx differs from the float64 reference by %g", N, K, maxErr)
+		}
+		var varies []int
+		for _, M := range Ms {
+			r := row0(M)
+			for n := range N {
+				if math.Float32bits(r[n]) != math.Float32bits(alone[n]) {
+					varies = append(varies, M)
+					break
+				}
+			}
+		}
+		t.Logf("N=%d K=%d: max |error| vs float64 %.3g; row 0 differs bitwise from M=1 for M in %v (of %v)", N, K, maxErr, varies, Ms)
+		dev.Free(w)
+		dev.Free(x)
+		dev.Free(y)
+	}
+}
