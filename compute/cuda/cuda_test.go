@@ -195,3 +195,76 @@ func TestCuBLASRowInvariance(t *testing.T) {
 		dev.Free(y)
 	}
 }
+
+// TestMatMulKernelIsBatchInvariant protects kernels/matmul.cu: row 0 of
+// y = x·wᵀ has the same bits for M = 1..16 and is close to float64, on the
+// shapes where cuBLAS's default algorithm varies.
+func TestMatMulKernelIsBatchInvariant(t *testing.T) {
+	dev := openOrSkip(t)
+	ks, err := dev.Compile(MatMulSource, "matmul.cu", "matmul_bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ks["matmul_bf16"]
+	s := uint32(7)
+	rnd := func() float32 { s = s*1664525 + 1013904223; return float32(int32(s>>8)%2001-1000) / 1000 }
+	for _, sh := range []struct{ N, K int }{{1536, 1536}, {5376, 21504}, {21504, 5376}, {97, 1037}} {
+		N, K := sh.N, sh.K
+		const maxM = 16
+		wv := make([]byte, 2*N*K)
+		wf := make([]float32, N*K)
+		for i := range wf {
+			h := uint16(math.Float32bits(rnd()) >> 16)
+			binary.LittleEndian.PutUint16(wv[2*i:], h)
+			wf[i] = math.Float32frombits(uint32(h) << 16)
+		}
+		xv := make([]float32, maxM*K)
+		for i := range xv {
+			xv[i] = rnd()
+		}
+		w, _ := dev.Alloc(len(wv))
+		x, _ := dev.Alloc(4 * len(xv))
+		y, _ := dev.Alloc(4 * maxM * N)
+		dev.Upload(w, wv)
+		dev.Upload(x, f32bytes(xv))
+		run := func(M int) []float32 {
+			if err := dev.Launch(k, [3]uint32{uint32(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K); err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			out := make([]byte, 4*M*N)
+			dev.Download(out, y)
+			r := make([]float32, M*N)
+			for i := range r {
+				r[i] = math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
+			}
+			return r
+		}
+		alone := run(1)
+		var maxErr float64
+		for n := 0; n < N; n += max(1, N/256) {
+			var ref float64
+			for kk := range K {
+				ref += float64(xv[kk]) * float64(wf[n*K+kk])
+			}
+			maxErr = max(maxErr, math.Abs(float64(alone[n])-ref))
+		}
+		if maxErr > 1e-2 {
+			t.Fatalf("%dx%d: differs from float64 by %g", N, K, maxErr)
+		}
+		for M := 2; M <= maxM; M++ {
+			r := run(M)
+			for n := range N {
+				if math.Float32bits(r[n]) != math.Float32bits(alone[n]) {
+					t.Fatalf("%dx%d: row 0, column %d: %v with M=%d, %v alone", N, K, n, r[n], M, alone[n])
+				}
+			}
+		}
+		t.Logf("N=%d K=%d: bit-identical for M=1..%d, max |error| vs float64 %.3g", N, K, maxM, maxErr)
+		dev.Free(w)
+		dev.Free(x)
+		dev.Free(y)
+	}
+}

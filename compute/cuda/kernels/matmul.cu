@@ -1,0 +1,49 @@
+// Batch-invariant y[M,N] = x[M,K] · w[N,K]ᵀ with bf16 weights and f32
+// activations, for the small M of decode and verify.
+//
+// One block computes column n for every row. Thread t accumulates
+// k = t, t + blockDim.x, … in order (one fused multiply-add per term), then
+// the block reduces its partial sums with a fixed butterfly inside each warp
+// and a fixed sequential sum over warps. Nothing here depends on M, so a
+// row's result is the same bits whether it is computed alone or with others.
+// The block size is part of the reduction order and must stay fixed.
+
+#define ROWS 8 // rows per pass; M may be larger (the passes are independent)
+
+__device__ __forceinline__ float bf16(unsigned short h) {
+    return __uint_as_float(((unsigned)h) << 16);
+}
+
+extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
+                                       const unsigned short* __restrict__ w,
+                                       float* __restrict__ y, int M, int N, int K) {
+    __shared__ float partial[32][ROWS];
+    const int n = blockIdx.x;
+    const unsigned short* wr = w + (size_t)n * K;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int m0 = 0; m0 < M; m0 += ROWS) {
+        float acc[ROWS];
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) acc[j] = 0.0f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) {
+            float wk = bf16(wr[k]);
+#pragma unroll
+            for (int j = 0; j < ROWS; j++) {
+                if (m0 + j < M) acc[j] = fmaf(x[(size_t)(m0 + j) * K + k], wk, acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) {
+            float v = acc[j];
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane == 0) partial[warp][j] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x < ROWS && m0 + threadIdx.x < M) {
+            float s = 0.0f;
+            for (int i = 0; i < warps; i++) s += partial[i][threadIdx.x];
+            y[(size_t)(m0 + threadIdx.x) * N + n] = s;
+        }
+        __syncthreads();
+    }
+}
