@@ -1,0 +1,17 @@
+// Declarations that let CI compile the project's CUDA kernels with clang
+// alone (no CUDA toolkit on the CI machine): `clang-16 -x cuda
+// --cuda-device-only --cuda-gpu-arch=sm_90 -nocudainc -nocudalib -include
+// this file`. It covers exactly what kernels/*.cu use; a kernel that needs
+// more adds it here. (__syncthreads is a clang builtin.) On the GPU machine NVRTC compiles the same sources
+// with its own headers.
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#include "__clang_cuda_builtin_vars.h"
+typedef unsigned long size_t;
+__device__ static inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
+__device__ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+__device__ static inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
+    return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
+}
