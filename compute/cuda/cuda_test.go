@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // openOrSkip opens device 0, skipping the test where no driver exists (CI).
@@ -263,6 +264,45 @@ func TestMatMulKernelIsBatchInvariant(t *testing.T) {
 			}
 		}
 		t.Logf("N=%d K=%d: bit-identical for M=1..%d, max |error| vs float64 %.3g", N, K, maxM, maxErr)
+		dev.Free(w)
+		dev.Free(x)
+		dev.Free(y)
+	}
+}
+
+// TestMatMulKernelSpeed reports (does not assert) the decode GEMV's weight
+// bandwidth on published shapes, next to a device-to-device copy measured
+// in the same run.
+func TestMatMulKernelSpeed(t *testing.T) {
+	dev := openOrSkip(t)
+	ks, err := dev.Compile(MatMulSource, "matmul.cu", "matmul_bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range []struct{ N, K int }{{262144, 1536}, {21504, 5376}, {5376, 21504}} {
+		N, K := sh.N, sh.K
+		w, err := dev.Alloc(2 * N * K)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := dev.Alloc(4 * 8 * K)
+		y, _ := dev.Alloc(4 * 8 * N)
+		for _, M := range []int{1, 4, 8} {
+			const reps = 20
+			dev.Launch(ks["matmul_bf16"], [3]uint32{uint32(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K)
+			dev.Sync()
+			start := time.Now()
+			for range reps {
+				if err := dev.Launch(ks["matmul_bf16"], [3]uint32{uint32(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := dev.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			per := time.Since(start) / reps
+			t.Logf("N=%d K=%d M=%d: %v per call, %.0f GB/s of weights", N, K, M, per, float64(2*N*K)/per.Seconds()/1e9)
+		}
 		dev.Free(w)
 		dev.Free(x)
 		dev.Free(y)

@@ -1,8 +1,8 @@
 // Batch-invariant y[M,N] = x[M,K] · w[N,K]ᵀ with bf16 weights and f32
 // activations, for the small M of decode and verify.
 //
-// One block computes column n for every row. Thread t accumulates
-// k = t, t + blockDim.x, … in order (one fused multiply-add per term), then
+// One block computes column n for every row. Thread t accumulates its
+// 8-element chunks of K in order (one fused multiply-add per term), then
 // the block reduces its partial sums with a fixed butterfly inside each warp
 // and a fixed sequential sum over warps. Nothing here depends on M, so a
 // row's result is the same bits whether it is computed alone or with others.
@@ -25,7 +25,32 @@ extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
         float acc[ROWS];
 #pragma unroll
         for (int j = 0; j < ROWS; j++) acc[j] = 0.0f;
-        for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        // Thread t takes 8-element chunks t, t + blockDim.x, … (one 16-byte
+        // load of weights each), then the K % 8 tail one element at a time.
+        const int K8 = K & ~7;
+        const bool aligned = (K & 7) == 0; // 16-byte weight rows
+        for (int k = threadIdx.x * 8; k < K8; k += blockDim.x * 8) {
+            float wk[8];
+            if (aligned) {
+                uint4 q = *(const uint4*)(wr + k);
+                wk[0] = __uint_as_float(q.x << 16); wk[1] = __uint_as_float(q.x & 0xffff0000u);
+                wk[2] = __uint_as_float(q.y << 16); wk[3] = __uint_as_float(q.y & 0xffff0000u);
+                wk[4] = __uint_as_float(q.z << 16); wk[5] = __uint_as_float(q.z & 0xffff0000u);
+                wk[6] = __uint_as_float(q.w << 16); wk[7] = __uint_as_float(q.w & 0xffff0000u);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) wk[e] = bf16(wr[k + e]);
+            }
+#pragma unroll
+            for (int j = 0; j < ROWS; j++) {
+                if (m0 + j < M) {
+                    const float* xr = x + (size_t)(m0 + j) * K + k;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[j] = fmaf(xr[e], wk[e], acc[j]);
+                }
+            }
+        }
+        for (int k = K8 + threadIdx.x; k < K; k += blockDim.x) {
             float wk = bf16(wr[k]);
 #pragma unroll
             for (int j = 0; j < ROWS; j++) {
