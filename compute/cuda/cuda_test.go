@@ -202,11 +202,25 @@ func TestCuBLASRowInvariance(t *testing.T) {
 // shapes where cuBLAS's default algorithm varies.
 func TestMatMulKernelIsBatchInvariant(t *testing.T) {
 	dev := openOrSkip(t)
-	ks, err := dev.Compile(MatMulSource, "matmul.cu", "matmul_bf16")
+	ks, err := dev.Compile(MatMulSource, "matmul.cu", "matmul_bf16", "matmul_bf16_warp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := ks["matmul_bf16"]
+	for _, kern := range matmulKernels {
+		t.Run(kern.name, func(t *testing.T) { matmulInvariance(t, dev, ks[kern.name], kern.grid) })
+	}
+}
+
+// matmulKernels are the matmul variants and their launch grids.
+var matmulKernels = []struct {
+	name string
+	grid func(N int) uint32
+}{
+	{"matmul_bf16", func(N int) uint32 { return uint32(N) }},
+	{"matmul_bf16_warp", func(N int) uint32 { return uint32((N + MatMulBlock/32 - 1) / (MatMulBlock / 32)) }},
+}
+
+func matmulInvariance(t *testing.T, dev *Device, k Kernel, grid func(int) uint32) {
 	s := uint32(7)
 	rnd := func() float32 { s = s*1664525 + 1013904223; return float32(int32(s>>8)%2001-1000) / 1000 }
 	for _, sh := range []struct{ N, K int }{{1536, 1536}, {5376, 21504}, {21504, 5376}, {97, 1037}} {
@@ -229,7 +243,7 @@ func TestMatMulKernelIsBatchInvariant(t *testing.T) {
 		dev.Upload(w, wv)
 		dev.Upload(x, f32bytes(xv))
 		run := func(M int) []float32 {
-			if err := dev.Launch(k, [3]uint32{uint32(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K); err != nil {
+			if err := dev.Launch(k, [3]uint32{grid(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K); err != nil {
 				t.Fatal(err)
 			}
 			if err := dev.Sync(); err != nil {
@@ -275,11 +289,18 @@ func TestMatMulKernelIsBatchInvariant(t *testing.T) {
 // in the same run.
 func TestMatMulKernelSpeed(t *testing.T) {
 	dev := openOrSkip(t)
-	ks, err := dev.Compile(MatMulSource, "matmul.cu", "matmul_bf16")
+	ks, err := dev.Compile(MatMulSource, "matmul.cu", "matmul_bf16", "matmul_bf16_warp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sh := range []struct{ N, K int }{{262144, 1536}, {21504, 5376}, {5376, 21504}} {
+	for _, kern := range matmulKernels {
+		k := ks[kern.name]
+		t.Run(kern.name, func(t *testing.T) { matmulSpeed(t, dev, k, kern.grid) })
+	}
+}
+
+func matmulSpeed(t *testing.T, dev *Device, k Kernel, grid func(int) uint32) {
+	for _, sh := range []struct{ N, K int }{{262144, 1536}, {21504, 5376}, {5376, 21504}, {6144, 1536}} {
 		N, K := sh.N, sh.K
 		w, err := dev.Alloc(2 * N * K)
 		if err != nil {
@@ -289,11 +310,11 @@ func TestMatMulKernelSpeed(t *testing.T) {
 		y, _ := dev.Alloc(4 * 8 * N)
 		for _, M := range []int{1, 4, 8} {
 			const reps = 20
-			dev.Launch(ks["matmul_bf16"], [3]uint32{uint32(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K)
+			dev.Launch(k, [3]uint32{grid(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K)
 			dev.Sync()
 			start := time.Now()
 			for range reps {
-				if err := dev.Launch(ks["matmul_bf16"], [3]uint32{uint32(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K); err != nil {
+				if err := dev.Launch(k, [3]uint32{grid(N), 1, 1}, [3]uint32{MatMulBlock, 1, 1}, 0, x, w, y, M, N, K); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -72,3 +72,60 @@ extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
         __syncthreads();
     }
 }
+
+// matmul_bf16_warp is the same product with one warp per output column (a
+// block of 8 warps covers 8 columns): lane l accumulates 8-element chunks
+// l, l + 32, … in order, then a fixed butterfly sums the warp. With fewer
+// threads per column each thread keeps several 16-byte loads in flight,
+// which suits the short rows (K of a few thousand) of decode. Its reduction
+// order differs from matmul_bf16's, so a model must use one kernel for all
+// its calls of a given weight.
+extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x,
+                                            const unsigned short* __restrict__ w,
+                                            float* __restrict__ y, int M, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (n >= N) return;
+    const unsigned short* wr = w + (size_t)n * K;
+    const int K8 = K & ~7;
+    const bool aligned = (K & 7) == 0;
+    for (int m0 = 0; m0 < M; m0 += ROWS) {
+        float acc[ROWS];
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) acc[j] = 0.0f;
+        for (int k = lane * 8; k < K8; k += 32 * 8) {
+            float wk[8];
+            if (aligned) {
+                uint4 q = *(const uint4*)(wr + k);
+                wk[0] = __uint_as_float(q.x << 16); wk[1] = __uint_as_float(q.x & 0xffff0000u);
+                wk[2] = __uint_as_float(q.y << 16); wk[3] = __uint_as_float(q.y & 0xffff0000u);
+                wk[4] = __uint_as_float(q.z << 16); wk[5] = __uint_as_float(q.z & 0xffff0000u);
+                wk[6] = __uint_as_float(q.w << 16); wk[7] = __uint_as_float(q.w & 0xffff0000u);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) wk[e] = bf16(wr[k + e]);
+            }
+#pragma unroll
+            for (int j = 0; j < ROWS; j++) {
+                if (m0 + j < M) {
+                    const float* xr = x + (size_t)(m0 + j) * K + k;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[j] = fmaf(xr[e], wk[e], acc[j]);
+                }
+            }
+        }
+        for (int k = K8 + lane; k < K; k += 32) {
+            float wk = bf16(wr[k]);
+#pragma unroll
+            for (int j = 0; j < ROWS; j++) {
+                if (m0 + j < M) acc[j] = fmaf(x[(size_t)(m0 + j) * K + k], wk, acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) {
+            float v = acc[j];
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane == 0 && m0 + j < M) y[(size_t)(m0 + j) * N + n] = v;
+        }
+    }
+}
