@@ -11,6 +11,7 @@
 #include "__clang_cuda_builtin_vars.h"
 typedef unsigned long size_t;
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+__device__ static inline int min(int a, int b) { return a < b ? a : b; }
 __device__ static inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 __device__ static inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
