@@ -36,6 +36,13 @@ type Options struct {
 	generation.Options
 	DraftTokens int // k: drafts per round
 	Draft       gemma4.DraftOptions
+	// SyntheticAcceptance in [0, 1] replaces the walk for benchmarks:
+	// each draft is accepted with this probability (a seeded coin), so the
+	// mechanism's speed can be measured without trained weights. The
+	// drafter and the verify pass still run for real; the output is then
+	// NOT the target's.
+	Synthetic           bool
+	SyntheticAcceptance float64
 }
 
 // Stats describe a speculative generation.
@@ -103,6 +110,9 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	}
 	if err := opt.Options.Validate(m, len(prompt)); err != nil {
 		return nil, err
+	}
+	if opt.Synthetic && (opt.SyntheticAcceptance < 0 || opt.SyntheticAcceptance > 1) {
+		return nil, fmt.Errorf("spec: synthetic acceptance must be in [0, 1], got %v", opt.SyntheticAcceptance)
 	}
 	b := m.Backend()
 	k := opt.DraftTokens
@@ -180,7 +190,13 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		base := len(history)
 		seq := append(slices.Clone(history), prop.Tokens...)
 		var next int32
-		if opt.Sample.Greedy() {
+		switch {
+		case opt.Synthetic:
+			for n < kr && target.Uniform() < opt.SyntheticAcceptance {
+				n++
+			}
+			next = sample.Argmax(row(n))
+		case opt.Sample.Greedy():
 			for {
 				tok := target.Next(row(n), seq[:base+n])
 				if n < kr && prop.Tokens[n] == tok {
@@ -190,7 +206,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 				next = tok
 				break
 			}
-		} else {
+		default:
 			next, n = rejectionSample(target, opt.Sample, prop, row, seq, base, kr)
 		}
 		res.Stats.VerifyTime += time.Since(t0)

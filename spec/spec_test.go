@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"tandem/compute/cpu"
@@ -397,5 +398,27 @@ func TestSpeculativeSamplingIsLossless(t *testing.T) {
 				t.Fatalf("only %d of %d drafts accepted: the test no longer exercises acceptance", accepted, drafted)
 			}
 		})
+	}
+}
+
+// TestSyntheticAcceptance protects the benchmark mode: at 1 every draft is
+// accepted, at 0 none, and in between the rate is close to the setting.
+func TestSyntheticAcceptance(t *testing.T) {
+	m, a := pair(t, "gemma4-tiny-26b-a4b")
+	p := prompt(20, m.Config.Text.VocabSize, 8)
+	for _, tc := range []struct{ p, lo, hi float64 }{{1, 1, 1}, {0, 0, 0}, {0.6, 0.45, 0.75}} {
+		res, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, sample.Params{}), p,
+			spec.Options{Options: generation.Options{MaxTokens: 120}, DraftTokens: 1, Synthetic: true, SyntheticAcceptance: tc.p}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := res.Stats.AcceptanceRate(); r < tc.lo || r > tc.hi || len(res.Tokens) != 120 {
+			t.Fatalf("synthetic %v: acceptance %.2f over %d drafts, %d tokens", tc.p, r, res.Stats.Drafted, len(res.Tokens))
+		}
+	}
+	_, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, sample.Params{}), p,
+		spec.Options{Options: generation.Options{MaxTokens: 5}, DraftTokens: 2, Synthetic: true, SyntheticAcceptance: 1.5}, nil)
+	if err == nil || !strings.Contains(err.Error(), "synthetic acceptance") {
+		t.Fatalf("error %v", err)
 	}
 }

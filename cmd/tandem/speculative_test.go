@@ -68,3 +68,32 @@ func TestGenerateDraftErrors(t *testing.T) {
 		wantError(t, err, tc.want...)
 	}
 }
+
+func TestBench(t *testing.T) {
+	dir := t.TempDir()
+	out, _ := mustExecute(t, "bench", "--dir", dir, "--draft", "auto", "--synthetic-acceptance", "1", "--contexts", "16,64", "--tokens", "9", "--json")
+	var v struct {
+		Results []struct {
+			Context       int
+			DecodeTokS    float64 `json:"decode_tokens_per_s"`
+			RooflineFrac  float64 `json:"roofline_fraction"`
+			Acceptance    float64 `json:"acceptance_rate"`
+			TokensPerPass float64 `json:"tokens_per_target_pass"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(v.Results) != 2 || v.Results[1].Context != 64 {
+		t.Fatalf("results %+v", v.Results)
+	}
+	for _, r := range v.Results {
+		if r.DecodeTokS <= 0 || r.RooflineFrac <= 0 || r.Acceptance != 1 || r.TokensPerPass < 2 {
+			t.Fatalf("implausible row %+v", r)
+		}
+	}
+	// The models were kept in --dir and are reused.
+	mustExecute(t, "inspect", dir+"/gemma4-tiny-e2b-assistant")
+	_, _, err := execute(t, "bench", "--dir", dir, "--contexts", "0")
+	wantError(t, err, "--contexts")
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"tandem/compute/cpu"
+	"tandem/generation"
+	"tandem/model/gemma4"
+	"tandem/spec"
+)
+
+// benchRow is one context length's measurements.
+type benchRow struct {
+	Context       int     `json:"context"`
+	PrefillTokS   float64 `json:"prefill_tokens_per_s"`
+	DecodeTokS    float64 `json:"decode_tokens_per_s"`
+	BytesPerToken int64   `json:"bytes_per_token"`
+	RooflineTokS  float64 `json:"roofline_tokens_per_s"`
+	RooflineFrac  float64 `json:"roofline_fraction"`
+	SpecTokS      float64 `json:"speculative_tokens_per_s,omitempty"`
+	Acceptance    float64 `json:"acceptance_rate,omitempty"`
+	TokensPerPass float64 `json:"tokens_per_target_pass,omitempty"`
+	Speedup       float64 `json:"speculative_speedup,omitempty"`
+}
+
+func newBench() *cobra.Command {
+	var (
+		preset, model, draft, dir, contexts string
+		tokens, k, threads                  int
+		synthetic                           float64
+		asJSON                              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [--preset P | --model DIR] [--draft DIR|auto]",
+		Short: "Measure prefill and decode speed against the memory roofline (CPU), plain and speculative",
+		Long: "bench measures prefill tokens/s and batch-1 decode tokens/s at each --contexts length, with\n" +
+			"random prompts, and the fraction of the roofline: a memory copy's bandwidth, measured in the\n" +
+			"same run, divided by the weight bytes one decode step reads. With --draft it also decodes\n" +
+			"speculatively; --synthetic-acceptance P forces each draft to be accepted with probability P\n" +
+			"(real drafter and verify work, synthetic outcomes) to measure the mechanism without trained\n" +
+			"weights. --preset generates a random-weight model (and, with --draft auto, its assistant).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var ctxs []int
+			for _, f := range strings.Split(contexts, ",") {
+				n, err := parseCount(strings.TrimSpace(f))
+				if err != nil || n < 1 {
+					return fmt.Errorf("--contexts: %q is not a positive length", f)
+				}
+				ctxs = append(ctxs, n)
+			}
+			if tokens < 2 {
+				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
+			}
+			if dir == "" {
+				tmp, err := os.MkdirTemp("", "tandem-bench-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(tmp)
+				dir = tmp
+			}
+			log := cmd.ErrOrStderr()
+			ensure := func(name string) (string, error) {
+				d := filepath.Join(dir, name)
+				if _, err := os.Stat(filepath.Join(d, "config.json")); err == nil {
+					return d, nil
+				}
+				p, err := gemma4.LookupPreset(name)
+				if err != nil {
+					return "", err
+				}
+				return d, generate(log, p, d, gemma4.GenerateOptions{})
+			}
+			if model == "" {
+				d, err := ensure(preset)
+				if err != nil {
+					return err
+				}
+				model = d
+			}
+			if draft == "auto" {
+				d, err := ensure(preset + "-assistant")
+				if err != nil {
+					return err
+				}
+				draft = d
+			}
+			b := cpu.New(threads)
+			m, err := gemma4.Load(model, b)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			var a *gemma4.Assistant
+			if draft != "" {
+				if a, err = gemma4.LoadAssistant(draft, b); err != nil {
+					return err
+				}
+				defer a.Close()
+				if err := a.Bind(m); err != nil {
+					return err
+				}
+			}
+			roof := cpu.CopyBandwidth()
+			bytes := m.DecodeBytes()
+			var rows []benchRow
+			ctx := context.Background()
+			for _, c := range ctxs {
+				if c+tokens > m.Config.Text.MaxPositionEmbeddings {
+					return fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
+				}
+				r := rand.New(rand.NewPCG(uint64(c), 1))
+				prompt := make([]int32, c)
+				for i := range prompt {
+					prompt[i] = int32(3 + r.IntN(m.Config.Text.VocabSize-3))
+				}
+				opt := generation.Options{MaxTokens: tokens}
+				res, err := generation.Generate(ctx, m, prompt, opt, nil)
+				if err != nil {
+					return err
+				}
+				row := benchRow{Context: c, BytesPerToken: bytes,
+					PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: float64(len(res.Tokens)-1) / res.Decode.Seconds(),
+					RooflineTokS: roof / float64(bytes)}
+				row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
+				if a != nil {
+					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
+					if err != nil {
+						return err
+					}
+					so := spec.Options{Options: opt, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
+					sres, err := spec.Generate(ctx, m, d, prompt, so, nil)
+					if err != nil {
+						return err
+					}
+					row.SpecTokS = float64(len(sres.Tokens)-1) / sres.Decode.Seconds()
+					row.Acceptance = sres.Stats.AcceptanceRate()
+					row.TokensPerPass = sres.Stats.MeanAcceptLength()
+					row.Speedup = row.SpecTokS / row.DecodeTokS
+				}
+				rows = append(rows, row)
+				fmt.Fprintf(log, "context %d done\n", c)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(map[string]any{
+					"model": model, "draft": draft, "device": "cpu", "copy_bandwidth_bytes_per_s": roof,
+					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows,
+				})
+			}
+			fmt.Fprintf(out, "model %s on cpu; copy bandwidth %.1f GB/s; %s per decode step\n", model, roof/1e9, humanBytes(bytes))
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
+			if a != nil {
+				head += "spec tok/s\tacceptance\ttokens/pass\tspeedup\t"
+			}
+			fmt.Fprintln(tw, head)
+			for _, r := range rows {
+				line := fmt.Sprintf("%d\t%.1f\t%.2f\t%.2f\t%.0f%%\t", r.Context, r.PrefillTokS, r.DecodeTokS, r.RooflineTokS, 100*r.RooflineFrac)
+				if a != nil {
+					line += fmt.Sprintf("%.2f\t%.0f%%\t%.2f\t%.2fx\t", r.SpecTokS, 100*r.Acceptance, r.TokensPerPass, r.Speedup)
+				}
+				fmt.Fprintln(tw, line)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&preset, "preset", "gemma4-tiny-e2b", "model preset to generate when --model is not given")
+	f.StringVar(&model, "model", "", "model directory (default: generate --preset)")
+	f.StringVar(&draft, "draft", "", `assistant directory, or "auto" for the preset's assistant`)
+	f.StringVar(&dir, "dir", "", "keep generated models here (default: a temporary directory, removed)")
+	f.StringVar(&contexts, "contexts", "128,1024", "prompt lengths to measure at (e.g. 128,4k,32k)")
+	f.IntVar(&tokens, "tokens", 32, "tokens to decode at each context")
+	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
+	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
+	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// parseCount reads 128, 4k or 32k.
+func parseCount(s string) (int, error) {
+	mult := 1
+	if rest, ok := strings.CutSuffix(strings.ToLower(s), "k"); ok {
+		s, mult = rest, 1024
+	}
+	n, err := strconv.Atoi(s)
+	return n * mult, err
+}
