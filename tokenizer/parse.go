@@ -400,6 +400,19 @@ func parseComponent(r json.RawMessage) (*component, error) {
 	return &c, nil
 }
 
+// replacement reads a Replace component (normalizer or decoder): its
+// pattern and its content.
+func (c *component) replacement() (literal string, re *regex, content string, err error) {
+	literal, re, err = c.pattern()
+	if err != nil {
+		return "", nil, "", err
+	}
+	if c.Content == nil {
+		return "", nil, "", fmt.Errorf("Replace: no content")
+	}
+	return literal, re, *c.Content, nil
+}
+
 // pattern compiles a {"String": …} or {"Regex": …} pattern.
 func (c *component) pattern() (literal string, re *regex, err error) {
 	if c.Pattern == nil || (c.Pattern.String == nil) == (c.Pattern.Regex == nil) {
@@ -428,14 +441,11 @@ func parseNormalizer(r json.RawMessage) (normalizer, error) {
 	}
 	switch c.Type {
 	case "Replace":
-		lit, re, err := c.pattern()
+		lit, re, content, err := c.replacement()
 		if err != nil {
 			return nil, err
 		}
-		if c.Content == nil {
-			return nil, fmt.Errorf("Replace: no content")
-		}
-		return &replaceNorm{literal: lit, re: re, content: *c.Content}, nil
+		return &replaceNorm{literal: lit, re: re, content: content}, nil
 	case "NFC":
 		return unicodeNorm{formNFC}, nil
 	case "NFD":
@@ -578,14 +588,11 @@ func parseDecoder(r json.RawMessage) (decoderStep, error) {
 	}
 	switch c.Type {
 	case "Replace":
-		lit, re, err := c.pattern()
+		lit, re, content, err := c.replacement()
 		if err != nil {
 			return nil, err
 		}
-		if c.Content == nil {
-			return nil, fmt.Errorf("Replace: no content")
-		}
-		return &replaceDec{literal: lit, re: re, content: *c.Content}, nil
+		return &replaceDec{literal: lit, re: re, content: content}, nil
 	case "ByteFallback":
 		return byteFallbackDec{}, nil
 	case "Fuse":

@@ -14,6 +14,21 @@ __device__ __forceinline__ float bf16(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
 
+// load8 widens 8 consecutive bf16 weights, with one 16-byte load when the
+// rows are 16-byte aligned.
+__device__ __forceinline__ void load8(float wk[8], const unsigned short* p, bool aligned) {
+    if (aligned) {
+        uint4 q = *(const uint4*)p;
+        wk[0] = __uint_as_float(q.x << 16); wk[1] = __uint_as_float(q.x & 0xffff0000u);
+        wk[2] = __uint_as_float(q.y << 16); wk[3] = __uint_as_float(q.y & 0xffff0000u);
+        wk[4] = __uint_as_float(q.z << 16); wk[5] = __uint_as_float(q.z & 0xffff0000u);
+        wk[6] = __uint_as_float(q.w << 16); wk[7] = __uint_as_float(q.w & 0xffff0000u);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) wk[e] = bf16(p[e]);
+    }
+}
+
 extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
                                        const unsigned short* __restrict__ w,
                                        float* __restrict__ y, int M, int N, int K) {
@@ -31,16 +46,7 @@ extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
         const bool aligned = (K & 7) == 0; // 16-byte weight rows
         for (int k = threadIdx.x * 8; k < K8; k += blockDim.x * 8) {
             float wk[8];
-            if (aligned) {
-                uint4 q = *(const uint4*)(wr + k);
-                wk[0] = __uint_as_float(q.x << 16); wk[1] = __uint_as_float(q.x & 0xffff0000u);
-                wk[2] = __uint_as_float(q.y << 16); wk[3] = __uint_as_float(q.y & 0xffff0000u);
-                wk[4] = __uint_as_float(q.z << 16); wk[5] = __uint_as_float(q.z & 0xffff0000u);
-                wk[6] = __uint_as_float(q.w << 16); wk[7] = __uint_as_float(q.w & 0xffff0000u);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++) wk[e] = bf16(wr[k + e]);
-            }
+            load8(wk, wr + k, aligned);
 #pragma unroll
             for (int j = 0; j < ROWS; j++) {
                 if (m0 + j < M) {
@@ -95,16 +101,7 @@ extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x,
         for (int j = 0; j < ROWS; j++) acc[j] = 0.0f;
         for (int k = lane * 8; k < K8; k += 32 * 8) {
             float wk[8];
-            if (aligned) {
-                uint4 q = *(const uint4*)(wr + k);
-                wk[0] = __uint_as_float(q.x << 16); wk[1] = __uint_as_float(q.x & 0xffff0000u);
-                wk[2] = __uint_as_float(q.y << 16); wk[3] = __uint_as_float(q.y & 0xffff0000u);
-                wk[4] = __uint_as_float(q.z << 16); wk[5] = __uint_as_float(q.z & 0xffff0000u);
-                wk[6] = __uint_as_float(q.w << 16); wk[7] = __uint_as_float(q.w & 0xffff0000u);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++) wk[e] = bf16(wr[k + e]);
-            }
+            load8(wk, wr + k, aligned);
 #pragma unroll
             for (int j = 0; j < ROWS; j++) {
                 if (m0 + j < M) {
