@@ -81,7 +81,6 @@ type parseCase struct {
 	opt     ParseOptions
 	in      string
 	want    []Delta
-	noSplit bool // long inputs: single split points only
 }
 
 var parseCases = []parseCase{
