@@ -76,11 +76,11 @@ func sameDeltas(a, b []Delta) bool {
 }
 
 type parseCase struct {
-	name    string
-	m       Markers
-	opt     ParseOptions
-	in      string
-	want    []Delta
+	name string
+	m    Markers
+	opt  ParseOptions
+	in   string
+	want []Delta
 }
 
 var parseCases = []parseCase{
