@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"tandem/compute/cpu"
+	"tandem/compute/computetest"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -22,7 +22,7 @@ var presets = []string{"gemma4-tiny-e2b", "gemma4-tiny-e4b", "gemma4-tiny-26b-a4
 // pair loads a tiny target and its assistant, bound.
 func pair(t testing.TB, preset string) (*gemma4.Model, *gemma4.Assistant) {
 	t.Helper()
-	b := cpu.New(0)
+	b := computetest.Backend(t)
 	load := func(name string) string {
 		p, err := gemma4.LookupPreset(name)
 		if err != nil {

@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -15,8 +17,10 @@ type Device struct {
 	work          chan func()
 	ctx           uintptr
 	Name          string
-	Arch          int // compute capability, e.g. 90 for sm_90
-	DriverVersion int // e.g. 13000
+	Arch          int   // compute capability, e.g. 90 for sm_90
+	DriverVersion int   // e.g. 13000
+	asyncErr      error // first failure of an asynchronous call; device thread only
+	closed        atomic.Bool
 }
 
 // Open makes device ordinal's primary context current on a dedicated,
@@ -71,19 +75,32 @@ func (dev *Device) loop(ordinal int, ready chan<- error) {
 		return
 	}
 	for f := range dev.work {
+		if f == nil {
+			return
+		}
 		f()
 	}
 }
 
 // do runs f on the device's thread.
 func (dev *Device) do(f func() error) error {
+	if dev.closed.Load() {
+		return errClosed
+	}
 	done := make(chan error, 1)
 	dev.work <- func() { done <- f() }
 	return <-done
 }
 
-// Close stops the device's thread. The device must not be used after.
-func (dev *Device) Close() { close(dev.work) }
+var errClosed = errors.New("cuda: the device is closed")
+
+// Close stops the device's thread; later calls fail (cleanups of tensors
+// that outlive the device become no-ops).
+func (dev *Device) Close() {
+	if dev.closed.CompareAndSwap(false, true) {
+		dev.work <- nil
+	}
+}
 
 // MemInfo reports free and total device memory in bytes.
 func (dev *Device) MemInfo() (free, total uint64, err error) {
@@ -181,6 +198,39 @@ func (dev *Device) Compile(src, name string, kernels ...string) (map[string]Kern
 // Launch runs k over grid × block threads. Arguments may be Buffers,
 // int (passed as int32), int32, uint32, float32 or float64 (as float32).
 func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
+	f, err := dev.launcher(k, grid, block, shmem, args)
+	if err != nil {
+		return err
+	}
+	return dev.do(f)
+}
+
+// LaunchAsync queues the launch without waiting for the driver to accept
+// it; a failure is reported by the next Sync. Launches and copies run in
+// the order they are issued.
+func (dev *Device) LaunchAsync(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
+	f, err := dev.launcher(k, grid, block, shmem, args)
+	if err != nil {
+		return err
+	}
+	dev.post(f)
+	return nil
+}
+
+// post runs f on the device's thread without waiting; the first error is
+// kept for Sync.
+func (dev *Device) post(f func() error) {
+	if dev.closed.Load() {
+		return
+	}
+	dev.work <- func() {
+		if err := f(); err != nil && dev.asyncErr == nil {
+			dev.asyncErr = err
+		}
+	}
+}
+
+func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args []any) (func() error, error) {
 	params := make([]unsafe.Pointer, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -190,7 +240,7 @@ func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ..
 			params[i] = unsafe.Pointer(p)
 		case int:
 			if v < math.MinInt32 || v > math.MaxInt32 {
-				return fmt.Errorf("cuda: kernel argument %d (%d) does not fit an int32", i, v)
+				return nil, fmt.Errorf("cuda: kernel argument %d (%d) does not fit an int32", i, v)
 			}
 			p := new(int32)
 			*p = int32(v)
@@ -211,11 +261,13 @@ func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ..
 			p := new(float32)
 			*p = float32(v)
 			params[i] = unsafe.Pointer(p)
+		case nil:
+			params[i] = unsafe.Pointer(new(uintptr)) // a null pointer argument
 		default:
-			return fmt.Errorf("cuda: kernel argument %d has unsupported type %T", i, a)
+			return nil, fmt.Errorf("cuda: kernel argument %d has unsupported type %T", i, a)
 		}
 	}
-	return dev.do(func() error {
+	return func() error {
 		var pin runtime.Pinner
 		defer pin.Unpin()
 		var pp unsafe.Pointer
@@ -227,10 +279,16 @@ func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ..
 			pp = unsafe.Pointer(&params[0])
 		}
 		return dev.d.check("cuLaunchKernel", dev.d.cuLaunchKernel(k.fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, 0, pp, nil))
-	})
+	}, nil
 }
 
 // Sync waits for all work on the device.
 func (dev *Device) Sync() error {
-	return dev.do(func() error { return dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()) })
+	return dev.do(func() error {
+		if err := dev.asyncErr; err != nil {
+			dev.asyncErr = nil
+			return err
+		}
+		return dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize())
+	})
 }

@@ -27,6 +27,8 @@ type driverAPI struct {
 	cuMemcpyHtoD             func(dst uintptr, src unsafe.Pointer, n uint64) result
 	cuMemcpyDtoH             func(dst unsafe.Pointer, src uintptr, n uint64) result
 	cuMemGetInfo             func(free, total *uint64) result
+	cuMemsetD8               func(dst uintptr, v uint8, n uint64) result
+	cuMemcpyDtoD             func(dst, src uintptr, n uint64) result
 	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) result
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) result
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
@@ -60,6 +62,7 @@ func loadDriver() (*driverAPI, error) {
 			"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuCtxSetCurrent": &d.cuCtxSetCurrent,
 			"cuCtxSynchronize": &d.cuCtxSynchronize, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
 			"cuMemcpyHtoD_v2": &d.cuMemcpyHtoD, "cuMemcpyDtoH_v2": &d.cuMemcpyDtoH, "cuMemGetInfo_v2": &d.cuMemGetInfo,
+			"cuMemsetD8_v2": &d.cuMemsetD8, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
 		} {

@@ -19,7 +19,7 @@ import (
 type Assistant struct {
 	Config *AssistantConfig
 	b      compute.Backend
-	set    *safetensors.Set
+	set    weightSource
 
 	preProj, postProj *compute.Tensor // [h, 2Ht], [Ht, h]
 	head              *compute.Tensor // [V, h] LM head (tied embed_tokens or lm_head)
@@ -78,7 +78,7 @@ func LoadAssistant(dir string, b compute.Backend) (*Assistant, error) {
 	return a, nil
 }
 
-func newAssistant(cfg *AssistantConfig, set *safetensors.Set, b compute.Backend) (*Assistant, error) {
+func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend) (*Assistant, error) {
 	if err := CheckAssistant(cfg, set.Tensors()).Err(); err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func newAssistant(cfg *AssistantConfig, set *safetensors.Set, b compute.Backend)
 
 // tokenOrdering reads masked_embedding.token_ordering (int64 or int32) as
 // int32 (vocabularies are far below 2³¹) and checks it is a permutation.
-func tokenOrdering(set *safetensors.Set, vocab int) ([]int32, error) {
+func tokenOrdering(set weightSource, vocab int) ([]int32, error) {
 	const name = "masked_embedding.token_ordering"
 	info, _ := set.Lookup(name)
 	data, err := set.Data(name)

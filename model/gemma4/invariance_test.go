@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"tandem/compute/cpu"
+	"tandem/compute/computetest"
 	"tandem/kvcache"
 	"tandem/model/gemma4"
 )
@@ -28,7 +28,7 @@ func loadTiny(t *testing.T, preset string) *gemma4.Model {
 	if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 11}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := gemma4.Load(dir, cpu.New(0))
+	m, err := gemma4.Load(dir, computetest.Backend(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 type Model struct {
 	Config *Config
 	b      compute.Backend
-	set    *safetensors.Set // keeps mapped weights alive
-	prefix string           // the text model's weight-name prefix
+	set    weightSource // keeps mapped weights alive
+	prefix string       // the text model's weight-name prefix
 
 	embed      *compute.Tensor // [V, H]; also the tied LM head
 	embedScale float32         // sqrt(H) rounded to the embedding's dtype, as HF does
@@ -73,7 +73,7 @@ func Load(dir string, b compute.Backend) (*Model, error) {
 	return m, nil
 }
 
-func newModel(cfg *Config, set *safetensors.Set, b compute.Backend) (*Model, error) {
+func newModel(cfg *Config, set weightSource, b compute.Backend) (*Model, error) {
 	c := &cfg.Text
 	r := CheckTarget(c, set.Tensors())
 	if err := r.Err(); err != nil {
@@ -142,7 +142,7 @@ func newModel(cfg *Config, set *safetensors.Set, b compute.Backend) (*Model, err
 	return m, nil
 }
 
-func loadWeight(set *safetensors.Set, b compute.Backend, name string) (*compute.Tensor, error) {
+func loadWeight(set weightSource, b compute.Backend, name string) (*compute.Tensor, error) {
 	info, ok := set.Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("missing tensor %q", name)

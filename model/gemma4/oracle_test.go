@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"tandem/checkpoint/safetensors"
-	"tandem/compute/cpu"
+	"tandem/compute/computetest"
 	"tandem/generation"
 	"tandem/model/gemma4"
 )
@@ -102,7 +102,7 @@ func TestMatchesHFTransformers(t *testing.T) {
 				}
 				defer f.Close()
 				fx := fixture{t, f}
-				m, err := gemma4.Load(modelDir(t, fx, preset, source), cpu.New(0))
+				m, err := gemma4.Load(modelDir(t, fx, preset, source), computetest.Backend(t))
 				if err != nil {
 					t.Fatal(err)
 				}

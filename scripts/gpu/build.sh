@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p bin/gpu
-for pkg in ./compute/cuda; do
+for pkg in ./compute/cuda ./model/gemma4 ./spec; do
   name=$(basename "$pkg")
   CGO_ENABLED=0 go test -c -o "bin/gpu/$name.test" "$pkg"
 done

@@ -17,3 +17,16 @@ __device__ static inline float fmaf(float a, float b, float c) { return __builti
 __device__ static inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
     return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
 }
+// ops.cu
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+__device__ static inline unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }
+__device__ static inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
+__device__ static inline float __fadd_rn(float a, float b) { return a + b; }
+__device__ static inline float __fsub_rn(float a, float b) { return a - b; }
+__device__ static inline float __fmul_rn(float a, float b) { return a * b; }
+__device__ static inline unsigned __float2uint_rn(float x) { return (unsigned)__builtin_rintf(x); }
+extern "C" __device__ double exp(double);
+extern "C" __device__ double tanh(double);
+extern "C" __device__ double cos(double);
+extern "C" __device__ double sin(double);
+extern "C" __device__ double sqrt(double);

@@ -79,20 +79,47 @@ extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
     }
 }
 
-// matmul_bf16_warp is the same product with one warp per output column (a
+// matmul_warp<DT> is the same product with one warp per output column (a
 // block of 8 warps covers 8 columns): lane l accumulates 8-element chunks
 // l, l + 32, … in order, then a fixed butterfly sums the warp. With fewer
 // threads per column each thread keeps several 16-byte loads in flight,
 // which suits the short rows (K of a few thousand) of decode. Its reduction
 // order differs from matmul_bf16's, so a model must use one kernel for all
-// its calls of a given weight.
-extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x,
-                                            const unsigned short* __restrict__ w,
-                                            float* __restrict__ y, int M, int N, int K) {
+// its calls of a given weight. DT is the weight dtype: 0 f32, 1 bf16, 2 f16.
+__device__ __forceinline__ float f16w(unsigned short h) {
+    unsigned s = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
+    if (e == 0) {
+        float f = (float)m * 5.9604644775390625e-08f;
+        return s ? -f : f;
+    }
+    if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));
+    return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+
+template <int DT>
+__device__ __forceinline__ float wload(const void* w, size_t i) {
+    if (DT == 0) return ((const float*)w)[i];
+    if (DT == 1) return bf16(((const unsigned short*)w)[i]);
+    return f16w(((const unsigned short*)w)[i]);
+}
+
+template <int DT>
+__device__ __forceinline__ void wload8(float wk[8], const void* w, size_t i, bool aligned) {
+    if (DT == 1) {
+        load8(wk, (const unsigned short*)w + i, aligned);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) wk[e] = wload<DT>(w, i + e);
+    }
+}
+
+template <int DT>
+__device__ void matmul_warp(const float* __restrict__ x, const void* __restrict__ w,
+                            float* __restrict__ y, int M, int N, int K) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (n >= N) return;
-    const unsigned short* wr = w + (size_t)n * K;
+    const size_t wr = (size_t)n * K;
     const int K8 = K & ~7;
     const bool aligned = (K & 7) == 0;
     for (int m0 = 0; m0 < M; m0 += ROWS) {
@@ -101,7 +128,7 @@ extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x,
         for (int j = 0; j < ROWS; j++) acc[j] = 0.0f;
         for (int k = lane * 8; k < K8; k += 32 * 8) {
             float wk[8];
-            load8(wk, wr + k, aligned);
+            wload8<DT>(wk, w, wr + k, aligned);
 #pragma unroll
             for (int j = 0; j < ROWS; j++) {
                 if (m0 + j < M) {
@@ -112,7 +139,7 @@ extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x,
             }
         }
         for (int k = K8 + lane; k < K; k += 32) {
-            float wk = bf16(wr[k]);
+            float wk = wload<DT>(w, wr + k);
 #pragma unroll
             for (int j = 0; j < ROWS; j++) {
                 if (m0 + j < M) acc[j] = fmaf(x[(size_t)(m0 + j) * K + k], wk, acc[j]);
@@ -125,4 +152,19 @@ extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x,
             if (lane == 0 && m0 + j < M) y[(size_t)(m0 + j) * N + n] = v;
         }
     }
+}
+
+extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x, const unsigned short* __restrict__ w,
+                                            float* __restrict__ y, int M, int N, int K) {
+    matmul_warp<1>(x, w, y, M, N, K);
+}
+
+extern "C" __global__ void matmul_f32_warp(const float* __restrict__ x, const float* __restrict__ w,
+                                           float* __restrict__ y, int M, int N, int K) {
+    matmul_warp<0>(x, w, y, M, N, K);
+}
+
+extern "C" __global__ void matmul_f16_warp(const float* __restrict__ x, const unsigned short* __restrict__ w,
+                                           float* __restrict__ y, int M, int N, int K) {
+    matmul_warp<2>(x, w, y, M, N, K);
 }

@@ -1,0 +1,140 @@
+package cuda
+
+import (
+	"fmt"
+
+	"tandem/compute"
+)
+
+const attnChunk = 1024 // ATTN_CHUNK in ops.cu
+
+// Attention implements compute.Backend. The host orders each batch row's
+// keys by position (slotOf), so the kernels reduce in position order in
+// chunks anchored at absolute positions: a query's result depends only on
+// the keys it sees. KeyStart is therefore not needed; valid slots must hold
+// distinct positions spanning at most S (true of every cache Tandem keeps).
+//
+//	score_s = float32(q·k_s)·scale              (fused, in order over d)
+//	e_s     = exp(float64(score_s) − max)      over visible s
+//	out     = Σ_chunks Σ_s float32(e_s)·v_s / Σ e_s
+func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOptions) *compute.Tensor {
+	B, L, Hq, D := attnDims(q)
+	Bk, S, Hkv, Dk := attnDims(k)
+	Bv, Sv, Hv, Dv := attnDims(v)
+	if Bk != B || Bv != B || Sv != S || Hv != Hkv || Dk != D || Hkv == 0 || Hq%Hkv != 0 || D > 512 {
+		panic(fmt.Sprintf("cuda: Attention q %v, k %v, v %v", q, k, v))
+	}
+	f32(q, "Attention")
+	f32(k, "Attention")
+	f32(v, "Attention")
+	needPos := opt.Mask == compute.Causal || opt.Window > 0
+	switch {
+	case opt.Mask != compute.Causal && opt.Mask != compute.Bidirectional:
+		panic(fmt.Sprintf("cuda: Attention with unknown mask %d", opt.Mask))
+	case needPos && len(opt.QueryPos) != B*L:
+		panic(fmt.Sprintf("cuda: Attention needs %d query positions, got %d", B*L, len(opt.QueryPos)))
+	case opt.KeyPos != nil && len(opt.KeyPos) != B*S:
+		panic(fmt.Sprintf("cuda: Attention needs %d key positions, got %d", B*S, len(opt.KeyPos)))
+	case opt.KeyLen != nil && len(opt.KeyLen) != B:
+		panic(fmt.Sprintf("cuda: Attention needs %d key lengths, got %d", B, len(opt.KeyLen)))
+	}
+	var out *compute.Tensor
+	if q.Rank() == 3 {
+		out = b.alloc(compute.F32, L, Hq, Dv)
+	} else {
+		out = b.alloc(compute.F32, B, L, Hq, Dv)
+	}
+	if B*L*Hq == 0 || Dv == 0 {
+		return out
+	}
+	if S == 0 {
+		return b.Zeros(compute.F32, out.Shape()...)
+	}
+
+	// Order each row's keys by position.
+	slotOf := make([]int32, B*S)
+	minpos := make([]int32, B)
+	nsplit := 1
+	for bi := range B {
+		n := S
+		if opt.KeyLen != nil {
+			n = min(max(opt.KeyLen[bi], 0), S)
+		}
+		lo, hi := int32(-1), int32(-1)
+		for s := range n {
+			kp := int32(s)
+			if opt.KeyPos != nil {
+				kp = opt.KeyPos[bi*S+s]
+			}
+			if kp < 0 {
+				continue
+			}
+			if lo < 0 || kp < lo {
+				lo = kp
+			}
+			hi = max(hi, kp)
+		}
+		row := slotOf[bi*S : (bi+1)*S]
+		for i := range row {
+			row[i] = -1
+		}
+		if lo < 0 {
+			continue
+		}
+		if int(hi-lo) >= S {
+			panic(fmt.Sprintf("cuda: Attention key positions %d..%d span more than the %d slots", lo, hi, S))
+		}
+		minpos[bi] = lo
+		for s := range n {
+			kp := int32(s)
+			if opt.KeyPos != nil {
+				kp = opt.KeyPos[bi*S+s]
+			}
+			if kp < 0 {
+				continue
+			}
+			if row[kp-lo] >= 0 {
+				panic(fmt.Sprintf("cuda: Attention key position %d appears twice", kp))
+			}
+			row[kp-lo] = int32(s)
+		}
+		nsplit = max(nsplit, int(hi/attnChunk-lo/attnChunk)+1)
+	}
+	var qpos any
+	if opt.QueryPos != nil {
+		qpos = ptrOf(b.ints(opt.QueryPos))
+	}
+	scale := opt.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	causal := 0
+	if opt.Mask == compute.Causal {
+		causal = 1
+	}
+	nscore := (S + attnChunk - 1) / attnChunk
+	BL := B * L
+	sc := b.alloc(compute.F32, BL*Hq*S)
+	cmax := b.alloc(compute.F32, BL*Hq*nscore)
+	pv := b.alloc(compute.F32, BL*Hq*nsplit*Dv)
+	pe := b.alloc(compute.I64, BL*Hq*nsplit) // float64 partial sums
+	so, mp := ptrOf(b.ints(slotOf)), ptrOf(b.ints(minpos))
+	b.launch("attn_scores", [3]uint32{uint32(Hq), uint32(BL), uint32(nscore)}, 256,
+		ptrOf(q), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qpos, L, Hq, Hkv, S, D, scale, causal, opt.Window)
+	b.launch("attn_values", [3]uint32{uint32(Hq), uint32(BL), uint32(nsplit)}, 256,
+		ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
+	b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(BL), 1}, min(256, max(32, Dv)),
+		ptrOf(out), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)
+	return out
+}
+
+// attnDims reads [B, L, H, d] or [L, H, d] (B = 1).
+func attnDims(t *compute.Tensor) (B, L, H, d int) {
+	switch t.Rank() {
+	case 3:
+		return 1, t.Dim(0), t.Dim(1), t.Dim(2)
+	case 4:
+		return t.Dim(0), t.Dim(1), t.Dim(2), t.Dim(3)
+	}
+	panic(fmt.Sprintf("cuda: attention tensor %v must be [B, L, H, d] or [L, H, d]", t))
+}

@@ -1,0 +1,526 @@
+package cuda
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"tandem/compute"
+)
+
+//go:embed kernels/ops.cu
+var opsSource string
+
+var _ compute.Backend = (*Backend)(nil)
+
+// Backend implements compute.Backend on one GPU. Tensors live in device
+// memory (Tensor.Data() is a *mem); host slices in op arguments (positions,
+// ids) are uploaded per call. Ops are queued asynchronously on one stream;
+// ToF32 and ToI32 wait for them.
+//
+// Like the CPU backend, every op is batch-invariant: a row's (or query's)
+// result has the same bits whatever else shares the call. The results
+// differ from the CPU backend's in the last bits where the reduction order
+// differs (matmul, attention); tests bound those differences.
+type Backend struct {
+	dev  *Device
+	pool *pool
+	k    map[string]Kernel
+
+	mu    sync.Mutex
+	ropes map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+}
+
+var kernelNames = map[string][]string{
+	"ops.cu":    {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine"},
+	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp"},
+}
+
+// New opens GPU ordinal and compiles the kernels for it.
+func New(ordinal int) (*Backend, error) {
+	dev, err := Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{dev: dev, pool: newPool(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{}}
+	for name, src := range map[string]string{"ops.cu": opsSource, "matmul.cu": MatMulSource} {
+		ks, err := dev.Compile(src, name, kernelNames[name]...)
+		if err != nil {
+			dev.Close()
+			return nil, err
+		}
+		for n, k := range ks {
+			b.k[n] = k
+		}
+	}
+	return b, nil
+}
+
+// Name implements compute.Backend.
+func (b *Backend) Name() string { return "cuda" }
+
+// Device is the GPU the backend runs on.
+func (b *Backend) Device() *Device { return b.dev }
+
+// Sync waits for queued work and reports an asynchronous failure.
+func (b *Backend) Sync() error { return b.dev.Sync() }
+
+// Close releases the GPU. Tensors of this backend must not be used after.
+func (b *Backend) Close() { b.pool.release(); b.dev.Close() }
+
+// mem is a tensor's device storage: a view starting at ptr inside blk.
+type mem struct {
+	ptr uintptr
+	blk *block
+}
+
+func (m *mem) buf() Buffer { return Buffer{ptr: m.ptr, Size: m.blk.size} }
+
+func dtCode(dt compute.DType) int {
+	switch dt {
+	case compute.F32:
+		return 0
+	case compute.BF16:
+		return 1
+	case compute.F16:
+		return 2
+	}
+	panic(fmt.Sprintf("cuda: unsupported float dtype %v", dt))
+}
+
+func memOf(t *compute.Tensor) *mem {
+	m, ok := t.Data().(*mem)
+	if !ok {
+		panic(fmt.Sprintf("cuda: tensor %v is not a CUDA tensor (%T)", t, t.Data()))
+	}
+	return m
+}
+
+func ptrOf(t *compute.Tensor) Buffer { return memOf(t).buf() }
+
+func checkShape(shape []int) {
+	for _, d := range shape {
+		if d < 0 {
+			panic(fmt.Sprintf("cuda: negative dimension in shape %v", shape))
+		}
+	}
+}
+
+// alloc makes an uninitialised tensor. Out of memory panics with an error
+// wrapping ErrOutOfMemory (model code turns it into a returned error).
+func (b *Backend) alloc(dt compute.DType, shape ...int) *compute.Tensor {
+	checkShape(shape)
+	blk, err := b.pool.get(compute.NumElements(shape) * dt.Size())
+	if err != nil {
+		panic(err)
+	}
+	return compute.NewTensor(dt, shape, &mem{ptr: blk.ptr, blk: blk})
+}
+
+func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) {
+	k, ok := b.k[name]
+	if !ok {
+		panic("cuda: kernel " + name + " not loaded")
+	}
+	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, 0, args...); err != nil {
+		panic(err)
+	}
+}
+
+// grid1 sizes a grid-stride launch over n elements.
+func grid1(n int) [3]uint32 {
+	return [3]uint32{uint32(max(1, min((n+255)/256, 8192))), 1, 1}
+}
+
+// upload copies host bytes into a new pooled buffer.
+func (b *Backend) upload(p unsafe.Pointer, n int, dt compute.DType, shape ...int) *compute.Tensor {
+	t := b.alloc(dt, shape...)
+	if n > 0 {
+		src := unsafe.Slice((*byte)(p), n)
+		if err := b.dev.Upload(ptrOf(t), src); err != nil {
+			panic(err)
+		}
+	}
+	return t
+}
+
+func (b *Backend) ints(xs []int32) *compute.Tensor {
+	return b.upload(unsafe.Pointer(unsafe.SliceData(xs)), 4*len(xs), compute.I32, len(xs))
+}
+
+func (b *Backend) floats(xs []float32) *compute.Tensor {
+	return b.upload(unsafe.Pointer(unsafe.SliceData(xs)), 4*len(xs), compute.F32, len(xs))
+}
+
+// Zeros implements compute.Backend.
+func (b *Backend) Zeros(dt compute.DType, shape ...int) *compute.Tensor {
+	t := b.alloc(dt, shape...)
+	if n := t.Len() * dt.Size(); n > 0 {
+		ptr := memOf(t).ptr
+		b.dev.post(func() error { return b.dev.d.check("cuMemsetD8", b.dev.d.cuMemsetD8(ptr, 0, uint64(n))) })
+	}
+	return t
+}
+
+// FromF32 implements compute.Backend.
+func (b *Backend) FromF32(data []float32, shape ...int) *compute.Tensor {
+	if n := compute.NumElements(shape); n != len(data) {
+		panic(fmt.Sprintf("cuda: FromF32: %d values for shape %v (%d elements)", len(data), shape, n))
+	}
+	return b.upload(unsafe.Pointer(unsafe.SliceData(data)), 4*len(data), compute.F32, shape...)
+}
+
+// FromI32 implements compute.Backend.
+func (b *Backend) FromI32(data []int32, shape ...int) *compute.Tensor {
+	if n := compute.NumElements(shape); n != len(data) {
+		panic(fmt.Sprintf("cuda: FromI32: %d values for shape %v (%d elements)", len(data), shape, n))
+	}
+	return b.upload(unsafe.Pointer(unsafe.SliceData(data)), 4*len(data), compute.I32, shape...)
+}
+
+// Weight implements compute.Backend: the bytes are copied to the device
+// once, into an allocation of their exact size.
+func (b *Backend) Weight(dt compute.DType, shape []int, raw []byte) (*compute.Tensor, error) {
+	size := dt.Size()
+	if size == 0 {
+		return nil, fmt.Errorf("cuda: weight of unsupported dtype %v", dt)
+	}
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return nil, fmt.Errorf("cuda: weight with negative dimension in shape %v", shape)
+		}
+		if d != 0 && n > math.MaxInt/size/d {
+			return nil, fmt.Errorf("cuda: weight shape %v is too large", shape)
+		}
+		n *= d
+	}
+	if want := n * size; len(raw) != want {
+		return nil, fmt.Errorf("cuda: weight %v%v needs %d bytes, got %d", dt, shape, want, len(raw))
+	}
+	blk, err := b.pool.exact(len(raw))
+	if err != nil {
+		return nil, fmt.Errorf("cuda: weight %v%v: %w", dt, shape, err)
+	}
+	if err := b.dev.Upload(Buffer{ptr: blk.ptr, Size: blk.size}, raw); err != nil {
+		return nil, err
+	}
+	return compute.NewTensor(dt, shape, &mem{ptr: blk.ptr, blk: blk}), nil
+}
+
+func (b *Backend) download(dst unsafe.Pointer, n int, t *compute.Tensor) {
+	if n == 0 {
+		return
+	}
+	if err := b.dev.Download(unsafe.Slice((*byte)(dst), n), ptrOf(t)); err != nil {
+		panic(err)
+	}
+}
+
+// ToF32 implements compute.Backend.
+func (b *Backend) ToF32(t *compute.Tensor) []float32 {
+	if t.DType() != compute.F32 {
+		w := b.alloc(compute.F32, t.Shape()...)
+		b.Copy(w.Reshape(max(1, t.Len())), 0, t.Reshape(max(1, t.Len())))
+		t = w
+	}
+	out := make([]float32, t.Len())
+	b.download(unsafe.Pointer(unsafe.SliceData(out)), 4*len(out), t)
+	return out
+}
+
+// ToI32 implements compute.Backend.
+func (b *Backend) ToI32(t *compute.Tensor) []int32 {
+	if t.DType() != compute.I32 {
+		panic(fmt.Sprintf("cuda: ToI32 of %v", t))
+	}
+	out := make([]int32, t.Len())
+	b.download(unsafe.Pointer(unsafe.SliceData(out)), 4*len(out), t)
+	return out
+}
+
+func (b *Backend) view(t *compute.Tensor, shape []int, elem int) *compute.Tensor {
+	m := memOf(t)
+	return compute.NewTensor(t.DType(), shape, &mem{ptr: m.ptr + uintptr(elem*t.DType().Size()), blk: m.blk})
+}
+
+// Index implements compute.Backend.
+func (b *Backend) Index(t *compute.Tensor, i int) *compute.Tensor {
+	if t.Rank() == 0 || i < 0 || i >= t.Dim(0) {
+		panic(fmt.Sprintf("cuda: Index %d of %v", i, t))
+	}
+	return b.view(t, t.Shape()[1:], i*compute.NumElements(t.Shape()[1:]))
+}
+
+// Slice implements compute.Backend.
+func (b *Backend) Slice(t *compute.Tensor, start, end int) *compute.Tensor {
+	if t.Rank() == 0 || start < 0 || end < start || end > t.Dim(0) {
+		panic(fmt.Sprintf("cuda: Slice [%d, %d) of %v", start, end, t))
+	}
+	shape := append([]int{end - start}, t.Shape()[1:]...)
+	return b.view(t, shape, start*compute.NumElements(t.Shape()[1:]))
+}
+
+// Copy implements compute.Backend with the CPU backend's conversions.
+func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
+	if dst.Rank() == 0 || src.Rank() == 0 || !compute.SameShape(dst.Shape()[1:], src.Shape()[1:]) ||
+		start < 0 || start+src.Dim(0) > dst.Dim(0) {
+		panic(fmt.Sprintf("cuda: Copy %v into %v at %d", src, dst, start))
+	}
+	n := src.Len()
+	if n == 0 {
+		return
+	}
+	d := b.view(dst, src.Shape(), start*compute.NumElements(src.Shape()[1:]))
+	dd, sd := dst.DType(), src.DType()
+	if dd == sd {
+		dp, sp, bytes := memOf(d).ptr, memOf(src).ptr, uint64(n*dd.Size())
+		b.dev.post(func() error { return b.dev.d.check("cuMemcpyDtoD", b.dev.d.cuMemcpyDtoD(dp, sp, bytes)) })
+		return
+	}
+	if !(dd == compute.F32 && sd.IsFloat()) && !(sd == compute.F32 && (dd == compute.BF16 || dd == compute.F16)) {
+		panic(fmt.Sprintf("cuda: Copy %v into %v", src, dst))
+	}
+	b.launch("convert", grid1(n), 256, ptrOf(d), dtCode(dd), ptrOf(src), dtCode(sd), n)
+}
+
+// MatMul implements compute.Backend with the warp-per-column kernel, whose
+// per-row arithmetic does not depend on the number of rows.
+func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
+	K := x.Dim(-1)
+	if x.DType() != compute.F32 || w.Rank() != 2 || w.Dim(1) != K {
+		panic(fmt.Sprintf("cuda: MatMul of %v and %v", x, w))
+	}
+	N, M := w.Dim(0), x.Rows()
+	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), N)
+	y := b.alloc(compute.F32, shape...)
+	if M == 0 || N == 0 {
+		return y
+	}
+	if K == 0 {
+		return b.Zeros(compute.F32, shape...)
+	}
+	name := map[compute.DType]string{compute.F32: "matmul_f32_warp", compute.BF16: "matmul_bf16_warp", compute.F16: "matmul_f16_warp"}[w.DType()]
+	if name == "" {
+		panic(fmt.Sprintf("cuda: MatMul with %v weights", w))
+	}
+	b.launch(name, [3]uint32{uint32((N + 7) / 8), 1, 1}, MatMulBlock, ptrOf(x), ptrOf(w), ptrOf(y), M, N, K)
+	return y
+}
+
+// Gather implements compute.Backend.
+func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
+	if table.Rank() != 2 {
+		panic(fmt.Sprintf("cuda: Gather from %v", table))
+	}
+	V, D := table.Dim(0), table.Dim(1)
+	for _, id := range ids {
+		if id < 0 || int(id) >= V {
+			panic(fmt.Sprintf("cuda: Gather id %d out of range for %v", id, table))
+		}
+	}
+	out := b.alloc(compute.F32, len(ids), D)
+	if len(ids) > 0 && D > 0 {
+		b.launch("gather", [3]uint32{uint32(len(ids)), 1, 1}, 256, ptrOf(out), ptrOf(table), dtCode(table.DType()), ptrOf(b.ints(ids)), D)
+	}
+	return out
+}
+
+// AddRows implements compute.Backend.
+func (b *Backend) AddRows(dst, src *compute.Tensor, rows []int32, scale []float32) {
+	if dst.DType() != compute.F32 || src.DType() != compute.F32 || dst.Rank() == 0 || src.Rank() != 2 ||
+		src.Dim(0) != len(rows) || src.Dim(1) != dst.Dim(-1) || (scale != nil && len(scale) != len(rows)) {
+		panic(fmt.Sprintf("cuda: AddRows of %v into %v with %d rows, %d scales", src, dst, len(rows), len(scale)))
+	}
+	D, R := dst.Dim(-1), dst.Rows()
+	for _, r := range rows {
+		if r < 0 || int(r) >= R {
+			panic(fmt.Sprintf("cuda: AddRows row %d out of range for %v", r, dst))
+		}
+	}
+	if len(rows) == 0 || D == 0 {
+		return
+	}
+	var sc any
+	if scale != nil {
+		sc = ptrOf(b.floats(scale))
+	}
+	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.ints(rows)), sc, len(rows), D)
+}
+
+// Concat implements compute.Backend.
+func (b *Backend) Concat(x, y *compute.Tensor) *compute.Tensor {
+	if x.Rank() == 0 || x.Rank() != y.Rank() || x.DType() != y.DType() || x.DType().Size() == 8 ||
+		!compute.SameShape(x.Shape()[:x.Rank()-1], y.Shape()[:y.Rank()-1]) {
+		panic(fmt.Sprintf("cuda: Concat of %v and %v", x, y))
+	}
+	da, db := x.Dim(-1), y.Dim(-1)
+	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), da+db)
+	out := b.alloc(x.DType(), shape...)
+	if n := out.Len(); n > 0 {
+		b.launch("concat", grid1(n), 256, ptrOf(out), ptrOf(x), ptrOf(y), out.Rows(), da, db, x.DType().Size())
+	}
+	return out
+}
+
+// RMSNorm implements compute.Backend.
+func (b *Backend) RMSNorm(x, w *compute.Tensor, eps float32) *compute.Tensor {
+	f32(x, "RMSNorm")
+	D := x.Dim(-1)
+	var wp any
+	wt := 0
+	if w != nil {
+		if w.Len() != D {
+			panic(fmt.Sprintf("cuda: RMSNorm of %v with weight %v", x, w))
+		}
+		wp, wt = ptrOf(w), dtCode(w.DType())
+	}
+	out := b.alloc(compute.F32, x.Shape()...)
+	if R := x.Rows(); R > 0 && D > 0 {
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps)
+	}
+	return out
+}
+
+func (b *Backend) ropeTable(r *compute.RoPE) *compute.Tensor {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.ropes[r]
+	if !ok {
+		t = b.floats(r.InvFreq)
+		b.ropes[r] = t
+	}
+	return t
+}
+
+// RoPE implements compute.Backend.
+func (b *Backend) RoPE(x *compute.Tensor, pos []int32, r *compute.RoPE) *compute.Tensor {
+	if x.Rank() < 2 || r == nil || r.Dim%2 != 0 || r.Dim > x.Dim(-1) || len(r.InvFreq) != r.Dim/2 {
+		panic(fmt.Sprintf("cuda: RoPE of %v with a bad table", x))
+	}
+	f32(x, "RoPE")
+	d, H := x.Dim(-1), x.Dim(-2)
+	T := 0
+	if d*H > 0 {
+		T = x.Len() / (d * H)
+	}
+	if len(pos) != T {
+		panic(fmt.Sprintf("cuda: RoPE of %v with %d positions", x, len(pos)))
+	}
+	out := b.alloc(compute.F32, x.Shape()...)
+	if T*H > 0 && d > 0 {
+		b.launch("rope", [3]uint32{uint32(T * H), 1, 1}, 128, ptrOf(out), ptrOf(x), ptrOf(b.ints(pos)), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
+	}
+	return out
+}
+
+func f32(t *compute.Tensor, op string) {
+	if t.DType() != compute.F32 {
+		panic(fmt.Sprintf("cuda: %s wants an F32 tensor, got %v", op, t))
+	}
+	memOf(t)
+}
+
+// Add implements compute.Backend.
+func (b *Backend) Add(x, y *compute.Tensor) *compute.Tensor { return b.binary(x, y, "Add", 0) }
+
+// Mul implements compute.Backend.
+func (b *Backend) Mul(x, y *compute.Tensor) *compute.Tensor { return b.binary(x, y, "Mul", 1) }
+
+func (b *Backend) binary(x, y *compute.Tensor, name string, op int) *compute.Tensor {
+	f32(x, name)
+	n := x.Len()
+	var period int
+	switch {
+	case compute.SameShape(x.Shape(), y.Shape()):
+		period = n
+	case x.Rank() > 0 && y.Len() == x.Dim(-1):
+		period = x.Dim(-1)
+	case y.Len() == 1:
+		period = 1
+	default:
+		panic(fmt.Sprintf("cuda: %s of %v and %v", name, x, y))
+	}
+	out := b.alloc(compute.F32, x.Shape()...)
+	if n > 0 {
+		b.launch("binary", grid1(n), 256, ptrOf(out), ptrOf(x), ptrOf(y), dtCode(y.DType()), n, max(period, 1), op)
+	}
+	return out
+}
+
+func (b *Backend) unary(x *compute.Tensor, op int, s float32, name string) *compute.Tensor {
+	f32(x, name)
+	out := b.alloc(compute.F32, x.Shape()...)
+	if n := x.Len(); n > 0 {
+		b.launch("unary", grid1(n), 256, ptrOf(out), ptrOf(x), n, op, s)
+	}
+	return out
+}
+
+// Scale implements compute.Backend.
+func (b *Backend) Scale(x *compute.Tensor, s float32) *compute.Tensor {
+	return b.unary(x, 0, s, "Scale")
+}
+
+// GeluTanh implements compute.Backend.
+func (b *Backend) GeluTanh(x *compute.Tensor) *compute.Tensor { return b.unary(x, 1, 0, "GeluTanh") }
+
+// Softcap implements compute.Backend.
+func (b *Backend) Softcap(x *compute.Tensor, c float32) *compute.Tensor {
+	return b.unary(x, 2, c, "Softcap")
+}
+
+// GeluMul implements compute.Backend.
+func (b *Backend) GeluMul(gate, up *compute.Tensor) *compute.Tensor {
+	f32(gate, "GeluMul")
+	f32(up, "GeluMul")
+	if !compute.SameShape(gate.Shape(), up.Shape()) {
+		panic(fmt.Sprintf("cuda: GeluMul of %v and %v", gate, up))
+	}
+	out := b.alloc(compute.F32, gate.Shape()...)
+	if n := gate.Len(); n > 0 {
+		b.launch("gelu_mul", grid1(n), 256, ptrOf(out), ptrOf(gate), ptrOf(up), n)
+	}
+	return out
+}
+
+// Softmax implements compute.Backend.
+func (b *Backend) Softmax(x *compute.Tensor) *compute.Tensor {
+	f32(x, "Softmax")
+	out := b.alloc(compute.F32, x.Shape()...)
+	if R, D := x.Rows(), x.Dim(-1); R > 0 && D > 0 {
+		b.launch("softmax", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), D)
+	}
+	return out
+}
+
+// Argmax implements compute.Backend.
+func (b *Backend) Argmax(x *compute.Tensor) *compute.Tensor {
+	f32(x, "Argmax")
+	if x.Rank() == 0 || (x.Dim(-1) == 0 && compute.NumElements(x.Shape()[:x.Rank()-1]) > 0) {
+		panic(fmt.Sprintf("cuda: Argmax of %v", x))
+	}
+	R := x.Rows()
+	out := b.alloc(compute.I32, R)
+	if R > 0 {
+		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, nil, ptrOf(out), ptrOf(x), x.Dim(-1), 1)
+	}
+	return out
+}
+
+// TopK implements compute.Backend. It makes k passes over each row, which
+// suits the small k of centroid heads and top logprobs.
+func (b *Backend) TopK(x *compute.Tensor, k int) (values, indices *compute.Tensor) {
+	f32(x, "TopK")
+	if x.Rank() == 0 || k < 0 || k > x.Dim(-1) {
+		panic(fmt.Sprintf("cuda: TopK %d of %v", k, x))
+	}
+	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), k)
+	values, indices = b.alloc(compute.F32, shape...), b.alloc(compute.I32, shape...)
+	if R := compute.NumElements(x.Shape()[:x.Rank()-1]); R > 0 && k > 0 {
+		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(values), ptrOf(indices), ptrOf(x), x.Dim(-1), k)
+	}
+	return values, indices
+}

@@ -1,0 +1,322 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"tandem/compute"
+	"tandem/compute/cpu"
+)
+
+var (
+	gpuOnce sync.Once
+	gpu     *Backend
+	gpuErr  error
+)
+
+// backendOrSkip returns the shared GPU backend (kernels compile once per
+// test binary), skipping where no driver exists.
+func backendOrSkip(t testing.TB) *Backend {
+	t.Helper()
+	gpuOnce.Do(func() { gpu, gpuErr = New(0) })
+	if errors.Is(gpuErr, ErrNoDriver) {
+		t.Skipf("no GPU here: %v", gpuErr)
+	}
+	if gpuErr != nil {
+		t.Fatal(gpuErr)
+	}
+	return gpu
+}
+
+func randF32(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// weight stores host values as a dt weight on backend be.
+func weight(be compute.Backend, dt compute.DType, x []float32, shape ...int) *compute.Tensor {
+	raw := make([]byte, len(x)*dt.Size())
+	for i, v := range x {
+		switch dt {
+		case compute.F32:
+			u := math.Float32bits(v)
+			raw[4*i], raw[4*i+1], raw[4*i+2], raw[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		case compute.BF16, compute.F16:
+			h := compute.F32ToBF16(v)
+			if dt == compute.F16 {
+				h = compute.F32ToF16(v)
+			}
+			raw[2*i], raw[2*i+1] = byte(h), byte(h>>8)
+		}
+	}
+	t, err := be.Weight(dt, shape, raw)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// opCase runs one op on a backend; inputs come from a seeded generator so
+// both backends see the same values.
+type opCase struct {
+	name string
+	tol  float64 // max |Δ| / (1 + |cpu|); 0 means bit-identical
+	run  func(be compute.Backend, r *rand.Rand) []*compute.Tensor
+}
+
+func attnCase(name string, B, L, Hq, Hkv, S, D, Dv int, opt func(r *rand.Rand) compute.AttentionOptions) opCase {
+	return opCase{name: name, tol: 2e-5, run: func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		q := be.FromF32(randF32(r, B*L*Hq*D), B, L, Hq, D)
+		k := be.FromF32(randF32(r, B*S*Hkv*D), B, S, Hkv, D)
+		v := be.FromF32(randF32(r, B*S*Hkv*Dv), B, S, Hkv, Dv)
+		return []*compute.Tensor{be.Attention(q, k, v, opt(r))}
+	}}
+}
+
+// ring describes B ring buffers of S slots holding positions first..last
+// (oldest at slot first % S), queried at the last L positions.
+func ring(B, L, S, last, window int) func(*rand.Rand) compute.AttentionOptions {
+	return func(*rand.Rand) compute.AttentionOptions {
+		o := compute.AttentionOptions{Mask: compute.Causal, Window: window, KeyPos: make([]int32, B*S), KeyStart: make([]int, B)}
+		for bi := range B {
+			first := max(0, last-S+1)
+			for s := range S {
+				o.KeyPos[bi*S+s] = -1
+			}
+			for p := first; p <= last; p++ {
+				o.KeyPos[bi*S+p%S] = int32(p)
+			}
+			o.KeyStart[bi] = first % S
+			for l := range L {
+				o.QueryPos = append(o.QueryPos, int32(last-L+1+l))
+			}
+		}
+		return o
+	}
+}
+
+func full(B, L, S int, mask compute.Mask, window int) func(*rand.Rand) compute.AttentionOptions {
+	return func(*rand.Rand) compute.AttentionOptions {
+		o := compute.AttentionOptions{Mask: mask, Window: window, KeyLen: make([]int, B)}
+		for bi := range B {
+			o.KeyLen[bi] = S - bi // rows of different lengths
+			for l := range L {
+				o.QueryPos = append(o.QueryPos, int32(S-bi-L+l))
+			}
+		}
+		return o
+	}
+}
+
+var opCases = []opCase{
+	{"MatMul/f32", 1e-5, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.MatMul(be.FromF32(randF32(r, 5*100), 5, 100), weight(be, compute.F32, randF32(r, 37*100), 37, 100))}
+	}},
+	{"MatMul/bf16-odd-K", 1e-5, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.MatMul(be.FromF32(randF32(r, 17*301), 17, 301), weight(be, compute.BF16, randF32(r, 41*301), 41, 301))}
+	}},
+	{"MatMul/bf16", 2e-4, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.MatMul(be.FromF32(randF32(r, 3*1536), 1, 3, 1536), weight(be, compute.BF16, randF32(r, 64*1536), 64, 1536))}
+	}},
+	{"MatMul/f16", 1e-5, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.MatMul(be.FromF32(randF32(r, 2*64), 2, 64), weight(be, compute.F16, randF32(r, 9*64), 9, 64))}
+	}},
+	{"Gather/bf16", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.Gather(weight(be, compute.BF16, randF32(r, 50*33), 50, 33), []int32{3, 0, 49, 3})}
+	}},
+	{"AddRows", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		dst := be.FromF32(randF32(r, 4*300), 4, 300)
+		be.AddRows(dst, be.FromF32(randF32(r, 5*300), 5, 300), []int32{2, 0, 2, 3, 2}, []float32{0.5, -1, 2, 0.25, 3})
+		dst2 := be.FromF32(randF32(r, 2*7), 2, 7)
+		be.AddRows(dst2, be.FromF32(randF32(r, 2*7), 2, 7), []int32{1, 1}, nil)
+		return []*compute.Tensor{dst, dst2}
+	}},
+	{"Concat", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.Concat(be.FromF32(randF32(r, 6*5), 2, 3, 5), be.FromF32(randF32(r, 6*4), 2, 3, 4))}
+	}},
+	{"Add-Mul", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		x := be.FromF32(randF32(r, 3*70), 3, 70)
+		return []*compute.Tensor{
+			be.Add(x, be.FromF32(randF32(r, 3*70), 3, 70)),
+			be.Mul(x, weight(be, compute.BF16, randF32(r, 70), 70)),
+			be.Add(x, be.FromF32([]float32{0.3}, 1)),
+			be.Mul(x, weight(be, compute.F16, []float32{1.5}, 1)),
+			be.Scale(x, 0.125),
+		}
+	}},
+	{"Gelu-Softcap", 1e-7, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		x, y := be.FromF32(randF32(r, 1000), 10, 100), be.FromF32(randF32(r, 1000), 10, 100)
+		return []*compute.Tensor{be.GeluTanh(x), be.GeluMul(x, y), be.Softcap(be.Scale(x, 40), 30)}
+	}},
+	{"RMSNorm", 1e-6, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		x := be.FromF32(randF32(r, 7*1536), 7, 1536)
+		return []*compute.Tensor{be.RMSNorm(x, weight(be, compute.BF16, randF32(r, 1536), 1536), 1e-6), be.RMSNorm(x, nil, 1e-6)}
+	}},
+	{"RoPE", 1e-6, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		x := be.FromF32(randF32(r, 3*4*64), 3, 4, 64)
+		pos := []int32{0, 17, 40000}
+		return []*compute.Tensor{be.RoPE(x, pos, compute.DefaultRoPE(64, 10000)), be.RoPE(x, pos, compute.ProportionalRoPE(64, 1e6, 0.25)), be.RoPE(x, pos, compute.DefaultRoPE(32, 10000))}
+	}},
+	{"Softmax", 1e-7, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		return []*compute.Tensor{be.Softmax(be.FromF32(randF32(r, 5*3000), 5, 3000))}
+	}},
+	{"Argmax-TopK", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		x := randF32(r, 4*2000)
+		x[10], x[1500] = 9, 9             // a tie: the lower index wins
+		x[2000+7] = float32(math.NaN())   // NaN ranks first
+		x[3*2000+5], x[3*2000+6] = 50, 50 // ties inside top-k
+		t := be.FromF32(x, 4, 2000)
+		v, i := be.TopK(t, 6)
+		return []*compute.Tensor{be.Argmax(t), v, i}
+	}},
+	{"Copy", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		src := be.FromF32(randF32(r, 3*20), 3, 20)
+		bf, h, f := be.Zeros(compute.BF16, 5, 20), be.Zeros(compute.F16, 5, 20), be.Zeros(compute.F32, 5, 20)
+		be.Copy(bf, 1, src)
+		be.Copy(h, 2, src)
+		be.Copy(f, 0, bf)
+		be.Copy(f, 3, be.Slice(src, 1, 3))
+		return []*compute.Tensor{bf, h, f, be.Index(f, 4)}
+	}},
+	attnCase("Attention/full-causal-gqa", 2, 3, 8, 2, 40, 64, 64, full(2, 3, 40, compute.Causal, 0)),
+	attnCase("Attention/bidirectional-window", 1, 4, 4, 4, 30, 32, 48, full(1, 4, 30, compute.Bidirectional, 7)),
+	attnCase("Attention/ring", 2, 2, 4, 1, 20, 32, 32, ring(2, 2, 20, 57, 16)),
+	attnCase("Attention/long-multi-split", 1, 2, 2, 1, 2600, 256, 256, full(1, 2, 2600, compute.Causal, 0)),
+	attnCase("Attention/head-512", 1, 1, 2, 1, 9, 512, 512, full(1, 1, 9, compute.Causal, 0)),
+}
+
+func TestOpsMatchCPU(t *testing.T) {
+	g := backendOrSkip(t)
+	c := cpu.New(0)
+	for _, tc := range opCases {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.run(c, rand.New(rand.NewPCG(1, 2)))
+			got := tc.run(g, rand.New(rand.NewPCG(1, 2)))
+			for i := range want {
+				if !compute.SameShape(want[i].Shape(), got[i].Shape()) || want[i].DType() != got[i].DType() {
+					t.Fatalf("output %d: %v, want %v", i, got[i], want[i])
+				}
+				w, gg := host(c, want[i]), host(g, got[i])
+				worst, at := 0.0, -1
+				for j := range w {
+					if math.IsNaN(w[j]) && math.IsNaN(gg[j]) {
+						continue
+					}
+					d := math.Abs(w[j]-gg[j]) / (1 + math.Abs(w[j]))
+					if d > worst || math.IsNaN(d) {
+						worst, at = d, j
+					}
+				}
+				if worst > tc.tol || (tc.tol == 0 && worst != 0) || math.IsNaN(worst) {
+					t.Errorf("output %d: element %d = %v, CPU %v (rel %.3g > %.3g)", i, at, gg[at], w[at], worst, tc.tol)
+				}
+			}
+		})
+	}
+}
+
+// host reads any tensor as float64s (I32 values converted).
+func host(be compute.Backend, t *compute.Tensor) []float64 {
+	var out []float64
+	if t.DType() == compute.I32 {
+		for _, v := range be.ToI32(t) {
+			out = append(out, float64(v))
+		}
+		return out
+	}
+	for _, v := range be.ToF32(t) {
+		out = append(out, float64(v))
+	}
+	return out
+}
+
+// TestBatchInvariance checks the property verify passes rely on: a row's
+// matmul and a query's attention have the same bits computed alone or
+// with others, with extra keys beyond its position, and in a ring buffer
+// that wrapped elsewhere.
+func TestBatchInvariance(t *testing.T) {
+	g := backendOrSkip(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, K := range []int{1536, 2048 + 5} {
+		w := weight(g, compute.BF16, randF32(r, 300*K), 300, K)
+		xs := randF32(r, 16*K)
+		all := g.ToF32(g.MatMul(g.FromF32(xs, 16, K), w))
+		for M := 1; M <= 16; M++ {
+			got := g.ToF32(g.MatMul(g.FromF32(xs[:M*K], M, K), w))
+			if err := sameBits(got, all[:M*300]); err != nil {
+				t.Fatalf("MatMul K=%d: M=%d differs from M=16: %v", K, M, err)
+			}
+		}
+	}
+
+	// Attention: query at position p alone (decode: keys 0..p) against the
+	// same query inside a verify pass (keys 0..p+7, queries p..p+7).
+	const Hq, Hkv, D = 4, 2, 64
+	for _, p := range []int{5, 1023, 1024, 3000} {
+		S := p + 8
+		ks, vs := randF32(r, S*Hkv*D), randF32(r, S*Hkv*D)
+		qs := randF32(r, 8*Hq*D)
+		k, v := g.FromF32(ks, S, Hkv, D), g.FromF32(vs, S, Hkv, D)
+		verify := g.ToF32(g.Attention(g.FromF32(qs, 8, Hq, D), k, v, compute.AttentionOptions{
+			Mask: compute.Causal, QueryPos: seq(p, 8)}))
+		for l := range 8 {
+			alone := g.ToF32(g.Attention(g.FromF32(qs[l*Hq*D:(l+1)*Hq*D], 1, Hq, D),
+				g.Slice(k, 0, p+l+1), g.Slice(v, 0, p+l+1), compute.AttentionOptions{Mask: compute.Causal, QueryPos: seq(p+l, 1)}))
+			if err := sameBits(alone, verify[l*Hq*D:(l+1)*Hq*D]); err != nil {
+				t.Fatalf("attention at position %d: decode and verify differ: %v", p+l, err)
+			}
+		}
+	}
+
+	// Sliding window in rings of two capacities, wrapped at different slots.
+	const W, last = 16, 100
+	qs := randF32(r, Hq*D)
+	kv := map[int][]float32{}
+	for p := 0; p <= last; p++ {
+		kv[p] = randF32(r, 2*Hkv*D)
+	}
+	var ref []float32
+	for _, S := range []int{W, W + 3, W + 7} {
+		ks, vs := make([]float32, S*Hkv*D), make([]float32, S*Hkv*D)
+		opt := ring(1, 1, S, last, W)(nil)
+		for s, p := range opt.KeyPos {
+			if p >= 0 {
+				copy(ks[s*Hkv*D:], kv[int(p)][:Hkv*D])
+				copy(vs[s*Hkv*D:], kv[int(p)][Hkv*D:])
+			}
+		}
+		got := g.ToF32(g.Attention(g.FromF32(qs, 1, Hq, D), g.FromF32(ks, S, Hkv, D), g.FromF32(vs, S, Hkv, D), opt))
+		if ref == nil {
+			ref = got
+		} else if err := sameBits(got, ref); err != nil {
+			t.Fatalf("ring of %d slots differs from %d slots: %v", S, W, err)
+		}
+	}
+}
+
+func seq(p, n int) []int32 {
+	s := make([]int32, n)
+	for i := range s {
+		s[i] = int32(p + i)
+	}
+	return s
+}
+
+func sameBits(a, b []float32) error {
+	if len(a) != len(b) {
+		return fmt.Errorf("lengths %d and %d", len(a), len(b))
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return fmt.Errorf("element %d: %v vs %v", i, a[i], b[i])
+		}
+	}
+	return nil
+}

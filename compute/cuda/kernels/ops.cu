@@ -1,0 +1,366 @@
+// The CUDA backend's op set besides matmul. Every kernel computes each
+// output with a fixed sequence of floating-point operations that depends
+// only on that output's inputs, never on how many rows or queries share the
+// launch: results are batch-invariant bit for bit, as on the CPU backend.
+// Rounded products and sums are written __fmul_rn / __fadd_rn so the
+// compiler cannot contract them into FMAs in some places and not others.
+// Transcendentals are evaluated in double and rounded once, as the CPU
+// backend does, so most results equal the CPU's bits.
+
+#define DT_F32 0
+#define DT_BF16 1
+#define DT_F16 2
+
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    unsigned s = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
+    if (e == 0) {
+        float f = (float)m * 5.9604644775390625e-08f; // m · 2^-24, exact
+        return s ? -f : f;
+    }
+    if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));
+    return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+
+// load reads element i of a float tensor of dtype dt, widened exactly.
+__device__ __forceinline__ float load(const void* p, int dt, size_t i) {
+    if (dt == DT_F32) return ((const float*)p)[i];
+    unsigned short h = ((const unsigned short*)p)[i];
+    return dt == DT_BF16 ? __uint_as_float(((unsigned)h) << 16) : f16_to_f32(h);
+}
+
+// Rounding to nearest even, as compute.F32ToBF16 and compute.F32ToF16.
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+    unsigned u = __float_as_uint(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);    // rounds to infinity
+    if (a < 0x38800000u) {                                          // f16 subnormal or zero
+        unsigned m = __float2uint_rn(__uint_as_float(a) * 16777216.0f); // exact scaling by 2^24
+        return (unsigned short)(s | m);
+    }
+    unsigned r = a + 0xfffu + ((a >> 13) & 1u);
+    return (unsigned short)(s | ((r - 0x38000000u) >> 13));
+}
+
+// convert copies n elements from src (dtype sd) to dst (dtype dd). Equal
+// dtypes copy bits; F32 → BF16/F16 rounds; BF16/F16 → F32 widens.
+extern "C" __global__ void convert(void* dst, int dd, const void* src, int sd, int n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+        if (dd == sd) {
+            if (dd == DT_F32) ((unsigned*)dst)[i] = ((const unsigned*)src)[i];
+            else ((unsigned short*)dst)[i] = ((const unsigned short*)src)[i];
+        } else if (dd == DT_F32) {
+            ((float*)dst)[i] = load(src, sd, i);
+        } else {
+            float v = ((const float*)src)[i];
+            ((unsigned short*)dst)[i] = dd == DT_BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+        }
+    }
+}
+
+// gather: out[i] = table[ids[i]] widened; grid.x = len(ids).
+extern "C" __global__ void gather(float* out, const void* table, int dt, const int* ids, int D) {
+    const size_t row = (size_t)ids[blockIdx.x] * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) out[(size_t)blockIdx.x * D + j] = load(table, dt, row + j);
+}
+
+// add_rows: dst[rows[i]] += scale[i]·src[i] for i in order, one thread per
+// column, so repeated rows accumulate in the same order as on the CPU.
+extern "C" __global__ void add_rows(float* dst, const float* src, const int* rows, const float* scale, int n, int D) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= D) return;
+    for (int i = 0; i < n; i++) {
+        float* d = dst + (size_t)rows[i] * D + j;
+        const float s = src[(size_t)i * D + j];
+        *d = __fadd_rn(*d, scale ? __fmul_rn(scale[i], s) : s);
+    }
+}
+
+// concat joins rows of a [rows, da] and b [rows, db]; esize is 4 or 2 bytes.
+extern "C" __global__ void concat(void* out, const void* a, const void* b, int rows, int da, int db, int esize) {
+    const int w = da + db;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)rows * w; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / w;
+        const int c = (int)(i % w);
+        if (esize == 4) {
+            ((unsigned*)out)[i] = c < da ? ((const unsigned*)a)[r * da + c] : ((const unsigned*)b)[r * db + c - da];
+        } else {
+            ((unsigned short*)out)[i] = c < da ? ((const unsigned short*)a)[r * da + c] : ((const unsigned short*)b)[r * db + c - da];
+        }
+    }
+}
+
+// binary: out = x op y with y (dtype yt) indexed by i % period; op 0 adds, 1 multiplies.
+extern "C" __global__ void binary(float* out, const float* x, const void* y, int yt, int n, int period, int op) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+        const float b = load(y, yt, i % period);
+        out[i] = op == 0 ? __fadd_rn(x[i], b) : __fmul_rn(x[i], b);
+    }
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+
+__device__ __forceinline__ float gelu(float v) {
+    const double x = v;
+    return (float)(0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
+}
+
+// unary: op 0 scales by s, 1 is GELU (tanh), 2 is the softcap s·tanh(x/s).
+extern "C" __global__ void unary(float* out, const float* x, int n, int op, float s) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        if (op == 0) out[i] = __fmul_rn(v, s);
+        else if (op == 1) out[i] = gelu(v);
+        else out[i] = (float)((double)s * tanh((double)v / (double)s));
+    }
+}
+
+extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, int n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = __fmul_rn(gelu(g[i]), u[i]);
+    }
+}
+
+#define RBLOCK 256 // threads of the row kernels; part of their reduction order
+
+// block_sum_d sums one double per thread in a fixed tree.
+__device__ double block_sum_d(double v, double* sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// rmsnorm: one block per row; w (dtype wt) may be null.
+extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps) {
+    __shared__ double sh[RBLOCK];
+    const float* xr = x + (size_t)blockIdx.x * D;
+    float* yr = out + (size_t)blockIdx.x * D;
+    double ss = 0;
+    for (int j = threadIdx.x; j < D; j += RBLOCK) ss += (double)xr[j] * (double)xr[j];
+    ss = block_sum_d(ss, sh);
+    const float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    for (int j = threadIdx.x; j < D; j += RBLOCK) {
+        const float v = __fmul_rn(xr[j], r);
+        yr[j] = w ? __fmul_rn(v, load(w, wt, j)) : v;
+    }
+}
+
+// rope: one block per (token, head) row of d values; pairs (j, j+half).
+extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
+    const int t = blockIdx.x / H;
+    const float* xr = x + (size_t)blockIdx.x * d;
+    float* yr = out + (size_t)blockIdx.x * d;
+    const float p = (float)pos[t];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const float f = freq[j], x0 = xr[j], x1 = xr[j + half];
+        if (f == 0.0f) {
+            yr[j] = x0;
+            yr[j + half] = x1;
+            continue;
+        }
+        const double a = (double)__fmul_rn(p, f);
+        const float c = (float)cos(a), s = (float)sin(a);
+        yr[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+    for (int j = 2 * half + threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j];
+}
+
+// fmax_nan is max that propagates NaN, as Go's max.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+    if (a != a || b != b) return __int_as_float(0x7fc00000);
+    return a > b ? a : b;
+}
+
+// softmax: one block per row.
+extern "C" __global__ void softmax(float* out, const float* x, int D) {
+    __shared__ double sh[RBLOCK];
+    __shared__ float shm[RBLOCK];
+    const float* xr = x + (size_t)blockIdx.x * D;
+    float* yr = out + (size_t)blockIdx.x * D;
+    float m = -__int_as_float(0x7f800000);
+    for (int j = threadIdx.x; j < D; j += RBLOCK) m = fmax_nan(m, xr[j]);
+    shm[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + s]);
+        __syncthreads();
+    }
+    const double mx = shm[0];
+    double sum = 0;
+    for (int j = threadIdx.x; j < D; j += RBLOCK) sum += exp((double)xr[j] - mx);
+    sum = block_sum_d(sum, sh);
+    for (int j = threadIdx.x; j < D; j += RBLOCK) yr[j] = (float)(exp((double)xr[j] - mx) / sum);
+}
+
+// above reports whether (a, ia) ranks above (b, ib): NaN first (lowest
+// index among NaNs), then larger values, ties by lower index.
+__device__ __forceinline__ bool above(float a, int ia, float b, int ib) {
+    if (ib < 0) return ia >= 0;
+    if (ia < 0) return false;
+    const bool an = a != a, bn = b != b;
+    if (an || bn) return an && (!bn || ia < ib);
+    return a > b || (a == b && ia < ib);
+}
+
+// block_best reduces one candidate per thread to the block's best.
+__device__ void block_best(float* v, int* i, float* shv, int* shi) {
+    shv[threadIdx.x] = *v;
+    shi[threadIdx.x] = *i;
+    __syncthreads();
+    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s && above(shv[threadIdx.x + s], shi[threadIdx.x + s], shv[threadIdx.x], shi[threadIdx.x])) {
+            shv[threadIdx.x] = shv[threadIdx.x + s];
+            shi[threadIdx.x] = shi[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    *v = shv[0];
+    *i = shi[0];
+    __syncthreads();
+}
+
+// topk: one block per row; k rounds, each picking the best element ranking
+// strictly below the previous pick (k = 1 is argmax).
+extern "C" __global__ void topk(float* vals, int* idx, const float* x, int D, int k) {
+    __shared__ float shv[RBLOCK];
+    __shared__ int shi[RBLOCK];
+    const float* xr = x + (size_t)blockIdx.x * D;
+    float pv = 0.0f;
+    int pi = -1;
+    for (int r = 0; r < k; r++) {
+        float bv = 0.0f;
+        int bi = -1;
+        for (int j = threadIdx.x; j < D; j += RBLOCK) {
+            const float v = xr[j];
+            if (pi >= 0 && !above(pv, pi, v, j)) continue;
+            if (above(v, j, bv, bi)) {
+                bv = v;
+                bi = j;
+            }
+        }
+        block_best(&bv, &bi, shv, shi);
+        if (threadIdx.x == 0) {
+            if (vals) vals[(size_t)blockIdx.x * k + r] = bv;
+            idx[(size_t)blockIdx.x * k + r] = bi;
+        }
+        pv = bv;
+        pi = bi;
+    }
+}
+
+// Attention, in three kernels. The host orders each batch row's keys by
+// position: slot_of[b][r] is the slot holding position minpos[b] + r (or −1),
+// so every sum below runs in position order, in chunks anchored at absolute
+// positions. A query's result therefore depends only on the keys it sees,
+// not on how many queries share the launch, the cache's capacity or where a
+// ring buffer wrapped.
+#define ATTN_CHUNK 1024 // positions per score block and per value split
+
+__device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) {
+    return (!causal || kp <= qp) && (window <= 0 || kp > qp - window);
+}
+
+// attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
+// key's score sc[bh][r] = float32(q·k)·scale and the chunk's max.
+extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax,
+                                       const int* slot_of, const int* minpos, const int* qpos,
+                                       int L, int Hq, int Hkv, int S, int D, float scale, int causal, int window) {
+    __shared__ float qs[512];
+    __shared__ float shm[RBLOCK];
+    const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
+    const size_t bh = (size_t)bl * Hq + h;
+    for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
+    __syncthreads();
+    const int qp = qpos ? qpos[bl] : 0, mp = minpos[b];
+    float m = -__int_as_float(0x7f800000);
+    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(r0 + ATTN_CHUNK, S);
+    for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
+        const int s = slot_of[(size_t)b * S + r];
+        if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
+        const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
+        float dot = 0.0f;
+        for (int j = 0; j < D; j++) dot = fmaf(qs[j], kr[j], dot);
+        const float v = __fmul_rn(dot, scale);
+        sc[bh * S + r] = v;
+        m = fmax_nan(m, v);
+    }
+    shm[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) cmax[bh * gridDim.z + blockIdx.z] = shm[0];
+}
+
+// attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
+// absolute positions of chunk (minpos >> 10) + i. It writes the split's
+// Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
+// with e = exp(score − max) and max the exact maximum over all chunks.
+extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
+                                       const int* slot_of, const int* minpos, const int* qpos,
+                                       int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window) {
+    __shared__ float es[ATTN_CHUNK];
+    __shared__ int ss[ATTN_CHUNK];
+    __shared__ double sh[RBLOCK];
+    const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
+    const size_t bh = (size_t)bl * Hq + h;
+    const int qp = qpos ? qpos[bl] : 0, mp = minpos[b];
+    float mx = -__int_as_float(0x7f800000);
+    for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
+    const int p0 = ((mp >> 10) + (int)blockIdx.z) << 10; // first position of this split
+    double part = 0;
+    for (int o = threadIdx.x; o < ATTN_CHUNK; o += RBLOCK) {
+        const int r = p0 + o - mp;
+        int s = -1;
+        float e = 0.0f;
+        if (r >= 0 && r < S) {
+            s = slot_of[(size_t)b * S + r];
+            if (s >= 0 && visible(p0 + o, qp, causal, window)) {
+                const double ed = exp((double)sc[bh * S + r] - (double)mx);
+                part += ed;
+                e = (float)ed;
+            } else {
+                s = -1;
+            }
+        }
+        es[o] = e;
+        ss[o] = s;
+    }
+    const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss
+    for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
+        float acc = 0.0f;
+        for (int o = 0; o < ATTN_CHUNK; o++) {
+            const int s = ss[o];
+            if (s < 0 || es[o] == 0.0f) continue;
+            acc = __fadd_rn(acc, __fmul_rn(es[o], v[(((size_t)b * S + s) * Hkv + kvh) * Dv + j]));
+        }
+        pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
+    }
+    if (threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
+}
+
+// attn_combine: grid (Hq, B·L). Sums the splits in order and normalises; a
+// query that sees no key gets zeros.
+extern "C" __global__ void attn_combine(float* out, const float* pv, const double* pe, int Hq, int Dv, int nsplit) {
+    const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
+    double e = 0;
+    for (int i = 0; i < nsplit; i++) e += pe[bh * nsplit + i];
+    for (int j = threadIdx.x; j < Dv; j += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nsplit; i++) acc = __fadd_rn(acc, pv[(bh * nsplit + i) * Dv + j]);
+        out[bh * Dv + j] = e > 0 ? (float)((double)acc / e) : 0.0f;
+    }
+}

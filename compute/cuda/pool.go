@@ -1,0 +1,136 @@
+package cuda
+
+import (
+	"errors"
+	"math/bits"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// ErrOutOfMemory is wrapped by allocation failures, after the pool has
+// returned every cached buffer to the driver and retried.
+var ErrOutOfMemory = errors.New("cuda: out of device memory")
+
+// pool is a caching allocator. Tensors are garbage-collected Go values, so
+// device memory returns to the pool through a cleanup when the last view of
+// an allocation becomes unreachable; freed blocks are reused by size class.
+// All work runs on one stream in issue order, so a block freed on the host
+// while kernels that use it are still queued is only reused by later work.
+type pool struct {
+	dev     *Device
+	mu      sync.Mutex
+	free    map[int][]uintptr // size class → cached device pointers
+	cached  int64             // bytes in free
+	sinceGC int64             // bytes handed out since the last forced GC
+	gcEvery int64
+}
+
+// block is one allocation; views share it and keep it alive.
+type block struct {
+	ptr  uintptr
+	size int
+}
+
+func newPool(dev *Device) *pool {
+	return &pool{dev: dev, free: map[int][]uintptr{}, gcEvery: 4 << 30}
+}
+
+// sizeClass rounds n up to a multiple of 256 bytes below 64 KiB and to one
+// of four steps per power of two above, bounding waste at 25%.
+func sizeClass(n int) int {
+	if n <= 0 {
+		return 256
+	}
+	if n <= 64<<10 {
+		return (n + 255) &^ 255
+	}
+	shift := bits.Len(uint(n-1)) - 3
+	step := 1 << shift
+	return (n + step - 1) &^ (step - 1)
+}
+
+// get returns a block of at least n bytes.
+func (p *pool) get(n int) (*block, error) {
+	size := sizeClass(n)
+	p.mu.Lock()
+	if l := p.free[size]; len(l) > 0 {
+		ptr := l[len(l)-1]
+		p.free[size] = l[:len(l)-1]
+		p.cached -= int64(size)
+		p.mu.Unlock()
+		return p.track(ptr, size), nil
+	}
+	p.sinceGC += int64(size)
+	collect := p.sinceGC > p.gcEvery
+	if collect {
+		p.sinceGC = 0
+	}
+	p.mu.Unlock()
+	if collect {
+		// Garbage tensors hold device memory the Go heap does not see;
+		// collect them now and then so the pool recycles instead of growing.
+		runtime.GC()
+	}
+	buf, err := p.dev.Alloc(size)
+	if err != nil {
+		buf, err = p.retry(size)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p.track(buf.ptr, size), nil
+}
+
+// retry collects garbage tensors, gives cached blocks back to the driver,
+// and allocates again.
+func (p *pool) retry(size int) (Buffer, error) {
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	p.release()
+	buf, err := p.dev.Alloc(size)
+	if err != nil {
+		return buf, errors.Join(ErrOutOfMemory, err)
+	}
+	return buf, nil
+}
+
+// release frees every cached block.
+func (p *pool) release() {
+	p.mu.Lock()
+	free := p.free
+	p.free, p.cached = map[int][]uintptr{}, 0
+	p.mu.Unlock()
+	for size, l := range free {
+		for _, ptr := range l {
+			p.dev.Free(Buffer{ptr: ptr, Size: size})
+		}
+	}
+}
+
+func (p *pool) track(ptr uintptr, size int) *block {
+	b := &block{ptr: ptr, size: size}
+	runtime.AddCleanup(b, p.put, [2]int{int(ptr), size})
+	return b
+}
+
+func (p *pool) put(a [2]int) {
+	p.mu.Lock()
+	p.free[a[1]] = append(p.free[a[1]], uintptr(a[0]))
+	p.cached += int64(a[1])
+	p.mu.Unlock()
+}
+
+// exact allocates n bytes outside the size classes (weights, which live as
+// long as the model); the block is freed to the driver when unreachable.
+func (p *pool) exact(n int) (*block, error) {
+	buf, err := p.dev.Alloc(max(n, 1))
+	if err != nil {
+		if buf, err = p.retry(max(n, 1)); err != nil {
+			return nil, err
+		}
+	}
+	b := &block{ptr: buf.ptr, size: buf.Size}
+	runtime.AddCleanup(b, func(buf Buffer) { p.dev.Free(buf) }, buf)
+	return b, nil
+}
