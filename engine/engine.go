@@ -100,6 +100,7 @@ const (
 	FinishStop      = "stop"      // a stop token was emitted
 	FinishLength    = "length"    // MaxTokens reached
 	FinishCancelled = "cancelled" // the request's context ended
+	FinishError     = "error"     // the engine failed (Event.Err says why)
 )
 
 // Usage counts a request's tokens and speculative work.

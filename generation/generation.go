@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"tandem/compute"
@@ -81,21 +80,21 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	}
 	res.Prefill = time.Since(start)
 	start = time.Now()
-	s := sample.New(opt.Sample)
-	history := slices.Clone(prompt)
+	seq := NewSeq(prompt, opt)
+	defer func() {
+		res.Tokens = seq.Tokens()
+		if seq.Done {
+			res.StopReason = seq.StopReason
+		}
+		res.Decode = time.Since(start)
+	}()
 	for {
-		tok := s.Next(b.ToF32(logits), history)
-		res.Tokens = append(res.Tokens, tok)
-		history = append(history, tok)
+		tok, done := seq.Next(b.ToF32(logits))
 		if onToken != nil {
 			onToken(tok)
 		}
-		if slices.Contains(opt.StopTokens, tok) {
-			res.StopReason = StopToken
-			break
-		}
-		if len(res.Tokens) == opt.MaxTokens {
-			break
+		if done {
+			return res, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -106,8 +105,6 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 		}
 		logits = out.Logits
 	}
-	res.Decode = time.Since(start)
-	return res, nil
 }
 
 // Prefill feeds prompt into cache in chunks of at most chunk tokens and

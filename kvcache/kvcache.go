@@ -110,6 +110,35 @@ func (c *Cache) Truncate(n int) error {
 	return nil
 }
 
+// CanTruncate reports whether Truncate(n) would succeed.
+func (c *Cache) CanTruncate(n int) bool {
+	return n >= 0 && n <= c.n && c.furthest-n <= c.maxStep
+}
+
+// Clone returns an independent copy of the cache: the same positions, the
+// same keys and values, and the same rollback limit (the rings of the copy
+// have lost what the original's have). A prefix cache keeps clones so that
+// a later sequence can continue from a shared prefix while the original
+// goes on.
+func (c *Cache) Clone() *Cache {
+	d := &Cache{b: c.b, n: c.n, maxStep: c.maxStep, furthest: c.furthest}
+	for _, l := range c.layers {
+		m := &Layer{spec: l.spec, b: l.b}
+		slots := len(l.pos)
+		if l.spec.Window == 0 {
+			slots = c.n // the positions a view can reach; Write grows it
+		}
+		m.alloc(slots)
+		if slots > 0 {
+			m.b.Copy(m.k, 0, m.b.Slice(l.k, 0, slots))
+			m.b.Copy(m.v, 0, m.b.Slice(l.v, 0, slots))
+			copy(m.pos, l.pos[:slots])
+		}
+		d.layers = append(d.layers, m)
+	}
+	return d
+}
+
 // Reset empties the cache, keeping its memory.
 func (c *Cache) Reset() {
 	c.n, c.furthest = 0, 0

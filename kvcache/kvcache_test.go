@@ -428,3 +428,61 @@ func TestWriteWiderThanTheStepPanics(t *testing.T) {
 		})
 	}
 }
+
+// TestClone checks that a clone holds the same keys, keeps the original's
+// rollback limit, and is independent of it afterwards.
+func TestClone(t *testing.T) {
+	const window, step = 4, 3 // ring of 6 slots
+	b := cpu.New(1)
+	specs := []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: window}}
+	c := kvcache.New(b, specs, step)
+	for _, n := range []int{3, 3, 3} {
+		write(b, c, n)
+	}
+	if err := c.Truncate(7); err != nil {
+		t.Fatal(err)
+	}
+	d := c.Clone()
+	if snapshot(d) != snapshot(c) || d.MaxStep() != c.MaxStep() {
+		t.Fatalf("clone %s (max step %d), original %s (%d)", snapshot(d), d.MaxStep(), snapshot(c), c.MaxStep())
+	}
+	for i := range d.NumLayers() {
+		kc, vc, _, sc := c.Layer(i).View(7)
+		kd, vd, _, sd := d.Layer(i).View(7)
+		if !slices.Equal(b.ToF32(kc), b.ToF32(kd)) || !slices.Equal(b.ToF32(vc), b.ToF32(vd)) || sc != sd {
+			t.Fatalf("layer %d: the clone's keys or values differ", i)
+		}
+	}
+	// The original reached 9: both may roll back to 6, neither to 5.
+	for _, tc := range []struct {
+		n    int
+		want bool
+	}{{7, true}, {6, true}, {5, false}, {8, false}, {-1, false}} {
+		if got := d.CanTruncate(tc.n); got != tc.want {
+			t.Errorf("clone CanTruncate(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+		if got := c.CanTruncate(tc.n); got != tc.want {
+			t.Errorf("CanTruncate(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+		if err := d.Clone().Truncate(tc.n); (err == nil) != tc.want {
+			t.Errorf("Truncate(%d) = %v, CanTruncate says %v", tc.n, err, tc.want)
+		}
+	}
+	// Writing to the clone leaves the original alone, and the clone's
+	// full layer grows past the length it was cloned at.
+	before := snapshot(c)
+	write(b, d, 3)
+	write(b, d, 3)
+	if snapshot(c) != before {
+		t.Fatalf("writing to the clone changed the original: %s, was %s", snapshot(c), before)
+	}
+	if d.Len() != 13 {
+		t.Fatalf("clone Len %d, want 13", d.Len())
+	}
+	kf, vf, _, _ := d.Layer(0).View(13)
+	for p := range 13 {
+		if !slotHolds(b.ToF32(kf), b.ToF32(vf), p, p, 0) {
+			t.Fatalf("clone's full layer lost position %d", p)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 // Package sample turns logits into tokens: greedy argmax or seeded sampling
 // with temperature, top-k, top-p, min-p and a repetition penalty, applied in
-// Hugging Face's order (penalty, temperature, top-k, top-p, min-p).
+// Hugging Face's order (penalty, temperature, top-k, top-p, min-p), plus
+// OpenAI's frequency and presence penalties (vLLM's semantics: applied after
+// the repetition penalty, before the temperature, counting only the tokens
+// generated after the prompt).
 //
 // Distribution exposes the exact distribution a token is drawn from, which
 // lossless speculative sampling needs for both drafter and target.
@@ -22,8 +25,17 @@ type Params struct {
 	TopP              float64 // 0 or 1: off
 	MinP              float64 // 0: off
 	RepetitionPenalty float64 // 0 or 1: off; >1 discourages tokens already seen
-	Seed              uint64
+	// FrequencyPenalty and PresencePenalty, in [-2, 2] (0: off), subtract
+	// freq·count(t) + pres·[count(t) > 0] from each token's logit, where
+	// count(t) is how often t was generated so far (the prompt does not
+	// count). Positive values discourage repeats.
+	FrequencyPenalty float64
+	PresencePenalty  float64
+	Seed             uint64
 }
+
+// MaxPenalty bounds FrequencyPenalty and PresencePenalty (OpenAI's range).
+const MaxPenalty = 2
 
 // Greedy reports whether p picks the most likely token deterministically.
 func (p Params) Greedy() bool { return p.Temperature == 0 }
@@ -46,6 +58,12 @@ func (p Params) Validate() error {
 	if p.RepetitionPenalty < 0 || math.IsNaN(p.RepetitionPenalty) || math.IsInf(p.RepetitionPenalty, 0) {
 		errs = append(errs, fmt.Errorf("repetition_penalty must be > 0, got %v", p.RepetitionPenalty))
 	}
+	if !(p.FrequencyPenalty >= -MaxPenalty && p.FrequencyPenalty <= MaxPenalty) { // NaN fails too
+		errs = append(errs, fmt.Errorf("frequency_penalty must be in [-%d, %d], got %v", MaxPenalty, MaxPenalty, p.FrequencyPenalty))
+	}
+	if !(p.PresencePenalty >= -MaxPenalty && p.PresencePenalty <= MaxPenalty) {
+		errs = append(errs, fmt.Errorf("presence_penalty must be in [-%d, %d], got %v", MaxPenalty, MaxPenalty, p.PresencePenalty))
+	}
 	return errors.Join(errs...)
 }
 
@@ -63,37 +81,63 @@ func New(p Params) *Sampler {
 // Params returns the sampler's settings.
 func (s *Sampler) Params() Params { return s.p }
 
-// Penalize applies the repetition penalty in place to logits of tokens in
-// history: positive logits are divided by the penalty, negative multiplied.
-func (p Params) Penalize(logits []float32, history []int32) {
-	if p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1 {
+// Penalize is PenalizeAfter with no prompt: every token of history counts
+// as generated for the frequency and presence penalties.
+func (p Params) Penalize(logits []float32, history []int32) { p.PenalizeAfter(logits, history, 0) }
+
+// PenalizeAfter applies the penalties in place to the logits that follow
+// history, whose first prompt tokens are the prompt. The repetition penalty
+// (HF) looks at all of history: positive logits of seen tokens are divided
+// by it, negative ones multiplied. Then the frequency and presence
+// penalties (vLLM) subtract freq·count + pres·[count > 0], counting only
+// history[prompt:], the generated tokens. Ids outside the vocabulary are
+// ignored.
+func (p Params) PenalizeAfter(logits []float32, history []int32, prompt int) {
+	if p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1 {
+		pen := float32(p.RepetitionPenalty)
+		seen := make(map[int32]bool, len(history))
+		for _, t := range history {
+			if seen[t] || t < 0 || int(t) >= len(logits) {
+				continue
+			}
+			seen[t] = true
+			if logits[t] > 0 {
+				logits[t] /= pen
+			} else {
+				logits[t] *= pen
+			}
+		}
+	}
+	if p.FrequencyPenalty == 0 && p.PresencePenalty == 0 {
 		return
 	}
-	pen := float32(p.RepetitionPenalty)
-	seen := make(map[int32]bool, len(history))
-	for _, t := range history {
-		if seen[t] || t < 0 || int(t) >= len(logits) {
-			continue
+	prompt = min(max(prompt, 0), len(history))
+	counts := make(map[int32]int, len(history)-prompt)
+	for _, t := range history[prompt:] {
+		if t >= 0 && int(t) < len(logits) {
+			counts[t]++
 		}
-		seen[t] = true
-		if logits[t] > 0 {
-			logits[t] /= pen
-		} else {
-			logits[t] *= pen
-		}
+	}
+	for t, c := range counts {
+		logits[t] = float32(float64(logits[t]) - p.FrequencyPenalty*float64(c) - p.PresencePenalty)
 	}
 }
 
-// Next picks the next token from one position's logits. history is the
-// sequence so far (prompt and generated), for the repetition penalty.
-// logits is not modified.
+// Next is NextAfter with no prompt.
 func (s *Sampler) Next(logits []float32, history []int32) int32 {
+	return s.NextAfter(logits, history, 0)
+}
+
+// NextAfter picks the next token from one position's logits. history is
+// the sequence so far, its first prompt tokens the prompt (for the
+// penalties). logits is not modified.
+func (s *Sampler) NextAfter(logits []float32, history []int32, prompt int) int32 {
 	if s.p.Greedy() {
 		l := slices.Clone(logits)
-		s.p.Penalize(l, history)
+		s.p.PenalizeAfter(l, history, prompt)
 		return Argmax(l)
 	}
-	probs := s.p.Distribution(logits, history)
+	probs := s.p.DistributionAfter(logits, history, prompt)
 	return Draw(probs, s.rng.Float64())
 }
 
@@ -112,8 +156,15 @@ func Argmax(x []float32) int32 {
 	return int32(best)
 }
 
-// Distribution returns the probabilities sampling draws from: softmax of the
-// penalised logits at the temperature, restricted by top-k, top-p and min-p,
+// Distribution is DistributionAfter with no prompt: every token of history
+// counts as generated for the frequency and presence penalties.
+func (p Params) Distribution(logits []float32, history []int32) []float64 {
+	return p.DistributionAfter(logits, history, 0)
+}
+
+// DistributionAfter returns the probabilities sampling draws from after
+// history, whose first prompt tokens are the prompt: softmax of the
+// penalised logits (PenalizeAfter) at the temperature, restricted by top-k, top-p and min-p,
 // renormalised. For greedy params it is one-hot on the argmax.
 //
 // The filters follow Hugging Face's warpers: top-k keeps every token whose
@@ -122,9 +173,9 @@ func Argmax(x []float32) int32 {
 // <= 1-top_p, always keeping the most likely; min-p drops tokens whose
 // probability is below min_p times the largest. Where top-p's cut falls
 // inside a group of equal logits, the lower token ids are kept.
-func (p Params) Distribution(logits []float32, history []int32) []float64 {
+func (p Params) DistributionAfter(logits []float32, history []int32, prompt int) []float64 {
 	l := slices.Clone(logits)
-	p.Penalize(l, history)
+	p.PenalizeAfter(l, history, prompt)
 	probs := make([]float64, len(l))
 	if p.Greedy() {
 		probs[Argmax(l)] = 1

@@ -34,9 +34,15 @@ func TestValidateNamesEachBadField(t *testing.T) {
 		{"negative repetition penalty", Params{RepetitionPenalty: -1}, []string{"repetition_penalty"}},
 		{"NaN repetition penalty", Params{RepetitionPenalty: nan}, []string{"repetition_penalty"}},
 		{"infinite repetition penalty", Params{RepetitionPenalty: inf}, []string{"repetition_penalty"}},
+		{"penalties at their bounds", Params{Temperature: 1, FrequencyPenalty: -2, PresencePenalty: 2}, nil},
+		{"frequency penalty above 2", Params{FrequencyPenalty: 2.5}, []string{"frequency_penalty", "[-2, 2]", "2.5"}},
+		{"frequency penalty below -2", Params{FrequencyPenalty: -3}, []string{"frequency_penalty", "-3"}},
+		{"NaN frequency penalty", Params{FrequencyPenalty: nan}, []string{"frequency_penalty"}},
+		{"presence penalty above 2", Params{PresencePenalty: 2.01}, []string{"presence_penalty", "2.01"}},
+		{"infinite presence penalty", Params{PresencePenalty: -inf}, []string{"presence_penalty"}},
 		// Every bad field is reported, not only the first.
-		{"all bad at once", Params{Temperature: -1, TopK: -2, TopP: 2, MinP: -1, RepetitionPenalty: -3},
-			[]string{"temperature", "top_k", "top_p", "min_p", "repetition_penalty"}},
+		{"all bad at once", Params{Temperature: -1, TopK: -2, TopP: 2, MinP: -1, RepetitionPenalty: -3, FrequencyPenalty: 9, PresencePenalty: -9},
+			[]string{"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,6 +350,59 @@ func TestPenalize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFrequencyAndPresencePenalties checks vLLM's semantics: after the
+// repetition penalty, logit[t] -= freq·count(t) + pres·[count(t) > 0], with
+// count(t) over the generated tokens only.
+func TestFrequencyAndPresencePenalties(t *testing.T) {
+	tests := []struct {
+		name    string
+		logits  []float32
+		history []int32
+		prompt  int
+		p       Params
+		want    []float32
+	}{
+		{"off", []float32{1, 2, 3}, []int32{0, 0, 1}, 0, Params{}, []float32{1, 2, 3}},
+		{"frequency scales with the count", []float32{1, 2, 3}, []int32{0, 0, 1}, 0, Params{FrequencyPenalty: 0.5}, []float32{0, 1.5, 3}},
+		{"presence once per seen token", []float32{1, 2, 3}, []int32{0, 0, 1}, 0, Params{PresencePenalty: 0.5}, []float32{0.5, 1.5, 3}},
+		{"both add up", []float32{1, 2, 3}, []int32{0, 0, 1}, 0, Params{FrequencyPenalty: 1, PresencePenalty: 0.5}, []float32{-1.5, 0.5, 3}},
+		{"negative values encourage repeats", []float32{1, 2, 3}, []int32{2}, 0, Params{FrequencyPenalty: -1, PresencePenalty: -2}, []float32{1, 2, 6}},
+		{"the prompt does not count", []float32{1, 2, 3}, []int32{0, 0, 1, 2}, 3, Params{FrequencyPenalty: 1}, []float32{1, 2, 2}},
+		{"a prompt longer than the history counts nothing", []float32{1, 2, 3}, []int32{0}, 5, Params{PresencePenalty: 1}, []float32{1, 2, 3}},
+		{"ids outside the vocabulary are ignored", []float32{1, 2}, []int32{-1, 7, 1}, 0, Params{PresencePenalty: 1}, []float32{1, 1}},
+		// The repetition penalty comes first and looks at the prompt too.
+		{"after the repetition penalty", []float32{4, 4, 4}, []int32{0, 1, 1}, 1, Params{RepetitionPenalty: 2, FrequencyPenalty: 1}, []float32{2, 0, 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := slices.Clone(tt.logits)
+			tt.p.PenalizeAfter(got, tt.history, tt.prompt)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("PenalizeAfter(%v, %v, %d) = %v, want %v", tt.logits, tt.history, tt.prompt, got, tt.want)
+			}
+			// Greedy picks the argmax of the penalised logits; sampling
+			// draws from their softmax.
+			if tok := New(tt.p).NextAfter(tt.logits, tt.history, tt.prompt); tok != Argmax(tt.want) {
+				t.Errorf("greedy NextAfter = %d, want %d", tok, Argmax(tt.want))
+			}
+			sp := tt.p
+			sp.Temperature = 1
+			ref := softmax(f64(tt.want))
+			if err := closeDist(ref, sp.DistributionAfter(tt.logits, tt.history, tt.prompt), 1e-12); err != nil {
+				t.Errorf("DistributionAfter: %v", err)
+			}
+		})
+	}
+}
+
+func f64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
 }
 
 func TestArgmax(t *testing.T) {

@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"tandem/compute/cpu"
+	"tandem/generation"
+	"tandem/model/gemma4"
+	"tandem/sample"
+	"tandem/spec"
+)
+
+// The tests share one tiny E2B target and its assistant (random weights,
+// every structural feature: sliding rings of 16, KV sharing, PLE), written
+// once per test binary.
+var (
+	target *gemma4.Model
+	helper *gemma4.Assistant
+	vocab  int
+	// draftDir holds a second copy of the assistant (left unbound).
+	draftDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "tandem-engine-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if err := loadPair(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer target.Close()
+		defer helper.Close()
+		return m.Run()
+	}())
+}
+
+func loadPair(dir string) error {
+	b := cpu.New(0)
+	for _, name := range []string{"gemma4-tiny-e2b", "gemma4-tiny-e2b-assistant"} {
+		p, err := gemma4.LookupPreset(name)
+		if err != nil {
+			return err
+		}
+		if err := p.Generate(filepath.Join(dir, name), gemma4.GenerateOptions{Seed: 21}); err != nil {
+			return err
+		}
+	}
+	var err error
+	if target, err = gemma4.Load(filepath.Join(dir, "gemma4-tiny-e2b"), b); err != nil {
+		return err
+	}
+	draftDir = filepath.Join(dir, "gemma4-tiny-e2b-assistant")
+	if helper, err = gemma4.LoadAssistant(draftDir, b); err != nil {
+		return err
+	}
+	vocab = target.Config.Text.VocabSize
+	return helper.Bind(target)
+}
+
+// stopIDs are kept out of prompts so stop tokens only come from output.
+var stopIDs = []int32{1, 50, 106}
+
+func promptOf(n int, seed uint64) []int32 {
+	r := rand.New(rand.NewPCG(seed, 9))
+	ids := make([]int32, n)
+	for i := range ids {
+		for ids[i] = int32(3 + r.IntN(vocab-3)); slices.Contains(stopIDs, ids[i]); {
+			ids[i] = int32(3 + r.IntN(vocab-3))
+		}
+	}
+	ids[0] = 2
+	return ids
+}
+
+// start makes an engine and closes it (checking that nothing is left
+// running) when the test ends.
+func start(t testing.TB, cfg Config) *Engine {
+	t.Helper()
+	if cfg.Model == nil {
+		cfg.Model = target
+	}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeEngine(t, e) })
+	return e
+}
+
+func closeEngine(t testing.TB, e *Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// result is what a request's channel delivered.
+type result struct {
+	tokens   []int32
+	logprobs []Logprob
+	events   int
+	final    Event
+}
+
+// collect reads ch until it is closed and checks the event contract: token
+// events, then exactly one final event, last.
+func collect(t testing.TB, ch <-chan Event) result {
+	t.Helper()
+	var res result
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				if !res.final.Done {
+					t.Errorf("channel closed without a final event")
+				}
+				return res
+			}
+			if res.final.Done {
+				t.Errorf("event after the final event: %+v", ev)
+			}
+			res.events++
+			res.tokens = append(res.tokens, ev.Tokens...)
+			res.logprobs = append(res.logprobs, ev.Logprobs...)
+			if ev.Done {
+				res.final = ev
+			}
+		case <-timeout:
+			t.Fatalf("no event for 60 s (%d tokens so far)", len(res.tokens))
+		}
+	}
+}
+
+func submit(t testing.TB, e *Engine, ctx context.Context, r Request) <-chan Event {
+	t.Helper()
+	ch, err := e.Submit(ctx, r)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	return ch
+}
+
+// alone runs r by itself, as the command line would: plain decoding
+// without a drafter, spec.Generate with one.
+func alone(t testing.TB, r Request, d spec.Drafter, k, prefill int) (tokens []int32, reason string, st spec.Stats) {
+	t.Helper()
+	opt := generation.Options{MaxTokens: r.MaxTokens, Sample: r.Sample, StopTokens: r.StopTokens, PrefillSize: prefill}
+	if d == nil {
+		res, err := generation.Generate(context.Background(), target, r.Prompt, opt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Tokens, res.StopReason, st
+	}
+	res, err := spec.Generate(context.Background(), target, d, r.Prompt, spec.Options{Options: opt, DraftTokens: k}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Tokens, res.StopReason, res.Stats
+}
+
+// assistantFor is the drafter a request would use alone.
+func assistantFor(t testing.TB, p sample.Params) spec.Drafter {
+	t.Helper()
+	d, err := spec.NewAssistant(helper, gemma4.DraftOptions{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// loadUnbound loads another copy of the assistant, not bound to anything.
+func loadUnbound() (*gemma4.Assistant, error) {
+	return gemma4.LoadAssistant(draftDir, target.Backend())
+}

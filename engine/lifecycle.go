@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"slices"
+	"time"
+
+	"tandem/generation"
+	"tandem/spec"
+)
+
+// start makes an admitted request a running row: its cache (from the
+// prefix cache when a usable shared prefix is there), its sequence state,
+// and, with a drafter, its own drafting stream.
+func (e *Engine) start(r *request) {
+	r.started = time.Now()
+	p := r.req.Prompt
+	cache, reused := e.prefix.take(p)
+	if cache == nil {
+		cache = e.m.NewCache(e.maxStep)
+	}
+	e.mu.Lock()
+	// The reservation was counted in admit; entries give way to it.
+	e.prefix.shrink(e.budget - e.kvUsed)
+	e.prefixN = e.prefix.tokens
+	e.stats.PromptTokens += int64(len(p))
+	e.stats.CachedTokens += int64(reused)
+	e.mu.Unlock()
+	r.cache, r.fed = cache, reused
+	r.usage.PromptTokens, r.usage.CachedTokens = len(p), reused
+	r.seq = generation.NewSeq(p, generation.Options{MaxTokens: r.req.MaxTokens, Sample: r.req.Sample, StopTokens: r.req.StopTokens})
+	e.active = append(e.active, r)
+	if e.cfg.Drafter != nil {
+		d, err := spec.NewAssistant(e.cfg.Drafter, e.cfg.Draft, r.req.Sample)
+		if err != nil {
+			e.end(r, FinishError, err)
+			return
+		}
+		r.draft, r.stats = d, spec.NewStats(e.cfg.DraftTokens)
+	}
+}
+
+// end removes a running request, releases its reservation, keeps its KV in
+// the prefix cache when it finished normally (a cancelled or failed
+// request's KV is freed), and sends the final event.
+func (e *Engine) end(r *request, reason string, err error) {
+	e.active = slices.DeleteFunc(e.active, func(x *request) bool { return x == r })
+	cache := r.cache
+	r.cache, r.hidden = nil, nil
+	r.usage.Rounds, r.usage.Drafted, r.usage.Accepted = r.stats.Rounds, r.stats.Drafted, r.stats.Accepted
+	e.mu.Lock()
+	e.kvUsed -= r.reserve
+	e.running--
+	e.stats.Requests++
+	if (reason == FinishStop || reason == FinishLength) && cache != nil {
+		// The cache holds the prompt and the emitted tokens but the last
+		// (never fed), and possibly rejected drafts beyond them.
+		n := min(cache.Len(), len(r.seq.History))
+		if cache.Truncate(n) == nil {
+			e.prefix.put(r.seq.History[:n], cache, e.budget-e.kvUsed)
+			e.prefixN = e.prefix.tokens
+		}
+	}
+	e.mu.Unlock()
+	r.finish(reason, err)
+}
+
+// rememberPrompt keeps a copy of a request's KV as its prompt is complete:
+// its end snapshot may have moved too far past the prompt to roll back to
+// it (the sliding rings keep only a window plus one step), and requests
+// sharing the prompt (another sample, a retry) can start from it at once.
+func (e *Engine) rememberPrompt(r *request) {
+	if !e.prefix.on() || len(r.req.Prompt) < 2 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if room := e.budget - e.kvUsed; e.prefix.fits(len(r.req.Prompt), room) {
+		e.prefix.put(r.req.Prompt, r.cache.Clone(), room)
+		e.prefixN = e.prefix.tokens
+	}
+}

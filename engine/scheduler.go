@@ -1,0 +1,314 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"tandem/generation"
+	"tandem/model/gemma4"
+	"tandem/spec"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultDraftTokens = 3
+	DefaultParallel    = 4
+	DefaultMaxQueue    = 64
+	DefaultCtxSize     = 8192
+	// MaxTopLogprobs bounds Request.TopLogprobs (OpenAI's limit).
+	MaxTopLogprobs = 20
+)
+
+// Engine runs requests on one model: a single scheduler goroutine owns the
+// model, the caches and every running request; Submit, Stats and Close
+// talk to it through a mutex-guarded queue and counters.
+type Engine struct {
+	m       *gemma4.Model
+	cfg     Config // defaults filled in
+	maxStep int    // every cache's step width: a prefill chunk or a verify pass
+	budget  int    // KV tokens: CtxSize × Parallel
+	log     *slog.Logger
+	// propose drafts for many sequences (spec.ProposeBatch; tests script it).
+	propose func([]*spec.Assistant, []spec.Round) ([]spec.Proposal, error)
+
+	wake chan struct{} // capacity 1: "look at the queue"
+	done chan struct{} // closed when the loop has exited
+
+	mu      sync.Mutex
+	queue   []*request
+	closing bool // Close was called: Submit refuses
+	abort   bool // Close's context ended: cancel what is left
+	kvUsed  int  // reserved by running requests
+	prefixN int  // held by the prefix cache
+	running int
+	stats   Stats // cumulative counters
+	rate    rateWindow
+
+	// Owned by the scheduler goroutine.
+	active []*request
+	prefix *prefixCache
+}
+
+// New checks cfg, fills in its defaults and starts the scheduler.
+func New(cfg Config) (*Engine, error) { return newEngine(cfg, spec.ProposeBatch) }
+
+func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec.Proposal, error)) (*Engine, error) {
+	if cfg.Model == nil {
+		return nil, errors.New("engine: no model")
+	}
+	maxPos := cfg.Model.Config.Text.MaxPositionEmbeddings
+	var errs []error
+	if cfg.Drafter != nil && cfg.Drafter.Target() != cfg.Model {
+		errs = append(errs, errors.New("the drafter is not bound to the model"))
+	}
+	if cfg.DraftTokens == 0 {
+		cfg.DraftTokens = DefaultDraftTokens
+	}
+	if cfg.DraftTokens < 1 || cfg.DraftTokens > spec.MaxDraftTokens {
+		errs = append(errs, fmt.Errorf("%w (got %d)", spec.ErrInvalidDraftDepth, cfg.DraftTokens))
+	}
+	if cfg.CtxSize == 0 {
+		cfg.CtxSize = min(maxPos, DefaultCtxSize)
+	}
+	if cfg.CtxSize < 1 || cfg.CtxSize > maxPos {
+		errs = append(errs, fmt.Errorf("context size %d is outside [1, %d], the model's max positions", cfg.CtxSize, maxPos))
+	}
+	if cfg.Parallel == 0 {
+		cfg.Parallel = DefaultParallel
+	}
+	if cfg.Parallel < 1 {
+		errs = append(errs, fmt.Errorf("parallel must be positive, got %d", cfg.Parallel))
+	}
+	if cfg.PrefillSize == 0 {
+		cfg.PrefillSize = generation.DefaultPrefillSize
+	}
+	if cfg.PrefillSize < 1 {
+		errs = append(errs, fmt.Errorf("prefill size must be positive, got %d", cfg.PrefillSize))
+	}
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
+	if cfg.MaxQueue < 1 {
+		errs = append(errs, fmt.Errorf("max queue must be positive, got %d", cfg.MaxQueue))
+	}
+	if cfg.PrefixCacheTokens == 0 {
+		cfg.PrefixCacheTokens = cfg.CtxSize
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e := &Engine{
+		m:       cfg.Model,
+		cfg:     cfg,
+		maxStep: cfg.PrefillSize,
+		budget:  cfg.CtxSize * cfg.Parallel,
+		log:     slog.Default().With("component", "engine"),
+		propose: propose,
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		prefix:  newPrefixCache(max(cfg.PrefixCacheTokens, 0)),
+	}
+	if cfg.Drafter != nil {
+		e.maxStep = max(e.maxStep, cfg.DraftTokens+1)
+		e.stats.AcceptedPerPos = make([]int64, cfg.DraftTokens)
+	}
+	go e.loop()
+	return e, nil
+}
+
+// Submit queues r. It returns ErrQueueFull, ErrClosed, a *ContextError,
+// or another error for a request that is invalid (bad sampling values,
+// empty prompt, token ids outside the vocabulary). Cancelling ctx ends the
+// request within one step; its final event then has FinishReason
+// FinishCancelled and its KV is freed.
+//
+// The caller must read the channel until it is closed; a slow reader gets
+// its tokens coalesced into fewer events and never holds up the engine.
+func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
+	if err := e.validate(&r); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	req := newRequest(ctx, r)
+	e.mu.Lock()
+	switch {
+	case e.closing:
+		e.mu.Unlock()
+		return nil, ErrClosed
+	case len(e.queue) >= e.cfg.MaxQueue:
+		e.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	e.queue = append(e.queue, req)
+	e.mu.Unlock()
+	e.signal()
+	return req.out, nil
+}
+
+// validate checks a request against the model and the context size.
+func (e *Engine) validate(r *Request) error {
+	if len(r.Prompt) == 0 {
+		return errors.New("engine: the prompt is empty")
+	}
+	if r.MaxTokens <= 0 {
+		return fmt.Errorf("engine: max tokens must be positive, got %d", r.MaxTokens)
+	}
+	V := e.m.Config.Text.VocabSize
+	for i, t := range r.Prompt {
+		if t < 0 || int(t) >= V {
+			return fmt.Errorf("engine: prompt token %d is %d, outside the vocabulary [0, %d)", i, t, V)
+		}
+	}
+	if r.Logprobs && (r.TopLogprobs < -1 || r.TopLogprobs > MaxTopLogprobs) {
+		return fmt.Errorf("engine: top logprobs must be in [0, %d] (or -1 for none), got %d", MaxTopLogprobs, r.TopLogprobs)
+	}
+	if err := r.Sample.Validate(); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if len(r.Prompt)+r.MaxTokens > e.cfg.CtxSize {
+		return &ContextError{PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, CtxSize: e.cfg.CtxSize}
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the engine's state and counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.AcceptedPerPos = slices.Clone(e.stats.AcceptedPerPos)
+	s.Running, s.Waiting = e.running, len(e.queue)
+	s.KVUsedTokens, s.KVBudgetTokens, s.PrefixTokens = e.kvUsed, e.budget, e.prefixN
+	s.DecodeTokensRate = e.rate.rate(time.Now())
+	return s
+}
+
+// Close stops admitting, lets running and queued requests finish until ctx
+// ends, then cancels what is left, and returns when the loop has exited:
+// nil when everything finished, ctx's error when some requests were
+// cancelled. Later calls wait for the same exit and return nil.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	e.abort = true
+	e.mu.Unlock()
+	e.signal()
+	<-e.done
+	return ctx.Err()
+}
+
+// signal wakes the scheduler if it is idle.
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop is the scheduler: between steps it drops cancelled requests and
+// admits queued ones; each step is one forward pass of the target over
+// every running request.
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		abort, closing, queued := e.abort, e.closing, len(e.queue)
+		e.mu.Unlock()
+		if abort {
+			e.cancelAll()
+			return
+		}
+		e.reap()
+		e.admit()
+		if len(e.active) > 0 {
+			e.step()
+			continue
+		}
+		if closing && queued == 0 {
+			return
+		}
+		// Idle: with nothing running the whole budget is free, so admit
+		// took every queued request there was.
+		<-e.wake
+	}
+}
+
+// reap ends every request whose context is done, queued or running.
+func (e *Engine) reap() {
+	e.mu.Lock()
+	var gone []*request
+	e.queue = slices.DeleteFunc(e.queue, func(r *request) bool {
+		if r.ctx.Err() != nil {
+			gone = append(gone, r)
+			return true
+		}
+		return false
+	})
+	e.mu.Unlock()
+	for _, r := range gone {
+		r.finish(FinishCancelled, nil)
+		e.count(func(s *Stats) { s.Requests++ })
+	}
+	for _, r := range slices.Clone(e.active) {
+		if r.ctx.Err() != nil {
+			e.end(r, FinishCancelled, nil)
+		}
+	}
+}
+
+// cancelAll ends everything, for Close after its context ended.
+func (e *Engine) cancelAll() {
+	for _, r := range slices.Clone(e.active) {
+		e.end(r, FinishCancelled, nil)
+	}
+	e.mu.Lock()
+	queued := e.queue
+	e.queue = nil
+	e.mu.Unlock()
+	for _, r := range queued {
+		r.finish(FinishCancelled, nil)
+		e.count(func(s *Stats) { s.Requests++ })
+	}
+}
+
+// admit starts queued requests in order while a row is free and the head's
+// reservation fits the KV budget (prefix-cache entries give way to it).
+// Strict order: a large request at the head is not overtaken forever by
+// small ones behind it.
+func (e *Engine) admit() {
+	for len(e.active) < e.cfg.Parallel {
+		e.mu.Lock()
+		if len(e.queue) == 0 || e.queue[0].reserve > e.budget-e.kvUsed {
+			e.mu.Unlock()
+			return
+		}
+		r := e.queue[0]
+		e.queue = e.queue[1:]
+		e.kvUsed += r.reserve
+		e.running++
+		e.mu.Unlock()
+		e.start(r)
+	}
+}
+
+// count updates the cumulative counters under the lock.
+func (e *Engine) count(f func(*Stats)) {
+	e.mu.Lock()
+	f(&e.stats)
+	e.mu.Unlock()
+}

@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"tandem/generation"
+	"tandem/model/gemma4"
+	"tandem/spec"
+)
+
+// row is one running request's part of a step.
+type row struct {
+	r      *request
+	tokens []int32       // fed to the target: a prompt chunk, or pending (+ drafts)
+	prop   spec.Proposal // drafts, when speculating
+	T      int           // the cache's length before the step
+	last   int           // its row in the step's last-position logits, or -1
+}
+
+// step runs one scheduler step: drafts for every decoding request (the
+// drafter's k steps batched over all of them), then one target forward
+// pass over every running request — prompt chunks of the prefilling ones,
+// pending tokens and drafts of the decoding ones — then each request's
+// sampling or speculative walk, and its events.
+//
+// A request's tokens do not depend on what else is in the step: the
+// kernels are batch-invariant, every request is fed the tokens at the
+// positions it would be fed alone, and it samples through its own
+// generation.Seq (and drafts through its own spec.Assistant) in the order
+// generation.Generate and spec.Generate do.
+func (e *Engine) step() {
+	defer func() {
+		// The kernels panic only on programming errors; a server must not
+		// die of one. The step's requests fail, the engine goes on.
+		if p := recover(); p != nil {
+			err := fmt.Errorf("engine: internal error: %v", p)
+			e.log.Error("step panicked", "err", err, "stack", string(debug.Stack()))
+			e.failAll(err)
+		}
+	}()
+	t0 := time.Now()
+	rows := e.plan()
+	if err := e.draftAll(rows); err != nil {
+		e.failAll(fmt.Errorf("engine: drafting: %w", err))
+		return
+	}
+	in := make([]gemma4.Row, len(rows))
+	for i := range rows {
+		rows[i].T = rows[i].r.cache.Len()
+		in[i] = gemma4.Row{Tokens: rows[i].tokens, Cache: rows[i].r.cache}
+	}
+	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+	if err != nil {
+		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
+		return
+	}
+	logits := e.lastLogits(rows, out)
+	var d Stats // this step's counters
+	d.AcceptedPerPos = make([]int64, len(e.stats.AcceptedPerPos))
+	for i := range rows {
+		e.settle(&rows[i], i, out, logits, &d)
+	}
+	e.mu.Lock()
+	e.stats.Steps++
+	e.stats.GeneratedTokens += d.GeneratedTokens
+	e.stats.Drafts += d.Drafts
+	e.stats.DraftTokens += d.DraftTokens
+	e.stats.AcceptedTokens += d.AcceptedTokens
+	for i, n := range d.AcceptedPerPos {
+		e.stats.AcceptedPerPos[i] += n
+	}
+	e.rate.add(t0, time.Now(), int(d.GeneratedTokens))
+	e.mu.Unlock()
+}
+
+// plan picks each running request's tokens for this step.
+func (e *Engine) plan() []row {
+	rows := make([]row, len(e.active))
+	for i, r := range e.active {
+		rows[i] = row{r: r, last: -1}
+		if p := r.req.Prompt; r.prefilling() {
+			rows[i].tokens = p[r.fed:min(r.fed+e.cfg.PrefillSize, len(p))]
+		} else {
+			rows[i].tokens = []int32{r.seq.History[len(r.seq.History)-1]} // pending
+		}
+	}
+	return rows
+}
+
+// draftAll proposes drafts for every decoding request with a drafter, in
+// one batch, and appends them to its row.
+func (e *Engine) draftAll(rows []row) error {
+	var ds []*spec.Assistant
+	var rounds []spec.Round
+	var who []int
+	for i, w := range rows {
+		r := w.r
+		if r.draft == nil || r.prefilling() {
+			continue
+		}
+		if k := spec.Depth(r.seq, e.cfg.DraftTokens); k > 0 {
+			ds = append(ds, r.draft)
+			rounds = append(rounds, spec.Round{Pending: w.tokens[0], Hidden: r.hidden, Snap: e.m.Snapshot(r.cache),
+				History: r.seq.History, Prompt: r.seq.Prompt, K: k})
+			who = append(who, i)
+		}
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	props, err := e.propose(ds, rounds)
+	if err != nil {
+		return err
+	}
+	for j, i := range who {
+		if len(props[j].Tokens) != rounds[j].K {
+			return fmt.Errorf("drafter proposed %d tokens, asked for %d", len(props[j].Tokens), rounds[j].K)
+		}
+		rows[i].prop = props[j]
+		rows[i].tokens = append(slices.Clip(rows[i].tokens), props[j].Tokens...)
+	}
+	return nil
+}
+
+// lastLogits computes, in one LM-head call, the logits of the last
+// position of every row that samples one token from it: a prompt's last
+// chunk, or a plain decoding step. (Verify rows get theirs lazily, as the
+// walk reaches them.) The head is batch-invariant, so each row gets the
+// bits it would get alone.
+func (e *Engine) lastLogits(rows []row, out *gemma4.Output) []float32 {
+	var idx []int32
+	for i := range rows {
+		w := &rows[i]
+		r := w.r
+		final := r.prefilling() && r.fed+len(w.tokens) == len(r.req.Prompt)
+		if final || (!r.prefilling() && r.draft == nil) {
+			w.last = len(idx)
+			idx = append(idx, int32(out.Offsets[i+1]-1))
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	b := e.m.Backend()
+	return b.ToF32(e.m.Logits(b.Gather(out.Hidden, idx)))
+}
+
+// settle applies a step's outcome to row i's request: it advances the
+// prompt, or samples, or walks the verify rows; emits the tokens; and ends
+// the request when its sequence is done.
+func (e *Engine) settle(w *row, i int, out *gemma4.Output, logits []float32, d *Stats) {
+	r := w.r
+	b := e.m.Backend()
+	V := e.m.Config.Text.VocabSize
+	var emitted []int32
+	var lps []Logprob
+	switch {
+	case r.prefilling() || r.draft == nil:
+		if r.prefilling() {
+			r.fed += len(w.tokens)
+			if r.prefilling() {
+				return
+			}
+			e.rememberPrompt(r)
+			if r.draft != nil {
+				r.hidden = b.Gather(out.Hidden, []int32{int32(out.Offsets[i+1] - 1)})
+			}
+		}
+		lg := logits[w.last*V : (w.last+1)*V]
+		tok, _ := r.seq.Next(lg)
+		emitted = []int32{tok}
+		if r.logprobs {
+			lps = append(lps, logprobOf(lg, tok, r.top))
+		}
+	default:
+		k := len(w.prop.Tokens)
+		rowLogits := spec.VerifyRows(e.m, out.Hidden, out.Offsets[i], k+1)
+		v := spec.Judge{}.Round(r.seq, &r.stats, w.prop, rowLogits)
+		emitted = v.Emitted
+		if r.logprobs {
+			for j, tok := range v.Emitted {
+				lps = append(lps, logprobOf(rowLogits(j), tok, r.top))
+			}
+		}
+		if k > 0 {
+			d.Drafts++
+		}
+		d.DraftTokens += int64(k)
+		d.AcceptedTokens += int64(v.Accepted)
+		for j := range v.Accepted {
+			d.AcceptedPerPos[j]++
+		}
+		// Keep pending and the accepted drafts; the next round starts from
+		// the verify row that produced the correction or bonus.
+		if err := r.cache.Truncate(w.T + v.Accepted + 1); err != nil {
+			r.usage.CompletionTokens += len(emitted)
+			d.GeneratedTokens += int64(len(emitted))
+			r.push(emitted, lps)
+			e.end(r, FinishError, fmt.Errorf("engine: %w", err))
+			return
+		}
+		r.hidden = b.Gather(out.Hidden, []int32{int32(out.Offsets[i] + v.Accepted)})
+	}
+	r.usage.CompletionTokens += len(emitted)
+	d.GeneratedTokens += int64(len(emitted))
+	r.push(emitted, lps)
+	if r.seq.Done {
+		reason := FinishLength
+		if r.seq.StopReason == generation.StopToken {
+			reason = FinishStop
+		}
+		e.end(r, reason, nil)
+	}
+}
+
+// failAll ends every running request with err.
+func (e *Engine) failAll(err error) {
+	for _, r := range slices.Clone(e.active) {
+		e.end(r, FinishError, err)
+	}
+}

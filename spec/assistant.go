@@ -1,0 +1,112 @@
+package spec
+
+import (
+	"fmt"
+	"slices"
+
+	"tandem/compute"
+	"tandem/model/gemma4"
+	"tandem/sample"
+)
+
+// Assistant drafts with a Gemma 4 assistant bound to the target.
+type Assistant struct {
+	A      *gemma4.Assistant
+	Opt    gemma4.DraftOptions
+	Sample sample.Params
+	rng    *sample.Sampler
+}
+
+// NewAssistant wraps a bound assistant. Sampling drafts use their own
+// random stream, seeded from the sampling seed.
+func NewAssistant(a *gemma4.Assistant, opt gemma4.DraftOptions, p sample.Params) (*Assistant, error) {
+	if a.Target() == nil {
+		return nil, gemma4.ErrNotBound
+	}
+	dp := p
+	dp.Seed = p.Seed ^ 0x6472616674 // "draft": a stream independent of the target's
+	return &Assistant{A: a, Opt: opt, Sample: p, rng: sample.New(dp)}, nil
+}
+
+// Propose runs k drafter steps at one query position: the first from the
+// target's hidden, each next from the drafter's own post-projection.
+// Greedy drafting takes the centroid head's fast argmax; sampling draws
+// from the full distribution, processed like the target's (temperature,
+// top-k, top-p, min-p, penalties over the history and earlier drafts).
+func (d *Assistant) Propose(r Round) (Proposal, error) {
+	ps, err := ProposeBatch([]*Assistant{d}, []Round{r})
+	if err != nil {
+		return Proposal{}, err
+	}
+	return ps[0], nil
+}
+
+// ProposeBatch drafts for many sequences at once: step j runs the drafter
+// once over every sequence that asked for more than j drafts. ds[i] drafts
+// rs[i] with its own sampling settings and random stream; all must wrap the
+// same assistant with the same options. Each sequence gets the drafts it
+// would get alone: the drafter's kernels are batch-invariant, and its
+// random numbers are drawn in the same order.
+func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
+	if len(ds) != len(rs) {
+		return nil, fmt.Errorf("spec: %d drafters for %d rounds", len(ds), len(rs))
+	}
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	a, opt := ds[0].A, ds[0].Opt
+	for i, d := range ds {
+		if d.A != a || d.Opt != opt {
+			return nil, fmt.Errorf("spec: drafter %d wraps another assistant or other options than drafter 0", i)
+		}
+	}
+	b := a.Backend()
+	props := make([]Proposal, len(rs))
+	toks := make([]int32, len(rs))
+	hidden := make([]*compute.Tensor, len(rs))
+	hist := make([][]int32, len(rs))
+	steps := 0
+	for i, r := range rs {
+		toks[i], hidden[i] = r.Pending, r.Hidden
+		steps = max(steps, r.K)
+	}
+	for j := range steps {
+		var rows []gemma4.DraftRow
+		var idx []int // rows[x] drafts for sequence idx[x]
+		for i, r := range rs {
+			if r.K > j {
+				rows = append(rows, gemma4.DraftRow{Token: toks[i], Hidden: hidden[i], Snap: r.Snap})
+				idx = append(idx, i)
+			}
+		}
+		out, err := a.Step(rows, opt)
+		if err != nil {
+			return nil, err
+		}
+		var greedy []int32 // computed once for all rows, when some row drafts greedily
+		for x, i := range idx {
+			d := ds[i]
+			if d.Sample.Greedy() {
+				if greedy == nil {
+					greedy = a.Argmax(out.Normed)
+				}
+				toks[i] = greedy[x]
+			} else {
+				if hist[i] == nil {
+					hist[i] = slices.Clone(rs[i].History)
+				}
+				// One row at a time: the centroid head fills the tokens
+				// outside its clusters with the minimum over all rows of
+				// the call (as HF does), so a batched call would change q.
+				lg := b.ToF32(a.Logits(b.Slice(out.Normed, x, x+1)))
+				q := d.Sample.DistributionAfter(lg, hist[i], rs[i].Prompt)
+				toks[i] = sample.Draw(q, d.rng.Uniform())
+				props[i].Probs = append(props[i].Probs, q)
+				hist[i] = append(hist[i], toks[i])
+			}
+			props[i].Tokens = append(props[i].Tokens, toks[i])
+			hidden[i] = b.Slice(out.Next, x, x+1)
+		}
+	}
+	return props, nil
+}

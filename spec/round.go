@@ -1,0 +1,164 @@
+package spec
+
+import (
+	"math"
+
+	"tandem/compute"
+	"tandem/generation"
+	"tandem/model/gemma4"
+	"tandem/sample"
+)
+
+// NewStats makes empty stats for rounds of up to k drafts.
+func NewStats(k int) Stats {
+	return Stats{AcceptedAt: make([]int, k), DraftedAt: make([]int, k)}
+}
+
+// Record counts a round that proposed drafted drafts and accepted
+// accepted of them.
+func (s *Stats) Record(drafted, accepted int) {
+	s.Rounds++
+	s.Drafted += drafted
+	s.Accepted += accepted
+	for i := range min(drafted, len(s.DraftedAt)) {
+		s.DraftedAt[i]++
+		if i < accepted {
+			s.AcceptedAt[i]++
+		}
+	}
+}
+
+// Depth is how many drafts seq's next round may propose: at most k, and
+// never past the budget, since a round emits up to its drafts plus one.
+func Depth(seq *generation.Seq, k int) int { return max(0, min(k, seq.Left()-1)) }
+
+// VerifyRows returns the logits of a verify pass's rows lazily: row i is
+// position off+i of hidden (post-norm, [N, H]), i < n. The LM head is the
+// largest single matmul and the walk usually stops early, so each row is
+// computed only when the walk gets there (the same bits as computing all
+// rows at once: the head is batch-invariant).
+func VerifyRows(m *gemma4.Model, hidden *compute.Tensor, off, n int) func(int) []float32 {
+	b := m.Backend()
+	rows := make([][]float32, n)
+	return func(i int) []float32 {
+		if rows[i] == nil {
+			rows[i] = b.ToF32(m.Logits(b.Slice(hidden, off+i, off+i+1)))
+		}
+		return rows[i]
+	}
+}
+
+// Judge decides speculative rounds: the greedy walk, rejection sampling,
+// or, for benchmarks, synthetic acceptance. Generate and the engine both
+// decide through it, so a sequence's tokens do not depend on which of them
+// runs it.
+type Judge struct {
+	// Synthetic replaces the walk with a seeded coin accepting each draft
+	// with probability SyntheticAcceptance (see Options).
+	Synthetic           bool
+	SyntheticAcceptance float64
+}
+
+// Verdict is the outcome of one round.
+type Verdict struct {
+	// Accepted drafts: the target's cache keeps pending and these, and
+	// verify row Accepted is the next round's hidden state.
+	Accepted int
+	// Next is the correction (or bonus) token that follows them.
+	Next int32
+	// Emitted are the tokens emitted into the sequence, in order: the
+	// accepted drafts, then Next, cut where a stop token or the budget
+	// ended the sequence (exactly where plain decoding would have stopped).
+	Emitted []int32
+}
+
+// Round decides a verified round for seq, whose last token is the round's
+// pending token: prop holds the drafts and row(i) the target's logits at
+// verify row i (pending, then drafts 1..i as inputs). It records the round
+// in st and emits the tokens into seq.
+func (j Judge) Round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32) Verdict {
+	k := len(prop.Tokens)
+	var v Verdict
+	switch {
+	case j.Synthetic:
+		rng := seq.Sampler()
+		for v.Accepted < k && rng.Uniform() < j.SyntheticAcceptance {
+			v.Accepted++
+		}
+		v.Next = sample.Argmax(row(v.Accepted))
+	case seq.Params().Greedy():
+		v.Next, v.Accepted = greedyWalk(seq, prop, row)
+	default:
+		v.Next, v.Accepted = rejectionSample(seq, prop, row)
+	}
+	st.Record(k, v.Accepted)
+	for _, tok := range append(prop.Tokens[:v.Accepted:v.Accepted], v.Next) {
+		v.Emitted = append(v.Emitted, tok)
+		if seq.Emit(tok) {
+			break
+		}
+	}
+	return v
+}
+
+// greedyWalk accepts draft i+1 while it equals the target's choice at row i
+// (penalised argmax over the history up to that row).
+func greedyWalk(seq *generation.Seq, prop Proposal, row func(int) []float32) (next int32, n int) {
+	hist := withDrafts(seq, prop)
+	base := len(seq.History)
+	for {
+		tok := seq.Sampler().NextAfter(row(n), hist[:base+n], seq.Prompt)
+		if n < len(prop.Tokens) && prop.Tokens[n] == tok {
+			n++
+			continue
+		}
+		return tok, n
+	}
+}
+
+// rejectionSample accepts draft i with probability min(1, p(d)/q(d)), where
+// p is the target's sampling distribution at that position and q the
+// drafter's; at the first rejection it draws from the residual
+// normalize(max(0, p − q)); if every draft is accepted it draws the bonus
+// from p. The emitted tokens are distributed exactly as plain sampling's.
+func rejectionSample(seq *generation.Seq, prop Proposal, row func(int) []float32) (next int32, n int) {
+	p, s := seq.Params(), seq.Sampler()
+	hist := withDrafts(seq, prop)
+	base, k := len(seq.History), len(prop.Tokens)
+	for n < k {
+		d := prop.Tokens[n]
+		pt := p.DistributionAfter(row(n), hist[:base+n], seq.Prompt)
+		q := prop.Probs[n]
+		if u := s.Uniform(); q[d] > 0 && u < pt[d]/q[d] {
+			n++
+			continue
+		}
+		return sample.Draw(residual(pt, q), s.Uniform()), n
+	}
+	return sample.Draw(p.DistributionAfter(row(k), hist[:base+k], seq.Prompt), s.Uniform()), k
+}
+
+// withDrafts is the history followed by the drafts: the target's row i has
+// seen hist[:len(History)+i] (pending, then drafts 1..i).
+func withDrafts(seq *generation.Seq, prop Proposal) []int32 {
+	h := make([]int32, 0, len(seq.History)+len(prop.Tokens))
+	return append(append(h, seq.History...), prop.Tokens...)
+}
+
+// residual is normalize(max(0, p − q)); where p ≤ q everywhere (which
+// happens only through rounding once p and q agree) it is p itself.
+func residual(p, q []float64) []float64 {
+	r := make([]float64, len(p))
+	var z float64
+	for i := range p {
+		r[i] = max(0, p[i]-q[i])
+		z += r[i]
+	}
+	if z <= 0 || math.IsNaN(z) {
+		return p
+	}
+	for i := range r {
+		r[i] /= z
+	}
+	return r
+}
