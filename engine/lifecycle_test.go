@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -138,6 +139,8 @@ func TestSubmitRejectsBadRequests(t *testing.T) {
 		{"too many top logprobs", Request{Prompt: ok, MaxTokens: 4, Logprobs: true, TopLogprobs: 21}, "top logprobs must be in [0, 20]", nil},
 		{"prompt plus max tokens over the context", Request{Prompt: ok, MaxTokens: 55}, "the prompt (10 tokens) plus max_tokens (55) exceeds the context size of 64 tokens",
 			&ContextError{PromptTokens: 10, MaxTokens: 55, CtxSize: 64}},
+		{"max tokens that would overflow", Request{Prompt: ok, MaxTokens: math.MaxInt}, "exceeds the context size of 64 tokens",
+			&ContextError{PromptTokens: 10, MaxTokens: math.MaxInt, CtxSize: 64}},
 		{"prompt alone over the context", Request{Prompt: promptOf(64, 1), MaxTokens: 1}, "the prompt has 64 tokens; the context size is 64",
 			&ContextError{PromptTokens: 64, MaxTokens: 1, CtxSize: 64}},
 	} {

@@ -172,7 +172,7 @@ func (e *Engine) validate(r *Request) error {
 	if err := r.Sample.Validate(); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	if len(r.Prompt)+r.MaxTokens > e.cfg.CtxSize {
+	if r.MaxTokens > e.cfg.CtxSize-len(r.Prompt) { // not len+max: that can overflow
 		return &ContextError{PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, CtxSize: e.cfg.CtxSize}
 	}
 	return nil
