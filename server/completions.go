@@ -28,7 +28,7 @@ type completionChoice struct {
 }
 
 // maxCompletionLogprobs bounds the legacy "logprobs" count (OpenAI allows 5; vLLM 20).
-const maxCompletionLogprobs = 20
+const maxCompletionLogprobs = engine.MaxTopLogprobs
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	arrived := time.Now()

@@ -5,12 +5,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 
+	"tandem/engine"
 	"tandem/sample"
 )
 
 // Limits on request values (OpenAI's ranges where it has them).
 const (
-	maxTopLogprobs = 20
+	maxTopLogprobs = engine.MaxTopLogprobs
 	maxStops       = 32
 	maxStopLen     = 1000
 )
@@ -135,23 +136,21 @@ func (s *Server) commonParams(c *commonRequest, maxTokens *int, maxParam string)
 	return p, nil
 }
 
-// applyPenalties maps frequency_penalty and presence_penalty. sample.Params has no such fields
-// yet, so a nonzero value is refused rather than silently ignored; when the engine adds them,
-// set them here.
+// applyPenalties sets frequency_penalty and presence_penalty (OpenAI's range [-2, 2]; the
+// engine applies them, counting generated tokens only, as vLLM does).
 func applyPenalties(sp *sample.Params, freq, pres *float64) error {
 	for _, f := range []struct {
 		name string
 		v    *float64
-	}{{"frequency_penalty", freq}, {"presence_penalty", pres}} {
+		dst  *float64
+	}{{"frequency_penalty", freq, &sp.FrequencyPenalty}, {"presence_penalty", pres, &sp.PresencePenalty}} {
 		if f.v == nil {
 			continue
 		}
-		if *f.v < -2 || *f.v > 2 {
-			return badRequest(f.name, "%s must be in [-2, 2], got %v", f.name, *f.v)
+		if *f.v < -sample.MaxPenalty || *f.v > sample.MaxPenalty {
+			return badRequest(f.name, "%s must be in [-%d, %d], got %v", f.name, sample.MaxPenalty, sample.MaxPenalty, *f.v)
 		}
-		if *f.v != 0 {
-			return badRequest(f.name, "%s is not supported yet (only 0); repetition_penalty is", f.name)
-		}
+		*f.dst = *f.v
 	}
 	return nil
 }
