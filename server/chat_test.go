@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -534,5 +535,36 @@ func TestSpeculativeUsage(t *testing.T) {
 		if u.PromptTokensDetails.CachedTokens != 5 {
 			t.Errorf("cached %d", u.PromptTokensDetails.CachedTokens)
 		}
+	}
+}
+
+// TestEngineFailure: an engine failure is a 500 before a stream starts and an error event in
+// OpenAI's shape (then [DONE]) after.
+func TestEngineFailure(t *testing.T) {
+	fe := newFake(encode(t, "half an answer"))
+	fe.failErr = errors.New("out of device memory")
+	_, ts, _ := newTestServer(t, fe, nil)
+	status, _, resp := post(t, ts.URL+"/v1/chat/completions", `{`+userHi+`}`)
+	if e := decodeJSON[apiErr](t, resp); status != 500 || !strings.Contains(e.Error.Message, "out of device memory") || e.Error.Type != "server_error" {
+		t.Errorf("%d %s", status, resp)
+	}
+	status, _, resp = post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","stream":true}`)
+	events := readSSE(t, resp)
+	last := decodeJSON[apiErr](t, events[len(events)-1])
+	if status != 200 || !strings.Contains(last.Error.Message, "out of device memory") {
+		t.Errorf("%d %s", status, resp)
+	}
+}
+
+// TestNoChatTemplate: a model without a template serves completions; chat is a clear 400.
+func TestNoChatTemplate(t *testing.T) {
+	fe := newFake(encode(t, "ok"))
+	_, ts, _ := newTestServer(t, fe, func(c *Config) { c.Template = nil })
+	status, _, resp := post(t, ts.URL+"/v1/chat/completions", `{`+userHi+`}`)
+	if status != 400 || !strings.Contains(string(resp), "no chat template") {
+		t.Errorf("%d %s", status, resp)
+	}
+	if status, _, resp := post(t, ts.URL+"/v1/completions", `{"prompt":"Hi"}`); status != 200 {
+		t.Errorf("%d %s", status, resp)
 	}
 }

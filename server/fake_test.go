@@ -36,6 +36,7 @@ type fakeEngine struct {
 	finishCan bool // end every request with FinishCancelled (the engine shutting down)
 	usage     engine.Usage
 	panicOn   bool
+	failErr   error // the final event's Err (a failure inside the engine)
 
 	requests  []engine.Request
 	cancelled chan struct{} // gets a value when a request's context ends before it finished
@@ -147,8 +148,12 @@ func (f *fakeEngine) run(ctx context.Context, r engine.Request, ch chan<- engine
 		ch <- final(engine.FinishCancelled, sent)
 		return
 	}
+	last := final(finish, len(toks))
+	if f.failErr != nil {
+		last.Err = f.failErr
+	}
 	select {
-	case ch <- final(finish, len(toks)):
+	case ch <- last:
 	case <-ctx.Done():
 		f.notifyCancel()
 		ch <- final(engine.FinishCancelled, len(toks))

@@ -14,15 +14,15 @@ type step struct {
 	text     string           // new output text, after stop strings
 	logprobs []engine.Logprob // of the tokens consumed, stop tokens excluded
 	final    bool             // the last step; finish is set
-	finish   string           // "stop" or "length"
+	finish   string           // "stop", "length" or "cancelled" (the engine shut down)
 }
 
 // outcome is how a generation ended.
 type outcome struct {
-	finish           string // "stop" or "length"; "" when it did not finish
+	finish           string // as step.finish; "" when it did not finish
 	usage            engine.Usage
 	completionTokens int
-	err              error // what to tell the client when the engine failed or shut down
+	err              error // what to tell the client when the engine failed
 	clientGone       bool  // the client disconnected (nothing more can be written)
 }
 
