@@ -21,7 +21,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGenModel(), newInspect(), newDemo(), newGenerate(), newScore(), newTokenize(), newDetokenize(), newBench())
+	root.AddCommand(newGenModel(), newInspect(), newDemo(), newGenerate(), newServe(), newScore(), newTokenize(), newDetokenize(), newBench())
 	return root
 }
 

@@ -1,0 +1,330 @@
+// Package serve is `tandem serve` without the command line: it loads a target model (and a
+// drafter), builds the continuous-batching engine and the OpenAI-compatible HTTP server over
+// it, serves on a listener until its context ends, then shuts down gracefully. It lives
+// outside package main so tests (the e2e module) run the real server in-process.
+package serve
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"tandem/chat"
+	"tandem/checkpoint"
+	"tandem/compute"
+	"tandem/compute/cpu"
+	"tandem/engine"
+	"tandem/model/gemma4"
+	"tandem/sample"
+	"tandem/server"
+	"tandem/tokenizer"
+)
+
+// Options configure Run. Model is required; zero values elsewhere take the documented defaults.
+type Options struct {
+	Model string // target model directory (Hugging Face layout)
+	// ModelName is the id clients use; "": the model directory's base name.
+	ModelName string
+	// Draft is an assistant drafter directory; "": plain decoding.
+	Draft       string
+	DraftTokens int                 // drafts per round; 0: the engine's default (3)
+	DraftOpt    gemma4.DraftOptions // query position, shared-KV cap
+
+	// Backend runs the models; nil: the CPU backend on every core. Device names it for
+	// /health (the backend's name when empty).
+	Backend compute.Backend
+	Device  string
+
+	CtxSize     int // tokens per request (prompt + output); 0: the engine's default
+	PrefillSize int // prompt tokens per step per request; 0: the engine's default
+	Parallel    int // requests decoding at once; 0: the engine's default
+	MaxQueue    int // requests waiting for admission; 0: the engine's default
+	MaxTokens   int // default max_tokens of a request; 0: the server's default
+
+	// StopTokens end a request's generation; nil: generation_config.json's eos_token_id
+	// (Gemma 4: 1, 106, 50). Chat requests also stop at the chat format's end-of-turn markers.
+	StopTokens []int32
+
+	// Sampling are the defaults for what a request leaves out; nil: DefaultSampling(Model).
+	Sampling *sample.Params
+
+	APIKey       string
+	MaxBodyBytes int64 // 0: the server's default
+
+	// ShutdownGrace is how long in-flight requests may run on after ctx ends before they are
+	// cancelled; 0: 10s.
+	ShutdownGrace time.Duration
+
+	// Logger gets the startup, ready and shutdown lines and the server's request lines; nil:
+	// slog.Default().
+	Logger *slog.Logger
+	// Progress, when set, shows a progress bar there while weights are read in.
+	Progress io.Writer
+	// Ready, when set, is called once the server accepts requests, with its base URL.
+	Ready func(url string)
+}
+
+// DefaultGrace is the shutdown grace period when Options.ShutdownGrace is 0.
+const DefaultGrace = 10 * time.Second
+
+// Run loads the models, serves HTTP on ln until ctx ends, then stops accepting, lets in-flight
+// requests finish within the grace period, cancels what is left, and returns nil. It returns
+// an error when loading fails or the listener fails. Run closes ln.
+func Run(ctx context.Context, ln net.Listener, opt Options) error {
+	defer ln.Close()
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opt.Model == "" {
+		return errors.New("serve: a model directory is required")
+	}
+	name := opt.ModelName
+	if name == "" {
+		name = filepath.Base(filepath.Clean(opt.Model))
+	}
+	b := opt.Backend
+	if b == nil {
+		b = cpu.New(0)
+	}
+	device := opt.Device
+	if device == "" {
+		device = b.Name()
+	}
+	grace := opt.ShutdownGrace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+
+	start := time.Now()
+	if err := readWeights(opt.Progress, opt.Model, opt.Draft); err != nil {
+		return err
+	}
+	m, err := gemma4.Load(opt.Model, b)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var drafter *gemma4.Assistant
+	if opt.Draft != "" {
+		if drafter, err = gemma4.LoadAssistant(opt.Draft, b); err != nil {
+			return err
+		}
+		defer drafter.Close()
+		if err := drafter.Bind(m); err != nil {
+			return fmt.Errorf("drafter %s: %w", opt.Draft, err)
+		}
+	}
+	tok, err := tokenizer.LoadDir(opt.Model)
+	if err != nil {
+		return fmt.Errorf("the model's tokenizer: %w", err)
+	}
+	tmpl, err := chat.Load(opt.Model)
+	if err != nil {
+		// A model without a chat template still serves /v1/completions.
+		log.Warn("no usable chat template: /v1/chat/completions is off", "err", err)
+		tmpl = nil
+	}
+	stops := opt.StopTokens
+	if stops == nil {
+		if stops, err = StopTokens(opt.Model); err != nil {
+			return err
+		}
+	}
+	sp := opt.Sampling
+	if sp == nil {
+		def, err := DefaultSampling(opt.Model)
+		if err != nil {
+			return err
+		}
+		sp = &def
+	}
+
+	eng, err := engine.New(engine.Config{
+		Model: m, Drafter: drafter, DraftTokens: opt.DraftTokens, Draft: opt.DraftOpt,
+		CtxSize: opt.CtxSize, Parallel: opt.Parallel, PrefillSize: opt.PrefillSize, MaxQueue: opt.MaxQueue,
+	})
+	if err != nil {
+		return err
+	}
+	// The engine must stop on every path out, or its loop goroutine outlives Run.
+	engineClosed := false
+	defer func() {
+		if !engineClosed {
+			eng.Close(context.Background())
+		}
+	}()
+	draftName := ""
+	if opt.Draft != "" {
+		draftName = filepath.Base(filepath.Clean(opt.Draft))
+	}
+	// The engine fills in these defaults too; the server shows them.
+	ctxSize, draftTokens := opt.CtxSize, 0
+	if ctxSize == 0 {
+		ctxSize = min(m.Config.Text.MaxPositionEmbeddings, engine.DefaultCtxSize)
+	}
+	if drafter != nil {
+		draftTokens = cmp.Or(opt.DraftTokens, engine.DefaultDraftTokens)
+	}
+	srv, err := server.New(server.Config{
+		Engine: eng, Tokenizer: tok, Template: tmpl,
+		ModelName: name, Draft: draftName, DraftTokens: draftTokens, Device: device, ContextSize: ctxSize,
+		APIKey: opt.APIKey, MaxBodyBytes: opt.MaxBodyBytes,
+		Sampling: *sp, MaxTokens: opt.MaxTokens, StopTokens: stops,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// Request contexts derive from this one, not from ctx: a shutdown lets in-flight
+		// requests finish instead of cancelling them at once.
+		BaseContext: func(net.Listener) context.Context { return context.Background() },
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	url := "http://" + ln.Addr().String()
+	args := []any{"url", url, "model", name, "device", device, "load_s", time.Since(start).Seconds()}
+	if draftName != "" {
+		args = append(args, "draft", draftName)
+	}
+	log.Info("tandem serve: ready", args...)
+	if opt.Ready != nil {
+		opt.Ready(url)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served: // the listener failed
+	}
+
+	// Shutdown: refuse new completions, stop accepting connections, let running requests
+	// finish until the grace period ends, then cancel them (their streams end with
+	// finish_reason "cancelled") and wait for their handlers to return.
+	log.Info("tandem serve: shutting down", "grace_s", grace.Seconds(), "running", eng.Stats().Running, "waiting", eng.Stats().Waiting)
+	srv.Drain()
+	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Close(graceCtx) }()
+	// Handlers end soon after the engine cancels their requests; allow a little for that.
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), grace+5*time.Second)
+	defer cancelHTTP()
+	if err := hs.Shutdown(httpCtx); err != nil {
+		log.Warn("tandem serve: closing connections that did not finish", "err", err)
+		hs.Close()
+	}
+	if err := <-engDone; err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		log.Warn("tandem serve: engine close", "err", err)
+	}
+	engineClosed = true
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	log.Info("tandem serve: stopped")
+	return nil
+}
+
+// readWeights reads the checkpoints' weight files once, with a progress bar when w is set.
+// Weights are memory-mapped, so loading itself is instant and the first requests would page
+// them in from disk; reading them here moves that cost to startup, where it can be shown.
+func readWeights(w io.Writer, dirs ...string) error {
+	var files []string
+	var total int64
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		names, err := filepath.Glob(filepath.Join(d, "*.safetensors"))
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			st, err := os.Stat(n)
+			if err != nil {
+				return err
+			}
+			files = append(files, n)
+			total += st.Size()
+		}
+	}
+	var sink io.Writer = io.Discard
+	if w != nil && total > 0 {
+		bar := progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(w), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription("loading weights"), progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
+		defer bar.Finish()
+		sink = bar
+	}
+	for _, n := range files {
+		f, err := os.Open(n)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(sink, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// StopTokens reads eos_token_id from the model's generation_config.json, or gives Gemma 4's
+// stop set.
+func StopTokens(dir string) ([]int32, error) {
+	g, err := checkpoint.ReadGenerationConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ids := gemma4.StopTokens
+	if g != nil && len(g.EOSTokenIDs) > 0 {
+		ids = g.EOSTokenIDs
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out, nil
+}
+
+// DefaultSampling is the model's recommended sampling from generation_config.json
+// (temperature, top_p, top_k when do_sample is not false); greedy without one.
+func DefaultSampling(dir string) (sample.Params, error) {
+	g, err := checkpoint.ReadGenerationConfig(dir)
+	if err != nil || g == nil || (g.DoSample != nil && !*g.DoSample) {
+		return sample.Params{}, err
+	}
+	var p sample.Params
+	if g.Temperature != nil {
+		p.Temperature = *g.Temperature
+	}
+	if g.TopP != nil {
+		p.TopP = *g.TopP
+	}
+	if g.TopK != nil {
+		p.TopK = *g.TopK
+	}
+	if err := p.Validate(); err != nil {
+		return sample.Params{}, fmt.Errorf("%s: generation_config.json: %s", dir, strings.TrimSpace(err.Error()))
+	}
+	return p, nil
+}
