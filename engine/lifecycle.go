@@ -18,13 +18,15 @@ func (e *Engine) start(r *request) {
 	if cache == nil {
 		cache = e.m.NewCache(e.maxStep)
 	}
-	e.mu.Lock()
-	// The reservation was counted in admit; entries give way to it.
+	// The reservation was counted in admit; entries give way to it. (The
+	// prefix cache and kvUsed change only on this goroutine; the lock
+	// publishes them to Stats.)
 	e.prefix.shrink(e.budget - e.kvUsed)
-	e.prefixN = e.prefix.tokens
-	e.stats.PromptTokens += int64(len(p))
-	e.stats.CachedTokens += int64(reused)
-	e.mu.Unlock()
+	e.locked(func() {
+		e.prefixN = e.prefix.tokens
+		e.stats.PromptTokens += int64(len(p))
+		e.stats.CachedTokens += int64(reused)
+	})
 	r.cache, r.fed = cache, reused
 	r.usage.PromptTokens, r.usage.CachedTokens = len(p), reused
 	r.seq = generation.NewSeq(p, generation.Options{MaxTokens: r.req.MaxTokens, Sample: r.req.Sample, StopTokens: r.req.StopTokens})
@@ -47,20 +49,20 @@ func (e *Engine) end(r *request, reason string, err error) {
 	cache := r.cache
 	r.cache, r.hidden = nil, nil
 	r.usage.Rounds, r.usage.Drafted, r.usage.Accepted = r.stats.Rounds, r.stats.Drafted, r.stats.Accepted
-	e.mu.Lock()
-	e.kvUsed -= r.reserve
-	e.running--
-	e.stats.Requests++
+	e.locked(func() {
+		e.kvUsed -= r.reserve
+		e.running--
+		e.stats.Requests++
+	})
 	if (reason == FinishStop || reason == FinishLength) && cache != nil {
 		// The cache holds the prompt and the emitted tokens but the last
 		// (never fed), and possibly rejected drafts beyond them.
 		n := min(cache.Len(), len(r.seq.History))
 		if cache.Truncate(n) == nil {
 			e.prefix.put(r.seq.History[:n], cache, e.budget-e.kvUsed)
-			e.prefixN = e.prefix.tokens
+			e.locked(func() { e.prefixN = e.prefix.tokens })
 		}
 	}
-	e.mu.Unlock()
 	r.finish(reason, err)
 }
 
@@ -72,10 +74,8 @@ func (e *Engine) rememberPrompt(r *request) {
 	if !e.prefix.on() || len(r.req.Prompt) < 2 {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if room := e.budget - e.kvUsed; e.prefix.fits(len(r.req.Prompt), room) {
 		e.prefix.put(r.req.Prompt, r.cache.Clone(), room)
-		e.prefixN = e.prefix.tokens
+		e.locked(func() { e.prefixN = e.prefix.tokens })
 	}
 }

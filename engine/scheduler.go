@@ -43,15 +43,16 @@ type Engine struct {
 	queue   []*request
 	closing bool // Close was called: Submit refuses
 	abort   bool // Close's context ended: cancel what is left
-	kvUsed  int  // reserved by running requests
-	prefixN int  // held by the prefix cache
+	kvUsed  int  // reserved by running requests (written by the scheduler only)
+	prefixN int  // held by the prefix cache (a copy of prefix.tokens for Stats)
 	running int
 	stats   Stats // cumulative counters
 	rate    rateWindow
 
 	// Owned by the scheduler goroutine.
-	active []*request
-	prefix *prefixCache
+	active    []*request
+	prefix    *prefixCache
+	lateHeads int // verify rows the walk read that logits did not compute (tests expect none)
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.
@@ -127,8 +128,9 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 // request within one step; its final event then has FinishReason
 // FinishCancelled and its KV is freed.
 //
-// The caller must read the channel until it is closed; a slow reader gets
-// its tokens coalesced into fewer events and never holds up the engine.
+// The engine never blocks on the channel: a slow reader gets its tokens
+// coalesced into fewer events and holds up nobody, and a reader that
+// stops reading (after cancelling ctx) leaves nothing behind.
 func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 	if err := e.validate(&r); err != nil {
 		return nil, err
@@ -307,8 +309,12 @@ func (e *Engine) admit() {
 }
 
 // count updates the cumulative counters under the lock.
-func (e *Engine) count(f func(*Stats)) {
+func (e *Engine) count(f func(*Stats)) { e.locked(func() { f(&e.stats) }) }
+
+// locked runs f holding the lock (released even if f panics: the step's
+// recover must not deadlock on it).
+func (e *Engine) locked(f func()) {
 	e.mu.Lock()
-	f(&e.stats)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	f()
 }

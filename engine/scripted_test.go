@@ -106,6 +106,10 @@ func TestScriptedDraftsMatchAlone(t *testing.T) {
 			checkCounters(t, e, finals)
 			st := e.Stats()
 			t.Logf("%d steps, %d rounds with drafts, %d/%d drafts accepted, per position %v", st.Steps, st.Drafts, st.AcceptedTokens, st.DraftTokens, st.AcceptedPerPos)
+			closeEngine(t, e)
+			if e.lateHeads != 0 {
+				t.Errorf("the walks read %d verify rows outside the step's batched LM-head passes", e.lateHeads)
+			}
 			if accepted == 0 || st.AcceptedPerPos[k-1] == 0 {
 				t.Fatalf("no round accepted all %d drafts: the test no longer exercises acceptance", k)
 			}

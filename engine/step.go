@@ -17,7 +17,9 @@ type row struct {
 	tokens []int32       // fed to the target: a prompt chunk, or pending (+ drafts)
 	prop   spec.Proposal // drafts, when speculating
 	T      int           // the cache's length before the step
-	last   int           // its row in the step's last-position logits, or -1
+	// logits[j] is the target's logits at the row's j-th sampled position:
+	// the last (prompt's last chunk, plain decoding) or verify row j.
+	logits [][]float32
 }
 
 // step runs one scheduler step: drafts for every decoding request (the
@@ -57,30 +59,30 @@ func (e *Engine) step() {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
 		return
 	}
-	logits := e.lastLogits(rows, out)
+	e.logits(rows, out)
 	var d Stats // this step's counters
 	d.AcceptedPerPos = make([]int64, len(e.stats.AcceptedPerPos))
 	for i := range rows {
-		e.settle(&rows[i], i, out, logits, &d)
+		e.settle(&rows[i], i, out, &d)
 	}
-	e.mu.Lock()
-	e.stats.Steps++
-	e.stats.GeneratedTokens += d.GeneratedTokens
-	e.stats.Drafts += d.Drafts
-	e.stats.DraftTokens += d.DraftTokens
-	e.stats.AcceptedTokens += d.AcceptedTokens
-	for i, n := range d.AcceptedPerPos {
-		e.stats.AcceptedPerPos[i] += n
-	}
-	e.rate.add(t0, time.Now(), int(d.GeneratedTokens))
-	e.mu.Unlock()
+	e.locked(func() {
+		e.stats.Steps++
+		e.stats.GeneratedTokens += d.GeneratedTokens
+		e.stats.Drafts += d.Drafts
+		e.stats.DraftTokens += d.DraftTokens
+		e.stats.AcceptedTokens += d.AcceptedTokens
+		for i, n := range d.AcceptedPerPos {
+			e.stats.AcceptedPerPos[i] += n
+		}
+		e.rate.add(t0, time.Now(), int(d.GeneratedTokens))
+	})
 }
 
 // plan picks each running request's tokens for this step.
 func (e *Engine) plan() []row {
 	rows := make([]row, len(e.active))
 	for i, r := range e.active {
-		rows[i] = row{r: r, last: -1}
+		rows[i] = row{r: r}
 		if p := r.req.Prompt; r.prefilling() {
 			rows[i].tokens = p[r.fed:min(r.fed+e.cfg.PrefillSize, len(p))]
 		} else {
@@ -125,36 +127,72 @@ func (e *Engine) draftAll(rows []row) error {
 	return nil
 }
 
-// lastLogits computes, in one LM-head call, the logits of the last
-// position of every row that samples one token from it: a prompt's last
-// chunk, or a plain decoding step. (Verify rows get theirs lazily, as the
-// walk reaches them.) The head is batch-invariant, so each row gets the
-// bits it would get alone.
-func (e *Engine) lastLogits(rows []row, out *gemma4.Output) []float32 {
+// logits computes the LM-head rows the step's sampling and walks will
+// read, in at most two batched passes: the LM head is the largest matmul,
+// and one pass over many rows reads its weights once. Pass one: the last
+// position of a prompt's last chunk or of a plain decoding step, and verify
+// row 0 of every speculative round. Pass two: verify rows 1..k of the
+// rounds that may accept their first draft (a greedy round whose row 0
+// picks it; every sampling round, whose acceptance draws a random number
+// the walk must draw itself). The head is batch-invariant, so every row
+// gets the bits it would get alone.
+func (e *Engine) logits(rows []row, out *gemma4.Output) {
 	var idx []int32
+	var slots []*[]float32
 	for i := range rows {
 		w := &rows[i]
 		r := w.r
-		final := r.prefilling() && r.fed+len(w.tokens) == len(r.req.Prompt)
-		if final || (!r.prefilling() && r.draft == nil) {
-			w.last = len(idx)
+		switch {
+		case r.prefilling() && r.fed+len(w.tokens) < len(r.req.Prompt):
+			continue // a middle chunk: nothing to sample
+		case r.prefilling() || r.draft == nil:
+			w.logits = make([][]float32, 1)
 			idx = append(idx, int32(out.Offsets[i+1]-1))
+		default:
+			w.logits = make([][]float32, len(w.prop.Tokens)+1)
+			idx = append(idx, int32(out.Offsets[i]))
+		}
+		slots = append(slots, &w.logits[0])
+	}
+	e.head(out, idx, slots)
+	idx, slots = idx[:0], slots[:0]
+	for i := range rows {
+		w := &rows[i]
+		k := len(w.prop.Tokens)
+		if k == 0 {
+			continue
+		}
+		if w.r.seq.Params().Greedy() && w.r.seq.Sample(w.logits[0]) != w.prop.Tokens[0] {
+			continue // the walk stops at row 0
+		}
+		for j := 1; j <= k; j++ {
+			idx = append(idx, int32(out.Offsets[i]+j))
+			slots = append(slots, &w.logits[j])
 		}
 	}
+	e.head(out, idx, slots)
+}
+
+// head runs the LM head over hidden rows idx of out and stores row j's
+// logits in *slots[j].
+func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32) {
 	if len(idx) == 0 {
-		return nil
+		return
 	}
 	b := e.m.Backend()
-	return b.ToF32(e.m.Logits(b.Gather(out.Hidden, idx)))
+	V := e.m.Config.Text.VocabSize
+	all := b.ToF32(e.m.Logits(b.Gather(out.Hidden, idx)))
+	for j, s := range slots {
+		*s = all[j*V : (j+1)*V : (j+1)*V]
+	}
 }
 
 // settle applies a step's outcome to row i's request: it advances the
 // prompt, or samples, or walks the verify rows; emits the tokens; and ends
 // the request when its sequence is done.
-func (e *Engine) settle(w *row, i int, out *gemma4.Output, logits []float32, d *Stats) {
+func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 	r := w.r
 	b := e.m.Backend()
-	V := e.m.Config.Text.VocabSize
 	var emitted []int32
 	var lps []Logprob
 	switch {
@@ -169,7 +207,7 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, logits []float32, d *
 				r.hidden = b.Gather(out.Hidden, []int32{int32(out.Offsets[i+1] - 1)})
 			}
 		}
-		lg := logits[w.last*V : (w.last+1)*V]
+		lg := w.logits[0]
 		tok, _ := r.seq.Next(lg)
 		emitted = []int32{tok}
 		if r.logprobs {
@@ -177,7 +215,14 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, logits []float32, d *
 		}
 	default:
 		k := len(w.prop.Tokens)
-		rowLogits := spec.VerifyRows(e.m, out.Hidden, out.Offsets[i], k+1)
+		lazy := spec.VerifyRows(e.m, out.Hidden, out.Offsets[i], k+1)
+		rowLogits := func(j int) []float32 {
+			if w.logits[j] == nil { // not expected: logits computed what the walk reads
+				w.logits[j] = lazy(j)
+				e.lateHeads++
+			}
+			return w.logits[j]
+		}
 		v := spec.Judge{}.Round(r.seq, &r.stats, w.prop, rowLogits)
 		emitted = v.Emitted
 		if r.logprobs {
