@@ -298,9 +298,13 @@ func TestChatLogprobs(t *testing.T) {
 
 	check := func(name string, lps []chatTokenLogprob, top int) {
 		t.Helper()
-		if len(lps) != len(out)-1 { // every token but the stop token
-			t.Fatalf("%s: %d entries for %d tokens", name, len(lps), len(out)-1)
+		if len(lps) != len(out) { // one per token, the stop token included
+			t.Fatalf("%s: %d entries for %d tokens", name, len(lps), len(out))
 		}
+		if last := lps[len(lps)-1]; last.Token != "<turn|>" {
+			t.Errorf("%s: the stop token's entry is %+v", name, last)
+		}
+		lps = lps[:len(lps)-1]
 		var all []byte
 		for i, lp := range lps {
 			if lp.Logprob > 0 || lp.Bytes == nil || lp.TopLogprobs == nil {

@@ -128,7 +128,7 @@ func TestCompletionLogprobs(t *testing.T) {
 			}
 			lp = decodeJSON[completionResult](t, resp).Choices[0].Logprobs
 		}
-		n := len(out) - 1 // the stop token has none
+		n := len(out) // one per token, the stop token included
 		if len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(lp.TopLogprobs) != n || len(lp.TextOffset) != n {
 			t.Fatalf("stream %v: lengths %d %d %d %d, want %d", stream, len(lp.Tokens), len(lp.TokenLogprobs), len(lp.TopLogprobs), len(lp.TextOffset), n)
 		}

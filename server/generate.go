@@ -12,7 +12,7 @@ import (
 // step is what one engine event adds to a response.
 type step struct {
 	text     string           // new output text, after stop strings
-	logprobs []engine.Logprob // of the tokens consumed, stop tokens excluded
+	logprobs []engine.Logprob // of the tokens consumed
 	final    bool             // the last step; finish is set
 	finish   string           // "stop", "length" or "cancelled" (the engine shut down)
 }
@@ -103,14 +103,16 @@ func (g *generation) run(started func() error, emit func(step) error) (outcome, 
 				break
 			}
 			consumed++
+			// One logprob entry per completion token, a stop token's included (its text is
+			// not in the output), as OpenAI lists <|endoftext|>.
+			if g.req.Logprobs && i < len(ev.Logprobs) {
+				st.logprobs = append(st.logprobs, ev.Logprobs[i])
+			}
 			if g.ts.isStopToken(id) {
 				continue
 			}
 			text, hit := g.ts.token(id)
 			st.text += text
-			if g.req.Logprobs && i < len(ev.Logprobs) {
-				st.logprobs = append(st.logprobs, ev.Logprobs[i])
-			}
 			if hit {
 				cancel() // the engine may stop: nothing after a stop string is used
 			}
