@@ -155,7 +155,12 @@ func (s *Server) checkKey(r *http.Request) error {
 	if s.cfg.APIKey == "" {
 		return nil
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	h := r.Header.Get("Authorization")
+	ok := len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") // the scheme is case-insensitive (RFC 9110)
+	got := ""
+	if ok {
+		got = h[7:]
+	}
 	want := sha256.Sum256([]byte(s.cfg.APIKey))
 	have := sha256.Sum256([]byte(strings.TrimSpace(got)))
 	if !ok || subtle.ConstantTimeCompare(want[:], have[:]) != 1 {

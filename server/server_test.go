@@ -249,6 +249,8 @@ func TestAuth(t *testing.T) {
 		{"key as prefix", "POST", "/v1/chat/completions", "Bearer sekret2", 401},
 		{"no Bearer", "POST", "/v1/chat/completions", "sekret", 401},
 		{"right key", "POST", "/v1/chat/completions", "Bearer sekret", 200},
+		{"lower-case scheme", "POST", "/v1/chat/completions", "bearer sekret", 200},
+		{"empty key", "POST", "/v1/chat/completions", "Bearer ", 401},
 		{"completions without key", "POST", "/v1/completions", "", 401},
 		{"models without key", "GET", "/v1/models", "", 401},
 		{"models with key", "GET", "/v1/models", "Bearer sekret", 200},
