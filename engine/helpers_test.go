@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"tandem/compute"
+	"tandem/compute/computetest"
 	"tandem/compute/cpu"
+	"tandem/compute/cuda"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -46,8 +49,24 @@ func TestMain(m *testing.M) {
 	}())
 }
 
+// testBackend is the CPU, or the GPU with TANDEM_TEST_BACKEND=cuda (as
+// compute/computetest picks it; TestMain has no testing.TB to give it).
+func testBackend() (compute.Backend, error) {
+	switch v := os.Getenv(computetest.Env); v {
+	case "", "cpu":
+		return cpu.New(0), nil
+	case "cuda":
+		return cuda.New(0)
+	default:
+		return nil, fmt.Errorf("%s=%q: want cpu or cuda", computetest.Env, v)
+	}
+}
+
 func loadPair(dir string) error {
-	b := cpu.New(0)
+	b, err := testBackend()
+	if err != nil {
+		return err
+	}
 	for _, name := range []string{"gemma4-tiny-e2b", "gemma4-tiny-e2b-assistant"} {
 		p, err := gemma4.LookupPreset(name)
 		if err != nil {
@@ -57,7 +76,6 @@ func loadPair(dir string) error {
 			return err
 		}
 	}
-	var err error
 	if target, err = gemma4.Load(filepath.Join(dir, "gemma4-tiny-e2b"), b); err != nil {
 		return err
 	}
