@@ -4,16 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"tandem/compute/cpu"
+	"tandem/compute"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/spec"
@@ -35,20 +35,21 @@ type benchRow struct {
 
 func newBench() *cobra.Command {
 	var (
-		preset, model, draft, dir, contexts string
-		tokens, k, threads                  int
-		synthetic                           float64
-		asJSON                              bool
+		preset, model, draft, device, contexts string
+		tokens, k, threads                     int
+		synthetic                              float64
+		asJSON                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--preset P | --model DIR] [--draft DIR|auto]",
-		Short: "Measure prefill and decode speed against the memory roofline (CPU), plain and speculative",
+		Short: "Measure prefill and decode speed against the memory roofline (CPU or GPU), plain and speculative",
 		Long: "bench measures prefill tokens/s and batch-1 decode tokens/s at each --contexts length, with\n" +
 			"random prompts, and the fraction of the roofline: a memory copy's bandwidth, measured in the\n" +
 			"same run, divided by the weight bytes one decode step reads. With --draft it also decodes\n" +
 			"speculatively; --synthetic-acceptance P forces each draft to be accepted with probability P\n" +
 			"(real drafter and verify work, synthetic outcomes) to measure the mechanism without trained\n" +
-			"weights. --preset generates a random-weight model (and, with --draft auto, its assistant).",
+			"weights. --preset builds a random-weight model in memory (and, with --draft auto, its\n" +
+			"assistant): the weights gen-model would write, without writing them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var ctxs []int
@@ -62,57 +63,42 @@ func newBench() *cobra.Command {
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
 			}
-			if dir == "" {
-				tmp, err := os.MkdirTemp("", "tandem-bench-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(tmp)
-				dir = tmp
+			b, err := openBackend(device, threads)
+			if err != nil {
+				return err
 			}
 			log := cmd.ErrOrStderr()
-			ensure := func(name string) (string, error) {
-				d := filepath.Join(dir, name)
-				if _, err := os.Stat(filepath.Join(d, "config.json")); err == nil {
-					return d, nil
-				}
-				p, err := gemma4.LookupPreset(name)
-				if err != nil {
-					return "", err
-				}
-				return d, generate(log, p, d, gemma4.GenerateOptions{})
+			var m *gemma4.Model
+			if model != "" {
+				m, err = gemma4.Load(model, b)
+			} else {
+				m, err = randomTarget(log, preset, b)
+				model = preset + " (random weights)"
 			}
-			if model == "" {
-				d, err := ensure(preset)
-				if err != nil {
-					return err
-				}
-				model = d
-			}
-			if draft == "auto" {
-				d, err := ensure(preset + "-assistant")
-				if err != nil {
-					return err
-				}
-				draft = d
-			}
-			b := cpu.New(threads)
-			m, err := gemma4.Load(model, b)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
 			var a *gemma4.Assistant
-			if draft != "" {
+			switch draft {
+			case "":
+			case "auto":
+				if a, err = randomAssistant(log, preset+"-assistant", b); err != nil {
+					return err
+				}
+				draft = preset + "-assistant (random weights)"
+			default:
 				if a, err = gemma4.LoadAssistant(draft, b); err != nil {
 					return err
 				}
+			}
+			if a != nil {
 				defer a.Close()
 				if err := a.Bind(m); err != nil {
 					return err
 				}
 			}
-			roof := cpu.CopyBandwidth()
+			roof := copyBandwidth(b)
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
@@ -155,11 +141,11 @@ func newBench() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
-					"model": model, "draft": draft, "device": "cpu", "copy_bandwidth_bytes_per_s": roof,
+					"model": model, "draft": draft, "device": b.Name(), "copy_bandwidth_bytes_per_s": roof,
 					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows,
 				})
 			}
-			fmt.Fprintf(out, "model %s on cpu; copy bandwidth %.1f GB/s; %s per decode step\n", model, roof/1e9, humanBytes(bytes))
+			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, b.Name(), roof/1e9, humanBytes(bytes))
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
 			if a != nil {
@@ -180,7 +166,7 @@ func newBench() *cobra.Command {
 	f.StringVar(&preset, "preset", "gemma4-tiny-e2b", "model preset to generate when --model is not given")
 	f.StringVar(&model, "model", "", "model directory (default: generate --preset)")
 	f.StringVar(&draft, "draft", "", `assistant directory, or "auto" for the preset's assistant`)
-	f.StringVar(&dir, "dir", "", "keep generated models here (default: a temporary directory, removed)")
+	f.StringVar(&device, "device", "auto", "compute device: auto, cpu or cuda")
 	f.StringVar(&contexts, "contexts", "128,1024", "prompt lengths to measure at (e.g. 128,4k,32k)")
 	f.IntVar(&tokens, "tokens", 32, "tokens to decode at each context")
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
@@ -198,4 +184,29 @@ func parseCount(s string) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	return n * mult, err
+}
+
+// randomTarget builds a preset's random-weight target on b, with progress.
+func randomTarget(log io.Writer, name string, b compute.Backend) (*gemma4.Model, error) {
+	p, err := gemma4.LookupPreset(name)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
+	m, err := p.Random(b, compute.BF16, 0)
+	if err == nil {
+		fmt.Fprintf(log, "built %s (%s) in %.1fs\n", name, humanBytes(m.DecodeBytes()), time.Since(start).Seconds())
+	}
+	return m, err
+}
+
+// randomAssistant is randomTarget for a drafter preset.
+func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Assistant, error) {
+	p, err := gemma4.LookupPreset(name)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
+	return p.RandomAssistant(b, compute.BF16, 0)
 }

@@ -14,8 +14,6 @@ import (
 
 	"tandem/chat"
 	"tandem/checkpoint"
-	"tandem/compute"
-	"tandem/compute/cpu"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -39,17 +37,6 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.prefill, "prefill-size", generation.DefaultPrefillSize, "prompt tokens per forward pass")
 	fl.StringVar(&f.promptIDs, "prompt-ids", "", "prompt token ids: 1,2,3 or @FILE (ids separated by commas or spaces, or a JSON array)")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
-}
-
-// openBackend selects the compute backend.
-func openBackend(device string, threads int) (compute.Backend, error) {
-	switch device {
-	case "auto", "cpu":
-		return cpu.New(threads), nil
-	case "cuda":
-		return nil, errors.New("--device cuda: the CUDA backend is not available in this build yet; use --device cpu")
-	}
-	return nil, fmt.Errorf("--device %q: want auto, cpu or cuda", device)
 }
 
 // parseIDs reads "1,2,3", "1 2 3", "[1,2,3]" or "@FILE" holding any of those.

@@ -253,7 +253,7 @@ func TestGenerateErrors(t *testing.T) {
 		{"bad prompt id", append(base, "--prompt-ids", "1,x"), []string{"--prompt-ids", `token id 1 ("x")`}},
 		{"missing ids file", append(base, "--prompt-ids", "@"+filepath.Join(t.TempDir(), "none")), []string{"--prompt-ids", "no such file"}},
 		{"prompt id outside the vocabulary", append(base, "--prompt-ids", "2,512"), []string{"outside the vocabulary"}},
-		{"cuda", append(base, "--prompt-ids", "2", "--device", "cuda"), []string{"--device cuda", "not available", "--device cpu"}},
+		{"cuda", append(base, "--prompt-ids", "2", "--device", "cuda"), []string{"--device cuda", "CUDA driver", "--device cpu"}},
 		{"bogus device", append(base, "--prompt-ids", "2", "--device", "bogus"), []string{`--device "bogus"`, "auto, cpu or cuda"}},
 		{"missing model directory", []string{"generate", "--model", filepath.Join(t.TempDir(), "none"), "--prompt-ids", "2"}, []string{"none"}},
 		{"zero max tokens", append(base, "--prompt-ids", "2", "--max-tokens", "0"), []string{"max tokens must be positive"}},
@@ -295,7 +295,7 @@ func TestOpenBackend(t *testing.T) {
 	}{
 		{"auto", ""},
 		{"cpu", ""},
-		{"cuda", "not available"},
+		{"cuda", "--device cpu"},
 		{"CPU", "want auto, cpu or cuda"},
 		{"", "want auto, cpu or cuda"},
 	} {

@@ -70,8 +70,7 @@ func TestGenerateDraftErrors(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
-	dir := t.TempDir()
-	out, _ := mustExecute(t, "bench", "--dir", dir, "--draft", "auto", "--synthetic-acceptance", "1", "--contexts", "16,64", "--tokens", "9", "--json")
+	out, _ := mustExecute(t, "bench", "--device", "cpu", "--draft", "auto", "--synthetic-acceptance", "1", "--contexts", "16,64", "--tokens", "9", "--json")
 	var v struct {
 		Results []struct {
 			Context       int
@@ -92,8 +91,8 @@ func TestBench(t *testing.T) {
 			t.Fatalf("implausible row %+v", r)
 		}
 	}
-	// The models were kept in --dir and are reused.
-	mustExecute(t, "inspect", dir+"/gemma4-tiny-e2b-assistant")
-	_, _, err := execute(t, "bench", "--dir", dir, "--contexts", "0")
+	_, _, err := execute(t, "bench", "--contexts", "0")
 	wantError(t, err, "--contexts")
+	_, _, err = execute(t, "bench", "--preset", "gemma4-nope", "--contexts", "8")
+	wantError(t, err, "gemma4-nope")
 }

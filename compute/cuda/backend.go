@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -25,17 +26,22 @@ var _ compute.Backend = (*Backend)(nil)
 // differ from the CPU backend's in the last bits where the reduction order
 // differs (matmul, attention); tests bound those differences.
 type Backend struct {
-	dev  *Device
-	pool *pool
-	k    map[string]Kernel
+	dev   *Device
+	pool  *pool
+	stage *staging
+	k     map[string]Kernel
 
 	mu    sync.Mutex
 	ropes map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+
+	bwOnce sync.Once
+	bw     float64
+	bwErr  error
 }
 
 var kernelNames = map[string][]string{
 	"ops.cu":    {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine"},
-	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp"},
+	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "matmul_mma1", "matmul_mma8", "sum_splits"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -44,7 +50,7 @@ func New(ordinal int) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, pool: newPool(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{}}
+	b := &Backend{dev: dev, pool: newPool(dev), stage: newStaging(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{}}
 	for name, src := range map[string]string{"ops.cu": opsSource, "matmul.cu": MatMulSource} {
 		ks, err := dev.Compile(src, name, kernelNames[name]...)
 		if err != nil {
@@ -139,8 +145,10 @@ func (b *Backend) upload(p unsafe.Pointer, n int, dt compute.DType, shape ...int
 	t := b.alloc(dt, shape...)
 	if n > 0 {
 		src := unsafe.Slice((*byte)(p), n)
-		if err := b.dev.Upload(ptrOf(t), src); err != nil {
-			panic(err)
+		if !b.stage.upload(b.dev, memOf(t).ptr, src) {
+			if err := b.dev.Upload(ptrOf(t), src); err != nil {
+				panic(err)
+			}
 		}
 	}
 	return t
@@ -302,12 +310,56 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	if K == 0 {
 		return b.Zeros(compute.F32, shape...)
 	}
+	if w.DType() == compute.BF16 && !warpMatMul {
+		b.matmulMMA(y, x, w, M, N, K)
+		return y
+	}
 	name := map[compute.DType]string{compute.F32: "matmul_f32_warp", compute.BF16: "matmul_bf16_warp", compute.F16: "matmul_f16_warp"}[w.DType()]
 	if name == "" {
 		panic(fmt.Sprintf("cuda: MatMul with %v weights", w))
 	}
 	b.launch(name, [3]uint32{uint32((N + 7) / 8), 1, 1}, MatMulBlock, ptrOf(x), ptrOf(w), ptrOf(y), M, N, K)
 	return y
+}
+
+// warpMatMul selects the CUDA-core kernel for bf16 weights too
+// (TANDEM_CUDA_MATMUL=warp), for comparisons.
+var warpMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
+
+// splitK picks how many K ranges a weight's columns are split into, from
+// the weight's shape alone (never from M, which would break batch
+// invariance): enough warps to keep every SM streaming, at least 512
+// elements of K per split.
+func splitK(N, K int) (splits, chunk int) {
+	groups := (N + 7) / 8
+	splits = max(1, min((4096+groups-1)/groups, K/512))
+	chunk = ((K+splits-1)/splits + 31) &^ 31
+	return (K + chunk - 1) / chunk, chunk
+}
+
+// matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
+// the product per K split, and the splits summed in order.
+func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
+	xs := b.alloc(compute.BF16, 3, M*K) // hi, mid, lo
+	b.launch("split_bf16", grid1(M*K), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), M*K)
+	splits, chunk := splitK(N, K)
+	out := y
+	if splits > 1 {
+		out = b.alloc(compute.F32, splits*M*N)
+	}
+	aligned := 0
+	if K%8 == 0 && memOf(w).ptr%16 == 0 {
+		aligned = 1
+	}
+	name := "matmul_mma1"
+	if M > 16 {
+		name = "matmul_mma8"
+	}
+	b.launch(name, [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}, 256,
+		ptrOf(xs), ptrOf(w), ptrOf(out), M, N, K, chunk, aligned)
+	if splits > 1 {
+		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
+	}
 }
 
 // Gather implements compute.Backend.

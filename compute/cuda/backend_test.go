@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"tandem/compute"
 	"tandem/compute/cpu"
@@ -244,14 +245,25 @@ func host(be compute.Backend, t *compute.Tensor) []float64 {
 func TestBatchInvariance(t *testing.T) {
 	g := backendOrSkip(t)
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, K := range []int{1536, 2048 + 5} {
-		w := weight(g, compute.BF16, randF32(r, 300*K), 300, K)
-		xs := randF32(r, 16*K)
-		all := g.ToF32(g.MatMul(g.FromF32(xs, 16, K), w))
-		for M := 1; M <= 16; M++ {
-			got := g.ToF32(g.MatMul(g.FromF32(xs[:M*K], M, K), w))
-			if err := sameBits(got, all[:M*300]); err != nil {
-				t.Fatalf("MatMul K=%d: M=%d differs from M=16: %v", K, M, err)
+	// Rows 1..40 cover both kernel variants (up to 16 rows and more); a
+	// row alone (at tile row 0) must equal itself at any place in a batch.
+	const rows = 40
+	for _, K := range []int{1536, 2048 + 5, 64} {
+		for _, dt := range []compute.DType{compute.BF16, compute.F32} {
+			w := weight(g, dt, randF32(r, 300*K), 300, K)
+			xs := randF32(r, rows*K)
+			all := g.ToF32(g.MatMul(g.FromF32(xs, rows, K), w))
+			for M := 1; M <= rows; M++ {
+				got := g.ToF32(g.MatMul(g.FromF32(xs[:M*K], M, K), w))
+				if err := sameBits(got, all[:M*300]); err != nil {
+					t.Fatalf("MatMul %v K=%d: M=%d differs from M=%d: %v", dt, K, M, rows, err)
+				}
+			}
+			for i := range rows {
+				alone := g.ToF32(g.MatMul(g.FromF32(xs[i*K:(i+1)*K], 1, K), w))
+				if err := sameBits(alone, all[i*300:(i+1)*300]); err != nil {
+					t.Fatalf("MatMul %v K=%d: row %d alone differs from row %d of %d: %v", dt, K, i, i, rows, err)
+				}
 			}
 		}
 	}
@@ -319,4 +331,42 @@ func sameBits(a, b []float32) error {
 		}
 	}
 	return nil
+}
+
+// TestMatMulSpeed logs the backend's matmul bandwidth at decode and verify
+// sizes for published weight shapes, tensor-core kernel against the
+// CUDA-core one (numbers only; timing never fails a test).
+func TestMatMulSpeed(t *testing.T) {
+	g := backendOrSkip(t)
+	if testing.Short() {
+		t.Skip("timing")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
+		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
+		for _, M := range []int{1, 4, 16, 128} {
+			x := g.FromF32(randF32(r, M*s.K), M, s.K)
+			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
+			for _, warp := range []bool{false, true} {
+				warpMatMul = warp
+				g.MatMul(x, w)
+				if err := g.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				const reps = 20
+				start := time.Now()
+				for range reps {
+					g.MatMul(x, w)
+				}
+				if err := g.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				d := time.Since(start) / reps
+				name := map[bool]string{false: "mma", true: "warp"}[warp]
+				line += fmt.Sprintf("  %s %v %.0f GB/s", name, d.Round(time.Microsecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
+			}
+			warpMatMul = false
+			t.Log(line)
+		}
+	}
 }

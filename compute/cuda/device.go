@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 	"sync/atomic"
+
+	"github.com/ebitengine/purego"
 	"unsafe"
 )
 
@@ -21,6 +24,8 @@ type Device struct {
 	DriverVersion int   // e.g. 13000
 	asyncErr      error // first failure of an asynchronous call; device thread only
 	closed        atomic.Bool
+	mu            sync.Mutex
+	pending       []func() error // posted, not yet handed to the thread
 }
 
 // Open makes device ordinal's primary context current on a dedicated,
@@ -30,7 +35,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	dev := &Device{d: d, work: make(chan func())}
+	dev := &Device{d: d, work: make(chan func(), 64)}
 	ready := make(chan error)
 	go dev.loop(ordinal, ready)
 	if err := <-ready; err != nil {
@@ -87,6 +92,7 @@ func (dev *Device) do(f func() error) error {
 	if dev.closed.Load() {
 		return errClosed
 	}
+	dev.flush()
 	done := make(chan error, 1)
 	dev.work <- func() { done <- f() }
 	return <-done
@@ -97,6 +103,7 @@ var errClosed = errors.New("cuda: the device is closed")
 // Close stops the device's thread; later calls fail (cleanups of tensors
 // that outlive the device become no-ops).
 func (dev *Device) Close() {
+	dev.flush()
 	if dev.closed.CompareAndSwap(false, true) {
 		dev.work <- nil
 	}
@@ -217,13 +224,41 @@ func (dev *Device) LaunchAsync(k Kernel, grid, block [3]uint32, shmem uint32, ar
 	return nil
 }
 
+// postBatch is how many posted calls are handed to the device thread at
+// once: one wake-up of that thread per batch instead of per kernel.
+const postBatch = 32
+
 // post runs f on the device's thread without waiting; the first error is
-// kept for Sync.
+// kept for Sync. Posted calls run in order, before any later do.
 func (dev *Device) post(f func() error) {
 	if dev.closed.Load() {
 		return
 	}
-	dev.work <- func() {
+	dev.mu.Lock()
+	dev.pending = append(dev.pending, f)
+	var batch []func() error
+	if len(dev.pending) >= postBatch {
+		batch, dev.pending = dev.pending, nil
+	}
+	dev.mu.Unlock()
+	if batch != nil {
+		dev.work <- func() { dev.runAll(batch) }
+	}
+}
+
+// flush hands the posted calls not yet sent to the device thread.
+func (dev *Device) flush() {
+	dev.mu.Lock()
+	batch := dev.pending
+	dev.pending = nil
+	dev.mu.Unlock()
+	if len(batch) > 0 {
+		dev.work <- func() { dev.runAll(batch) }
+	}
+}
+
+func (dev *Device) runAll(batch []func() error) {
+	for _, f := range batch {
 		if err := f(); err != nil && dev.asyncErr == nil {
 			dev.asyncErr = err
 		}
@@ -231,54 +266,49 @@ func (dev *Device) post(f func() error) {
 }
 
 func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args []any) (func() error, error) {
-	params := make([]unsafe.Pointer, len(args))
+	// One 8-byte slot per argument and one array of pointers to the slots,
+	// two allocations per launch. Go's collector does not move heap
+	// objects, and the closure keeps both alive until the driver has
+	// copied the arguments, so no pinning is needed for the raw call.
+	vals := make([]uint64, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
 		case Buffer:
-			p := new(uintptr)
-			*p = v.ptr
-			params[i] = unsafe.Pointer(p)
+			vals[i] = uint64(v.ptr)
 		case int:
 			if v < math.MinInt32 || v > math.MaxInt32 {
 				return nil, fmt.Errorf("cuda: kernel argument %d (%d) does not fit an int32", i, v)
 			}
-			p := new(int32)
-			*p = int32(v)
-			params[i] = unsafe.Pointer(p)
+			vals[i] = uint64(uint32(int32(v)))
 		case int32:
-			p := new(int32)
-			*p = v
-			params[i] = unsafe.Pointer(p)
+			vals[i] = uint64(uint32(v))
 		case uint32:
-			p := new(uint32)
-			*p = v
-			params[i] = unsafe.Pointer(p)
+			vals[i] = uint64(v)
 		case float32:
-			p := new(float32)
-			*p = v
-			params[i] = unsafe.Pointer(p)
+			vals[i] = uint64(math.Float32bits(v))
 		case float64:
-			p := new(float32)
-			*p = float32(v)
-			params[i] = unsafe.Pointer(p)
+			vals[i] = uint64(math.Float32bits(float32(v)))
 		case nil:
-			params[i] = unsafe.Pointer(new(uintptr)) // a null pointer argument
+			vals[i] = 0 // a null pointer argument
 		default:
 			return nil, fmt.Errorf("cuda: kernel argument %d has unsupported type %T", i, a)
 		}
 	}
 	return func() error {
-		var pin runtime.Pinner
-		defer pin.Unpin()
-		var pp unsafe.Pointer
-		if len(params) > 0 {
-			for _, p := range params {
-				pin.Pin(p)
+		var pp uintptr
+		var params []uintptr
+		if len(vals) > 0 {
+			params = make([]uintptr, len(vals))
+			for i := range vals {
+				params[i] = uintptr(unsafe.Pointer(&vals[i]))
 			}
-			pin.Pin(&params[0])
-			pp = unsafe.Pointer(&params[0])
+			pp = uintptr(unsafe.Pointer(&params[0]))
 		}
-		return dev.d.check("cuLaunchKernel", dev.d.cuLaunchKernel(k.fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, 0, pp, nil))
+		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
+			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), 0, pp, 0)
+		runtime.KeepAlive(vals)
+		runtime.KeepAlive(params)
+		return dev.d.check("cuLaunchKernel", result(int32(r)))
 	}, nil
 }
 

@@ -28,11 +28,16 @@ type driverAPI struct {
 	cuMemcpyDtoH             func(dst unsafe.Pointer, src uintptr, n uint64) result
 	cuMemGetInfo             func(free, total *uint64) result
 	cuMemsetD8               func(dst uintptr, v uint8, n uint64) result
+	cuMemAllocHost           func(p *unsafe.Pointer, n uint64) result
+	cuMemcpyHtoDAsync        func(dst uintptr, src unsafe.Pointer, n uint64, stream uintptr) result
 	cuMemcpyDtoD             func(dst, src uintptr, n uint64) result
 	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) result
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) result
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
 	cuGetErrorString         func(r result, s **byte) result
+	// launchFn is cuLaunchKernel's address, called through SyscallN on the
+	// hot path (RegisterLibFunc's reflection costs microseconds per call).
+	launchFn uintptr
 }
 
 const (
@@ -62,7 +67,7 @@ func loadDriver() (*driverAPI, error) {
 			"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuCtxSetCurrent": &d.cuCtxSetCurrent,
 			"cuCtxSynchronize": &d.cuCtxSynchronize, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
 			"cuMemcpyHtoD_v2": &d.cuMemcpyHtoD, "cuMemcpyDtoH_v2": &d.cuMemcpyDtoH, "cuMemGetInfo_v2": &d.cuMemGetInfo,
-			"cuMemsetD8_v2": &d.cuMemsetD8, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
+			"cuMemsetD8_v2": &d.cuMemsetD8, "cuMemAllocHost_v2": &d.cuMemAllocHost, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
 		} {
@@ -74,6 +79,10 @@ func loadDriver() (*driverAPI, error) {
 		}
 		if r := d.cuInit(0); r != 0 {
 			driverErr = fmt.Errorf("cuda: cuInit: %s", d.errorString(r))
+			return
+		}
+		if d.launchFn, err = purego.Dlsym(h, "cuLaunchKernel"); err != nil {
+			driverErr = fmt.Errorf("cuda: the driver library lacks cuLaunchKernel: %v", err)
 			return
 		}
 		driver = d

@@ -24,19 +24,22 @@ type weightSource interface {
 type randomSource struct {
 	weights map[string]Weight
 	infos   []safetensors.TensorInfo
+	index   map[string]int
 	dt      compute.DType
 	seed    uint64
 }
 
 func newRandomSource(p Preset, dt compute.DType, seed uint64) *randomSource {
-	s := &randomSource{weights: map[string]Weight{}, dt: dt, seed: seed}
+	s := &randomSource{weights: map[string]Weight{}, index: map[string]int{}, dt: dt, seed: seed}
 	for _, w := range p.Weights() {
 		d := dt
 		if w.Int {
 			d = compute.I64
 		}
 		s.weights[w.Name] = w
-		s.infos = append(s.infos, safetensors.TensorInfo{Name: w.Name, DType: d, Shape: w.Shape})
+		s.index[w.Name] = len(s.infos)
+		s.infos = append(s.infos, safetensors.TensorInfo{Name: w.Name, DType: d, Shape: w.Shape,
+			Size: int64(compute.NumElements(w.Shape) * d.Size())})
 	}
 	return s
 }
@@ -44,12 +47,11 @@ func newRandomSource(p Preset, dt compute.DType, seed uint64) *randomSource {
 func (s *randomSource) Tensors() []safetensors.TensorInfo { return s.infos }
 
 func (s *randomSource) Lookup(name string) (safetensors.TensorInfo, bool) {
-	for _, t := range s.infos {
-		if t.Name == name {
-			return t, true
-		}
+	i, ok := s.index[name]
+	if !ok {
+		return safetensors.TensorInfo{}, false
 	}
-	return safetensors.TensorInfo{}, false
+	return s.infos[i], true
 }
 
 func (s *randomSource) Data(name string) ([]byte, error) {

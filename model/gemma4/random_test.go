@@ -31,6 +31,9 @@ func TestRandomEqualsGeneratedCheckpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if random.DecodeBytes() != loaded.DecodeBytes() {
+				t.Fatalf("DecodeBytes: random model %d, checkpoint %d", random.DecodeBytes(), loaded.DecodeBytes())
+			}
 			ids := []int32{2, 17, 99, 3, 250, 41}
 			want := forwardLogits(t, loaded, ids)
 			got := forwardLogits(t, random, ids)

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p bin/gpu
-for pkg in ./compute/cuda ./model/gemma4 ./spec; do
+for pkg in ./compute/cuda ./model/gemma4 ./spec ./engine; do
   name=$(basename "$pkg")
   CGO_ENABLED=0 go test -c -o "bin/gpu/$name.test" "$pkg"
 done
+CGO_ENABLED=0 go build -o bin/gpu/tandem ./cmd/tandem
 ls -la bin/gpu

@@ -22,4 +22,5 @@ extra=("$@")
 run compute/cuda cuda.test
 run model/gemma4 gemma4.test TANDEM_TEST_BACKEND=cuda
 run spec spec.test TANDEM_TEST_BACKEND=cuda
+run engine engine.test TANDEM_TEST_BACKEND=cuda
 exit $status

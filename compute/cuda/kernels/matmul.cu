@@ -168,3 +168,159 @@ extern "C" __global__ void matmul_f16_warp(const float* __restrict__ x, const un
                                            float* __restrict__ y, int M, int N, int K) {
     matmul_warp<2>(x, w, y, M, N, K);
 }
+
+// ---------------------------------------------------------------------------
+// Tensor-core matmul for bf16 weights: one kernel for every M, so decode,
+// verify and prefill rows share one arithmetic and stay batch-invariant.
+//
+// Activations are f32; each is split into three bf16 parts (x = hi + mid +
+// lo to 24 mantissa bits, as exact as f32; two parts left errors 100 times
+// the CPU's and flipped MoE routing), and every part goes through
+// mma.sync m16n8k16 with f32 accumulation. A warp owns 8 output columns and
+// one K range; for every 32-wide K block it loads 16 bytes of each of its 8
+// weight rows per lane and runs 6 mmas (three parts of two k-steps) per
+// 16-row M tile. Each output's sequence of mma accumulations
+// depends only on K and on the split of K, which is chosen from the weight's
+// shape (N, K), never from M. Which M tile or tile row a row lands in does
+// not change its arithmetic: a tensor core computes each output element
+// from its own row and column. Rows beyond M are zeros.
+
+__device__ __forceinline__ unsigned short bf16_rn(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// split_bf16: hi = bf16(x), mid = bf16(x − hi), lo = bf16(x − hi − mid);
+// the subtractions are exact.
+extern "C" __global__ void split_bf16(unsigned short* hi, unsigned short* mid, unsigned short* lo, const float* x, int n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        const unsigned short h = bf16_rn(v);
+        const float r = v - bf16(h);
+        const unsigned short m = bf16_rn(r);
+        hi[i] = h;
+        mid[i] = m;
+        lo[i] = bf16_rn(r - bf16(m));
+    }
+}
+
+// load8bf reads bf16 elements k..k+7 of a row of length K (zeros past K or
+// when !ok), with one 16-byte load when aligned.
+__device__ __forceinline__ uint4 load8bf(const unsigned short* row, int k, int K, bool ok, bool aligned) {
+    uint4 q;
+    q.x = q.y = q.z = q.w = 0u;
+    if (!ok) return q;
+    if (aligned && k + 8 <= K) return *(const uint4*)(row + k);
+    unsigned v[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = k + e < K ? row[k + e] : 0u;
+    q.x = v[0] | (v[1] << 16);
+    q.y = v[2] | (v[3] << 16);
+    q.z = v[4] | (v[5] << 16);
+    q.w = v[6] | (v[7] << 16);
+    return q;
+}
+
+__device__ __forceinline__ void mma16816(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// mma_part accumulates one part of one 32-wide K block of a 16-row tile.
+// Lane (g, t) holds k = kb + 8t … 8t+7 of weight row g (q) and of tile rows
+// g and g+8 (a0, a1); the first mma takes elements 0-3, the second 4-7, the
+// same permutation of K on both sides.
+__device__ __forceinline__ void mma_part(float c[4], uint4 q, uint4 a0, uint4 a1) {
+    mma16816(c, a0.x, a1.x, a0.y, a1.y, q.x, q.y);
+    mma16816(c, a0.z, a1.z, a0.w, a1.w, q.z, q.w);
+}
+
+// matmul_mma<MT, U>: grid (ceil(N/64), splits), 8 warps. Split s covers
+// K range [s·kchunk, (s+1)·kchunk) and writes partial sums to
+// part[s][M][N] (or y directly when splits = 1). MT tiles of 16 rows share
+// each weight load; MT changes only how many rows one pass serves.
+template <int MT, int U>
+__device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
+                           int M, int N, int K, int kchunk, int aligned) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 8;
+    if (n0 >= N) return;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    const bool wok = n0 + g < N, al = aligned != 0;
+    const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
+    float* o = out + (size_t)blockIdx.y * M * N;
+    for (int m0 = 0; m0 < M; m0 += 16 * MT) {
+        // One accumulator per part: three independent mma chains, summed
+        // smallest first at the end.
+        float c[MT][4], cp[3][MT][4];
+#pragma unroll
+        for (int p = 0; p < 3; p++)
+#pragma unroll
+            for (int i = 0; i < MT; i++) cp[p][i][0] = cp[p][i][1] = cp[p][i][2] = cp[p][i][3] = 0.0f;
+        // U weight loads are issued before their mmas so each lane keeps
+        // U·16 bytes in flight (decode is bound by load latency); blocks
+        // are still accumulated in K order, so U does not change results.
+        for (int kb = k0; kb < k1; kb += 32 * U) {
+            uint4 q[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int k = kb + 32 * u + 8 * t;
+                q[u] = load8bf(wr, k, k1, wok && k < k1, al);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int k = kb + 32 * u + 8 * t;
+                const bool kin = k < k1;
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    if (m0 + 16 * i >= M) break;
+                    const int r0 = m0 + 16 * i + g, r1 = r0 + 8;
+#pragma unroll
+                    for (int p = 0; p < 3; p++) { // hi, mid, lo: part p is rows [p·M, (p+1)·M) of xs
+                        const unsigned short* xp = xs + (size_t)p * M * K;
+                        const uint4 a0 = load8bf(xp + (size_t)r0 * K, k, k1, r0 < M && kin, al);
+                        const uint4 a1 = load8bf(xp + (size_t)r1 * K, k, k1, r1 < M && kin, al);
+                        mma_part(cp[p][i], q[u], a0, a1);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) c[i][e] = __fadd_rn(__fadd_rn(cp[2][i][e], cp[1][i][e]), cp[0][i][e]);
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            const int r0 = m0 + 16 * i + g, r1 = r0 + 8, n = n0 + 2 * t;
+            if (r0 < M) {
+                if (n < N) o[(size_t)r0 * N + n] = c[i][0];
+                if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[i][1];
+            }
+            if (r1 < M) {
+                if (n < N) o[(size_t)r1 * N + n] = c[i][2];
+                if (n + 1 < N) o[(size_t)r1 * N + n + 1] = c[i][3];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void matmul_mma1(const unsigned short* xs, const unsigned short* w,
+                                       float* out, int M, int N, int K, int kchunk, int aligned) {
+    matmul_mma<1, 4>(xs, w, out, M, N, K, kchunk, aligned);
+}
+
+extern "C" __global__ void matmul_mma8(const unsigned short* xs, const unsigned short* w,
+                                       float* out, int M, int N, int K, int kchunk, int aligned) {
+    matmul_mma<8, 1>(xs, w, out, M, N, K, kchunk, aligned);
+}
+
+// sum_splits: y[i] = Σ_s part[s][i] in split order.
+extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+        float s = part[i];
+        for (int j = 1; j < splits; j++) s = __fadd_rn(s, part[(size_t)j * n + i]);
+        y[i] = s;
+    }
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"tandem/compute"
+	"tandem/compute/cpu"
+	"tandem/compute/cuda"
+)
+
+// openBackend selects the compute backend. auto takes the GPU when a CUDA
+// driver is present and the CPU otherwise.
+func openBackend(device string, threads int) (compute.Backend, error) {
+	switch device {
+	case "cpu":
+		return cpu.New(threads), nil
+	case "auto":
+		b, err := cuda.New(0)
+		if err == nil {
+			return b, nil
+		}
+		if !errors.Is(err, cuda.ErrNoDriver) {
+			slog.Warn("a CUDA driver is present but the GPU could not be used; running on the CPU", "err", err)
+		}
+		return cpu.New(threads), nil
+	case "cuda":
+		b, err := cuda.New(0)
+		if err != nil {
+			return nil, fmt.Errorf("--device cuda: %w (use --device cpu to run on the CPU)", err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("--device %q: want auto, cpu or cuda", device)
+}
+
+// copyBandwidth measures the roofline's memory bandwidth on b's device:
+// memcpy on the CPU, a device-to-device copy on the GPU (bytes read plus
+// bytes written per second).
+func copyBandwidth(b compute.Backend) float64 {
+	if g, ok := b.(*cuda.Backend); ok {
+		if bw, err := g.CopyBandwidth(); err == nil {
+			return bw
+		}
+	}
+	return cpu.CopyBandwidth()
+}
