@@ -20,6 +20,7 @@ import (
 	"tandem/compute/cpu"
 	"tandem/engine"
 	"tandem/model/gemma4"
+	"tandem/serve"
 	"tandem/spec"
 	"tandem/tokenizer"
 )
@@ -228,7 +229,7 @@ func chatDemo(ctx context.Context, out io.Writer, targetDir, assistantDir string
 	if err != nil {
 		return err
 	}
-	stops, err := stopTokens(targetDir)
+	stops, err := serve.StopTokens(targetDir)
 	if err != nil {
 		return err
 	}

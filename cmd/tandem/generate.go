@@ -13,10 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"tandem/chat"
-	"tandem/checkpoint"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
+	"tandem/serve"
 	"tandem/spec"
 	"tandem/tokenizer"
 )
@@ -191,7 +191,7 @@ func newGenerate() *cobra.Command {
 				return err
 			}
 			defer m.Close()
-			stops, err := stopTokens(f.model)
+			stops, err := serve.StopTokens(f.model)
 			if err != nil {
 				return err
 			}
@@ -239,24 +239,6 @@ func newGenerate() *cobra.Command {
 	fl.Float64Var(&sp.RepetitionPenalty, "repetition-penalty", 1, "penalty for tokens already in the sequence (1: off)")
 	fl.Uint64Var(&sp.Seed, "seed", 0, "random seed for sampling")
 	return cmd
-}
-
-// stopTokens reads eos_token_id from generation_config.json, or falls back
-// to Gemma 4's stop set.
-func stopTokens(dir string) ([]int32, error) {
-	g, err := checkpoint.ReadGenerationConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	ids := gemma4.StopTokens
-	if g != nil && len(g.EOSTokenIDs) > 0 {
-		ids = g.EOSTokenIDs
-	}
-	out := make([]int32, len(ids))
-	for i, id := range ids {
-		out[i] = int32(id)
-	}
-	return out, nil
 }
 
 // specStats is the speculative part of generate's JSON stats.

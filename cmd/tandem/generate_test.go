@@ -15,6 +15,7 @@ import (
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
+	"tandem/serve"
 )
 
 // generateJSON is the documented shape of `generate --json`.
@@ -164,7 +165,7 @@ func TestStopTokens(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := stopTokens(dir)
+			got, err := serve.StopTokens(dir)
 			if tt.wantErr != "" {
 				wantError(t, err, tt.wantErr)
 				return

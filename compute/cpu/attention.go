@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"tandem/compute"
@@ -23,25 +22,11 @@ import (
 // read once for all of them; that changes only the interleaving, not any
 // head's arithmetic. A query with no visible key gets zeros.
 func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOptions) *compute.Tensor {
-	B, L, Hq, D := attnDims(q)
-	Bk, S, Hkv, Dk := attnDims(k)
-	Bv, Sv, Hv, Dv := attnDims(v)
-	if Bk != B || Bv != B || Sv != S || Hv != Hkv || Dk != D || Hkv == 0 || Hq%Hkv != 0 {
-		panic(fmt.Sprintf("cpu: Attention q %v, k %v, v %v", q, k, v))
+	sh, err := compute.CheckAttention(q, k, v, opt)
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
-	needPos := opt.Mask == compute.Causal || opt.Window > 0
-	switch {
-	case opt.Mask != compute.Causal && opt.Mask != compute.Bidirectional:
-		panic(fmt.Sprintf("cpu: Attention with unknown mask %d", opt.Mask))
-	case needPos && len(opt.QueryPos) != B*L:
-		panic(fmt.Sprintf("cpu: Attention needs %d query positions, got %d", B*L, len(opt.QueryPos)))
-	case opt.KeyPos != nil && len(opt.KeyPos) != B*S:
-		panic(fmt.Sprintf("cpu: Attention needs %d key positions, got %d", B*S, len(opt.KeyPos)))
-	case opt.KeyLen != nil && len(opt.KeyLen) != B:
-		panic(fmt.Sprintf("cpu: Attention needs %d key lengths, got %d", B, len(opt.KeyLen)))
-	case opt.KeyStart != nil && len(opt.KeyStart) != B:
-		panic(fmt.Sprintf("cpu: Attention needs %d key starts, got %d", B, len(opt.KeyStart)))
-	}
+	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
 	qs, ks, vs := f32s(q), f32s(k), f32s(v)
 	var out *compute.Tensor
 	var os []float32
@@ -202,15 +187,4 @@ func visibleSlots(vis []int32, bi, bl, S int, opt *compute.AttentionOptions) []i
 		vis = append(vis, int32(s))
 	}
 	return vis
-}
-
-// attnDims reads [B, T, H, d], or [T, H, d] as B = 1.
-func attnDims(t *compute.Tensor) (B, T, H, d int) {
-	switch t.Rank() {
-	case 3:
-		return 1, t.Dim(0), t.Dim(1), t.Dim(2)
-	case 4:
-		return t.Dim(0), t.Dim(1), t.Dim(2), t.Dim(3)
-	}
-	panic(fmt.Sprintf("cpu: Attention wants a 3-D or 4-D tensor, got %v", t))
 }

@@ -25,16 +25,9 @@ func (b *Backend) Mul(x, y *compute.Tensor) *compute.Tensor {
 func (b *Backend) binary(x, y *compute.Tensor, name string, op func(p, q float32) float32) *compute.Tensor {
 	xs := f32s(x)
 	n := len(xs)
-	var period int // y is indexed by i % period
-	switch {
-	case compute.SameShape(x.Shape(), y.Shape()):
-		period = n
-	case x.Rank() > 0 && y.Len() == x.Dim(-1):
-		period = x.Dim(-1)
-	case y.Len() == 1:
-		period = 1
-	default:
-		panic(fmt.Sprintf("cpu: %s of %v and %v", name, x, y))
+	period, err := compute.BroadcastPeriod(x, y) // y is indexed by i % period
+	if err != nil {
+		panic(fmt.Sprintf("cpu: %s: %v", name, err))
 	}
 	var ys []float32
 	if y.DType() == compute.F32 {

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"tandem/compute"
@@ -18,18 +17,11 @@ import (
 // with h = r.Dim/2. Pairs whose InvFreq is 0, and dims at or beyond r.Dim
 // (r.Dim < d is Qwen-style partial rotary), are copied bit for bit.
 func (b *Backend) RoPE(x *compute.Tensor, pos []int32, r *compute.RoPE) *compute.Tensor {
-	if x.Rank() < 2 || r == nil || r.Dim%2 != 0 || r.Dim > x.Dim(-1) || len(r.InvFreq) != r.Dim/2 {
-		panic(fmt.Sprintf("cpu: RoPE of %v with a bad table (nil, odd, wider than the head, or len(InvFreq) != Dim/2)", x))
+	T, H, d, err := compute.CheckRoPE(x, pos, r)
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
 	xs := f32s(x)
-	d, H := x.Dim(-1), x.Dim(-2)
-	T := 0
-	if d*H > 0 {
-		T = x.Len() / (d * H)
-	}
-	if len(pos) != T {
-		panic(fmt.Sprintf("cpu: RoPE of %v with %d positions", x, len(pos)))
-	}
 	half := r.Dim / 2
 	out, os := newF32(x.Shape()...)
 	b.parallelFor(T, H*d+8*half, func(lo, hi int) {

@@ -18,26 +18,14 @@ const attnChunk = 1024 // ATTN_CHUNK in ops.cu
 //	e_s     = exp(float64(score_s) − max)      over visible s
 //	out     = Σ_chunks Σ_s float32(e_s)·v_s / Σ e_s
 func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOptions) *compute.Tensor {
-	B, L, Hq, D := attnDims(q)
-	Bk, S, Hkv, Dk := attnDims(k)
-	Bv, Sv, Hv, Dv := attnDims(v)
-	if Bk != B || Bv != B || Sv != S || Hv != Hkv || Dk != D || Hkv == 0 || Hq%Hkv != 0 || D > 512 {
-		panic(fmt.Sprintf("cuda: Attention q %v, k %v, v %v", q, k, v))
+	sh, err := compute.CheckAttention(q, k, v, opt)
+	if err != nil || sh.D > 512 {
+		panic(fmt.Sprintf("cuda: %v (head dimension at most 512)", err))
 	}
+	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
 	f32(q, "Attention")
 	f32(k, "Attention")
 	f32(v, "Attention")
-	needPos := opt.Mask == compute.Causal || opt.Window > 0
-	switch {
-	case opt.Mask != compute.Causal && opt.Mask != compute.Bidirectional:
-		panic(fmt.Sprintf("cuda: Attention with unknown mask %d", opt.Mask))
-	case needPos && len(opt.QueryPos) != B*L:
-		panic(fmt.Sprintf("cuda: Attention needs %d query positions, got %d", B*L, len(opt.QueryPos)))
-	case opt.KeyPos != nil && len(opt.KeyPos) != B*S:
-		panic(fmt.Sprintf("cuda: Attention needs %d key positions, got %d", B*S, len(opt.KeyPos)))
-	case opt.KeyLen != nil && len(opt.KeyLen) != B:
-		panic(fmt.Sprintf("cuda: Attention needs %d key lengths, got %d", B, len(opt.KeyLen)))
-	}
 	var out *compute.Tensor
 	if q.Rank() == 3 {
 		out = b.alloc(compute.F32, L, Hq, Dv)
@@ -126,15 +114,4 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(BL), 1}, min(256, max(32, Dv)),
 		ptrOf(out), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)
 	return out
-}
-
-// attnDims reads [B, L, H, d] or [L, H, d] (B = 1).
-func attnDims(t *compute.Tensor) (B, L, H, d int) {
-	switch t.Rank() {
-	case 3:
-		return 1, t.Dim(0), t.Dim(1), t.Dim(2)
-	case 4:
-		return t.Dim(0), t.Dim(1), t.Dim(2), t.Dim(3)
-	}
-	panic(fmt.Sprintf("cuda: attention tensor %v must be [B, L, H, d] or [L, H, d]", t))
 }

@@ -449,18 +449,11 @@ func (b *Backend) ropeTable(r *compute.RoPE) *compute.Tensor {
 
 // RoPE implements compute.Backend.
 func (b *Backend) RoPE(x *compute.Tensor, pos []int32, r *compute.RoPE) *compute.Tensor {
-	if x.Rank() < 2 || r == nil || r.Dim%2 != 0 || r.Dim > x.Dim(-1) || len(r.InvFreq) != r.Dim/2 {
-		panic(fmt.Sprintf("cuda: RoPE of %v with a bad table", x))
+	T, H, d, err := compute.CheckRoPE(x, pos, r)
+	if err != nil {
+		panic("cuda: " + err.Error())
 	}
 	f32(x, "RoPE")
-	d, H := x.Dim(-1), x.Dim(-2)
-	T := 0
-	if d*H > 0 {
-		T = x.Len() / (d * H)
-	}
-	if len(pos) != T {
-		panic(fmt.Sprintf("cuda: RoPE of %v with %d positions", x, len(pos)))
-	}
 	out := b.alloc(compute.F32, x.Shape()...)
 	if T*H > 0 && d > 0 {
 		b.launch("rope", [3]uint32{uint32(T * H), 1, 1}, 128, ptrOf(out), ptrOf(x), ptrOf(b.ints(pos)), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
@@ -484,16 +477,9 @@ func (b *Backend) Mul(x, y *compute.Tensor) *compute.Tensor { return b.binary(x,
 func (b *Backend) binary(x, y *compute.Tensor, name string, op int) *compute.Tensor {
 	f32(x, name)
 	n := x.Len()
-	var period int
-	switch {
-	case compute.SameShape(x.Shape(), y.Shape()):
-		period = n
-	case x.Rank() > 0 && y.Len() == x.Dim(-1):
-		period = x.Dim(-1)
-	case y.Len() == 1:
-		period = 1
-	default:
-		panic(fmt.Sprintf("cuda: %s of %v and %v", name, x, y))
+	period, err := compute.BroadcastPeriod(x, y)
+	if err != nil {
+		panic(fmt.Sprintf("cuda: %s: %v", name, err))
 	}
 	out := b.alloc(compute.F32, x.Shape()...)
 	if n > 0 {
