@@ -176,6 +176,14 @@ type Kernel struct{ fn uintptr }
 // Compile builds CUDA C++ source with NVRTC for this device's architecture
 // and loads the named extern "C" kernels.
 func (dev *Device) Compile(src, name string, kernels ...string) (map[string]Kernel, error) {
+	cache := defaultCubinCache()
+	key := cubinKey(src, name, dev.Arch, dev.DriverVersion)
+	if cubin := cache.get(key); cubin != nil {
+		if ks, err := dev.load(cubin, name, kernels); err == nil {
+			return ks, nil
+		}
+		cache.drop(key) // compile afresh below
+	}
 	n, err := loadNVRTC()
 	if err != nil {
 		return nil, err
@@ -184,8 +192,17 @@ func (dev *Device) Compile(src, name string, kernels ...string) (map[string]Kern
 	if err != nil {
 		return nil, err
 	}
+	ks, err := dev.load(cubin, name, kernels)
+	if err == nil {
+		cache.put(key, cubin)
+	}
+	return ks, err
+}
+
+// load loads a cubin and looks up the named kernels.
+func (dev *Device) load(cubin []byte, name string, kernels []string) (map[string]Kernel, error) {
 	out := map[string]Kernel{}
-	err = dev.do(func() error {
+	err := dev.do(func() error {
 		var mod uintptr
 		if err := dev.d.check("cuModuleLoadData "+name, dev.d.cuModuleLoadData(&mod, unsafe.Pointer(&cubin[0]))); err != nil {
 			return err
