@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -12,6 +13,24 @@ import (
 // prefix cache when a usable shared prefix is there), its sequence state,
 // and, with a drafter, its own drafting stream.
 func (e *Engine) start(r *request) {
+	// Allocating the row's cache can fail (device memory is not counted in
+	// tokens): that request fails, the engine goes on.
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("engine: starting the request: %v", p)
+			e.log.Error("start failed", "err", err)
+			if slices.Contains(e.active, r) {
+				e.end(r, FinishError, err)
+				return
+			}
+			e.locked(func() {
+				e.kvUsed -= r.reserve
+				e.running--
+				e.stats.Requests++
+			})
+			r.finish(FinishError, err)
+		}
+	}()
 	r.started = time.Now()
 	p := r.req.Prompt
 	cache, reused := e.prefix.take(p)
@@ -45,6 +64,7 @@ func (e *Engine) start(r *request) {
 // the prefix cache when it finished normally (a cancelled or failed
 // request's KV is freed), and sends the final event.
 func (e *Engine) end(r *request, reason string, err error) {
+	defer r.finish(reason, err) // whatever happens below, the request gets its final event
 	e.active = slices.DeleteFunc(e.active, func(x *request) bool { return x == r })
 	cache := r.cache
 	r.cache, r.hidden = nil, nil
@@ -59,11 +79,21 @@ func (e *Engine) end(r *request, reason string, err error) {
 		// (never fed), and possibly rejected drafts beyond them.
 		n := min(cache.Len(), len(r.seq.History))
 		if cache.Truncate(n) == nil {
-			e.prefix.put(r.seq.History[:n], cache, e.budget-e.kvUsed)
-			e.locked(func() { e.prefixN = e.prefix.tokens })
+			e.keep(func() { e.prefix.put(r.seq.History[:n], cache, e.budget-e.kvUsed) })
 		}
 	}
-	r.finish(reason, err)
+}
+
+// keep runs a prefix-cache insertion; one that fails (out of memory while
+// copying KV) only loses the reuse.
+func (e *Engine) keep(put func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Warn("prefix cache: could not keep a request's KV", "err", p)
+		}
+		e.locked(func() { e.prefixN = e.prefix.tokens })
+	}()
+	put()
 }
 
 // rememberPrompt keeps a copy of a request's KV as its prompt is complete:
@@ -75,7 +105,6 @@ func (e *Engine) rememberPrompt(r *request) {
 		return
 	}
 	if room := e.budget - e.kvUsed; e.prefix.fits(len(r.req.Prompt), room) {
-		e.prefix.put(r.req.Prompt, r.cache.Clone(), room)
-		e.locked(func() { e.prefixN = e.prefix.tokens })
+		e.keep(func() { e.prefix.put(r.req.Prompt, r.cache.Clone(), room) })
 	}
 }

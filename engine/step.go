@@ -234,8 +234,8 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 			d.Drafts++
 		}
 		d.DraftTokens += int64(k)
-		d.AcceptedTokens += int64(v.Accepted)
-		for j := range v.Accepted {
+		d.AcceptedTokens += int64(v.Kept)
+		for j := range v.Kept {
 			d.AcceptedPerPos[j]++
 		}
 		// Keep pending and the accepted drafts; the next round starts from

@@ -70,6 +70,10 @@ type Verdict struct {
 	// accepted drafts, then Next, cut where a stop token or the budget
 	// ended the sequence (exactly where plain decoding would have stopped).
 	Emitted []int32
+	// Kept is how many accepted drafts were emitted: Accepted, unless a
+	// stop token or the budget ended the sequence among them. Statistics
+	// count these; drafts accepted past the end were never used.
+	Kept int
 }
 
 // Round decides a verified round for seq, whose last token is the round's
@@ -91,13 +95,14 @@ func (j Judge) Round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 	default:
 		v.Next, v.Accepted = rejectionSample(seq, prop, row)
 	}
-	st.Record(k, v.Accepted)
 	for _, tok := range append(prop.Tokens[:v.Accepted:v.Accepted], v.Next) {
 		v.Emitted = append(v.Emitted, tok)
 		if seq.Emit(tok) {
 			break
 		}
 	}
+	v.Kept = min(v.Accepted, len(v.Emitted))
+	st.Record(k, v.Kept)
 	return v
 }
 
