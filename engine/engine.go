@@ -158,17 +158,3 @@ type Stats struct {
 	AcceptedPerPos   []int64 // accepted drafts by position 1..k
 	DecodeTokensRate float64 // generated tokens/s over the last few seconds
 }
-
-// The Engine type (engine_impl files) provides:
-//
-//	func New(cfg Config) (*Engine, error)
-//	// Submit queues r. It returns ErrQueueFull, ErrClosed, a *ContextError,
-//	// or another error for a request that is invalid (bad sampling values,
-//	// empty prompt, token ids outside the vocabulary: a 400). Cancelling ctx
-//	// ends the request within one step; its final event then has
-//	// FinishReason FinishCancelled and its KV is freed.
-//	func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error)
-//	func (e *Engine) Stats() Stats
-//	// Close stops admitting, lets running and queued requests finish until
-//	// ctx ends, then cancels what is left, and returns when the loop exited.
-//	func (e *Engine) Close(ctx context.Context) error
