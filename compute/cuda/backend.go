@@ -41,7 +41,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu":    {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine"},
-	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "matmul_mma1", "matmul_mma8", "sum_splits"},
+	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "matmul_mma1", "matmul_mma8", "matmul_mma1f", "matmul_mma8f", "sum_splits"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -322,9 +322,13 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	return y
 }
 
-// warpMatMul selects the CUDA-core kernel for bf16 weights too
-// (TANDEM_CUDA_MATMUL=warp), for comparisons.
-var warpMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
+// TANDEM_CUDA_MATMUL picks a matmul variant for comparisons: "warp" runs
+// the CUDA-core kernel for bf16 weights too; "fused" splits activations
+// inside the tensor-core kernel (the same bits, one launch fewer).
+var (
+	warpMatMul  = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
+	fusedMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "fused"
+)
 
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
@@ -340,23 +344,31 @@ func splitK(N, K int) (splits, chunk int) {
 // matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
 // the product per K split, and the splits summed in order.
 func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
-	xs := b.alloc(compute.BF16, 3, M*K) // hi, mid, lo
-	b.launch("split_bf16", grid1(M*K), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), M*K)
 	splits, chunk := splitK(N, K)
 	out := y
 	if splits > 1 {
 		out = b.alloc(compute.F32, splits*M*N)
 	}
-	aligned := 0
-	if K%8 == 0 && memOf(w).ptr%16 == 0 {
-		aligned = 1
-	}
+	aligned := K%8 == 0 && memOf(w).ptr%16 == 0
 	name := "matmul_mma1"
 	if M > 16 {
 		name = "matmul_mma8"
 	}
+	var xs *compute.Tensor
+	if fusedMatMul {
+		name += "f"
+		xs = x
+		aligned = aligned && memOf(x).ptr%16 == 0
+	} else {
+		xs = b.alloc(compute.BF16, 3, M*K) // hi, mid, lo
+		b.launch("split_bf16", grid1(M*K), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), M*K)
+	}
+	al := 0
+	if aligned {
+		al = 1
+	}
 	b.launch(name, [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}, 256,
-		ptrOf(xs), ptrOf(w), ptrOf(out), M, N, K, chunk, aligned)
+		ptrOf(xs), ptrOf(w), ptrOf(out), M, N, K, chunk, al)
 	if splits > 1 {
 		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
 	}

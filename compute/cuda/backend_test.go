@@ -347,8 +347,8 @@ func TestMatMulSpeed(t *testing.T) {
 		for _, M := range []int{1, 4, 16, 128} {
 			x := g.FromF32(randF32(r, M*s.K), M, s.K)
 			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
-			for _, warp := range []bool{false, true} {
-				warpMatMul = warp
+			for _, variant := range []string{"mma", "fused", "warp"} {
+				warpMatMul, fusedMatMul = variant == "warp", variant == "fused"
 				g.MatMul(x, w)
 				if err := g.Sync(); err != nil {
 					t.Fatal(err)
@@ -362,11 +362,34 @@ func TestMatMulSpeed(t *testing.T) {
 					t.Fatal(err)
 				}
 				d := time.Since(start) / reps
-				name := map[bool]string{false: "mma", true: "warp"}[warp]
-				line += fmt.Sprintf("  %s %v %.0f GB/s", name, d.Round(time.Microsecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
+				line += fmt.Sprintf("  %s %v %.0f GB/s", variant, d.Round(time.Microsecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
 			}
-			warpMatMul = false
+			warpMatMul, fusedMatMul = false, false
 			t.Log(line)
+		}
+	}
+}
+
+// The fused tensor-core kernel splits activations in registers with
+// split_bf16's arithmetic, so it must give the unfused kernel's bits, for
+// both tile variants, odd K, K splits and unaligned activations.
+func TestFusedMatMulMatchesUnfused(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func() { fusedMatMul = false }()
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []struct{ N, K int }{{300, 1536}, {64, 8192}, {41, 2053}, {9, 64}} {
+		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
+		for _, M := range []int{1, 5, 16, 17, 40} {
+			xs := randF32(r, (M+1)*s.K)
+			// Rows 1..M of a larger tensor: a view that need not be 16-byte aligned.
+			x := g.Slice(g.FromF32(xs, M+1, s.K), 1, M+1)
+			fusedMatMul = false
+			want := g.ToF32(g.MatMul(x, w))
+			fusedMatMul = true
+			got := g.ToF32(g.MatMul(x, w))
+			if err := sameBits(got, want); err != nil {
+				t.Fatalf("N=%d K=%d M=%d: fused differs from unfused: %v", s.N, s.K, M, err)
+			}
 		}
 	}
 }

@@ -237,12 +237,51 @@ __device__ __forceinline__ void mma_part(float c[4], uint4 q, uint4 a0, uint4 a1
     mma16816(c, a0.z, a1.z, a0.w, a1.w, q.z, q.w);
 }
 
-// matmul_mma<MT, U>: grid (ceil(N/64), splits), 8 warps. Split s covers
+__device__ __forceinline__ unsigned pack2(unsigned short a, unsigned short b) {
+    return (unsigned)a | ((unsigned)b << 16);
+}
+
+// load8parts gives activations k..k+7 of row r as the three bf16 parts
+// (zeros past k1 or when !ok). Unfused, x holds the parts split_bf16 wrote
+// ([3][M][K]); FUSED, x is the f32 activations and the split happens here,
+// with split_bf16's arithmetic, saving a launch and the parts' round trip.
+template <bool FUSED>
+__device__ __forceinline__ void load8parts(uint4 a[3], const void* x, int r, int k, int k1, bool ok, bool al, int M, int K) {
+    if (FUSED) {
+        float v[8];
+        const float* row = (const float*)x + (size_t)r * K;
+        if (ok && al && k + 8 <= k1) {
+            const float4 p0 = *(const float4*)(row + k), p1 = *(const float4*)(row + k + 4);
+            v[0] = p0.x; v[1] = p0.y; v[2] = p0.z; v[3] = p0.w;
+            v[4] = p1.x; v[5] = p1.y; v[6] = p1.z; v[7] = p1.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = ok && k + e < k1 ? row[k + e] : 0.0f;
+        }
+        unsigned short h[8], m[8], l[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            h[e] = bf16_rn(v[e]);
+            const float rr = v[e] - bf16(h[e]);
+            m[e] = bf16_rn(rr);
+            l[e] = bf16_rn(rr - bf16(m[e]));
+        }
+        a[0].x = pack2(h[0], h[1]); a[0].y = pack2(h[2], h[3]); a[0].z = pack2(h[4], h[5]); a[0].w = pack2(h[6], h[7]);
+        a[1].x = pack2(m[0], m[1]); a[1].y = pack2(m[2], m[3]); a[1].z = pack2(m[4], m[5]); a[1].w = pack2(m[6], m[7]);
+        a[2].x = pack2(l[0], l[1]); a[2].y = pack2(l[2], l[3]); a[2].z = pack2(l[4], l[5]); a[2].w = pack2(l[6], l[7]);
+    } else {
+#pragma unroll
+        for (int p = 0; p < 3; p++)
+            a[p] = load8bf((const unsigned short*)x + (size_t)p * M * K + (size_t)r * K, k, k1, ok, al);
+    }
+}
+
+// matmul_mma<MT, U, FUSED>: grid (ceil(N/64), splits), 8 warps. Split s covers
 // K range [s·kchunk, (s+1)·kchunk) and writes partial sums to
 // part[s][M][N] (or y directly when splits = 1). MT tiles of 16 rows share
 // each weight load; MT changes only how many rows one pass serves.
-template <int MT, int U>
-__device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
+template <int MT, int U, bool FUSED>
+__device__ void matmul_mma(const void* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                            int M, int N, int K, int kchunk, int aligned) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 8;
@@ -277,13 +316,11 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
                 for (int i = 0; i < MT; i++) {
                     if (m0 + 16 * i >= M) break;
                     const int r0 = m0 + 16 * i + g, r1 = r0 + 8;
+                    uint4 a0[3], a1[3]; // hi, mid, lo of rows r0 and r1
+                    load8parts<FUSED>(a0, xs, r0, k, k1, r0 < M && kin, al, M, K);
+                    load8parts<FUSED>(a1, xs, r1, k, k1, r1 < M && kin, al, M, K);
 #pragma unroll
-                    for (int p = 0; p < 3; p++) { // hi, mid, lo: part p is rows [p·M, (p+1)·M) of xs
-                        const unsigned short* xp = xs + (size_t)p * M * K;
-                        const uint4 a0 = load8bf(xp + (size_t)r0 * K, k, k1, r0 < M && kin, al);
-                        const uint4 a1 = load8bf(xp + (size_t)r1 * K, k, k1, r1 < M && kin, al);
-                        mma_part(cp[p][i], q[u], a0, a1);
-                    }
+                    for (int p = 0; p < 3; p++) mma_part(cp[p][i], q[u], a0[p], a1[p]);
                 }
             }
         }
@@ -308,12 +345,23 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
 
 extern "C" __global__ void matmul_mma1(const unsigned short* xs, const unsigned short* w,
                                        float* out, int M, int N, int K, int kchunk, int aligned) {
-    matmul_mma<1, 4>(xs, w, out, M, N, K, kchunk, aligned);
+    matmul_mma<1, 4, false>(xs, w, out, M, N, K, kchunk, aligned);
 }
 
 extern "C" __global__ void matmul_mma8(const unsigned short* xs, const unsigned short* w,
                                        float* out, int M, int N, int K, int kchunk, int aligned) {
-    matmul_mma<8, 1>(xs, w, out, M, N, K, kchunk, aligned);
+    matmul_mma<8, 1, false>(xs, w, out, M, N, K, kchunk, aligned);
+}
+
+// The fused variants take f32 activations and split them in registers.
+extern "C" __global__ void matmul_mma1f(const float* x, const unsigned short* w,
+                                        float* out, int M, int N, int K, int kchunk, int aligned) {
+    matmul_mma<1, 4, true>(x, w, out, M, N, K, kchunk, aligned);
+}
+
+extern "C" __global__ void matmul_mma8f(const float* x, const unsigned short* w,
+                                        float* out, int M, int N, int K, int kchunk, int aligned) {
+    matmul_mma<8, 1, true>(x, w, out, M, N, K, kchunk, aligned);
 }
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
