@@ -394,6 +394,10 @@ func toolsValue(tools []json.RawMessage) (jinja.Value, error) {
 // reserved are the variables Options.Extra may not set.
 var reserved = []string{"messages", "tools", "add_generation_prompt", "raise_exception", "strftime_now", tojsonName, strName}
 
+// Reserved reports whether name is a template variable Options.Extra may not set: the
+// renderer defines it (messages, tools, add_generation_prompt, raise_exception, …).
+func Reserved(name string) bool { return slices.Contains(reserved, name) }
+
 func (t *Template) render(messages, tools jinja.Value, opt Options) (string, error) {
 	tmpl := t
 	if !tools.IsNone() && t.toolUse != nil {

@@ -54,6 +54,7 @@ type GenerationConfig struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	TopK        *int     `json:"top_k,omitempty"`
 	TopP        *float64 `json:"top_p,omitempty"`
+	MinP        *float64 `json:"min_p,omitempty"`
 }
 
 // IDList is a token id list that JSON may spell as one number or a list.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,11 +47,17 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	}
 }
 
-// A request still running when the grace period ends is cancelled: its stream ends instead
-// of hanging, and serve.Run returns nil soon after the grace period.
+// A request still running when the grace period ends is cancelled: its stream ends with an
+// error event in OpenAI's shape (code shutting_down; no invented finish_reason) instead of
+// hanging, and serve.Run returns nil soon after the grace period.
 func TestShutdownCancelsAfterGrace(t *testing.T) {
-	const grace = 300 * time.Millisecond
-	s := start(t, serve.Options{StopTokens: []int32{}, ShutdownGrace: grace, CtxSize: 4096})
+	t.Run("grace", func(t *testing.T) { testShutdownCancels(t, 300*time.Millisecond, 300*time.Millisecond) })
+	// NoGrace (the command's --shutdown-grace 0) cancels at once, not after the default 10s.
+	t.Run("no grace", func(t *testing.T) { testShutdownCancels(t, serve.NoGrace, 0) })
+}
+
+func testShutdownCancels(t *testing.T, opt, grace time.Duration) {
+	s := start(t, serve.Options{StopTokens: []int32{}, ShutdownGrace: opt, CtxSize: 4096})
 	stream := s.client.Completions.NewStreaming(context.Background(), textCompletion("Once upon a time", 4000))
 	defer stream.Close()
 	if !stream.Next() {
@@ -63,6 +70,11 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 		chunks := 0
 		for stream.Next() {
 			chunks++
+			for _, c := range stream.Current().Choices {
+				if c.FinishReason != "" {
+					t.Errorf("finish_reason %q in a cancelled stream", c.FinishReason)
+				}
+			}
 		}
 		ended <- chunks
 	}()
@@ -70,6 +82,10 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 	case chunks := <-ended:
 		if chunks >= 4000 {
 			t.Errorf("the stream ran to its end (%d chunks) instead of being cancelled", chunks)
+		}
+		if err := stream.Err(); err == nil || !strings.Contains(err.Error(), `"code":"shutting_down"`) ||
+			!strings.Contains(err.Error(), "shut down before the response was complete") {
+			t.Errorf("the stream ended with %v, want the shutting_down error event", err)
 		}
 	case <-time.After(grace + 10*time.Second):
 		t.Fatal("the stream did not end after the grace period")

@@ -23,7 +23,7 @@ type Seq struct {
 	StopReason string
 
 	maxTokens int
-	stop      []int32
+	stop      []int32 // sorted, without duplicates: Emit looks a token up by binary search
 	sampler   *sample.Sampler
 }
 
@@ -33,7 +33,7 @@ func NewSeq(prompt []int32, opt Options) *Seq {
 		History:   slices.Clone(prompt),
 		Prompt:    len(prompt),
 		maxTokens: opt.MaxTokens,
-		stop:      slices.Clone(opt.StopTokens),
+		stop:      stopSet(opt.StopTokens),
 		sampler:   sample.New(opt.Sample),
 	}
 }
@@ -68,10 +68,26 @@ func (s *Seq) Next(logits []float32) (tok int32, done bool) {
 func (s *Seq) Emit(tok int32) bool {
 	s.History = append(s.History, tok)
 	switch {
-	case slices.Contains(s.stop, tok):
+	case isStop(s.stop, tok):
 		s.Done, s.StopReason = true, StopToken
 	case s.Left() <= 0:
 		s.Done, s.StopReason = true, StopLength
 	}
 	return s.Done
+}
+
+// stopSet is ids sorted and deduplicated. A request may list many stop tokens; Emit runs
+// once per emitted token on the decoding loop, so it must not scan them all.
+func stopSet(ids []int32) []int32 {
+	if len(ids) == 0 {
+		return nil
+	}
+	set := slices.Clone(ids)
+	slices.Sort(set)
+	return slices.Compact(set)
+}
+
+func isStop(set []int32, tok int32) bool {
+	_, found := slices.BinarySearch(set, tok)
+	return found
 }

@@ -63,7 +63,7 @@ type Options struct {
 	MaxBodyBytes int64 // 0: the server's default
 
 	// ShutdownGrace is how long in-flight requests may run on after ctx ends before they are
-	// cancelled; 0: 10s.
+	// cancelled; 0: DefaultGrace; negative (NoGrace): none, they are cancelled at once.
 	ShutdownGrace time.Duration
 
 	// Logger gets the startup, ready and shutdown lines and the server's request lines; nil:
@@ -77,6 +77,10 @@ type Options struct {
 
 // DefaultGrace is the shutdown grace period when Options.ShutdownGrace is 0.
 const DefaultGrace = 10 * time.Second
+
+// NoGrace as Options.ShutdownGrace cancels in-flight requests as soon as ctx ends (any
+// negative value does).
+const NoGrace time.Duration = -1
 
 // Run loads the models, serves HTTP on ln until ctx ends, then stops accepting, lets in-flight
 // requests finish within the grace period, cancels what is left, and returns nil. It returns
@@ -103,8 +107,11 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 		device = b.Name()
 	}
 	grace := opt.ShutdownGrace
-	if grace <= 0 {
+	switch {
+	case grace == 0:
 		grace = DefaultGrace
+	case grace < 0:
+		grace = 0
 	}
 
 	start := time.Now()
@@ -216,8 +223,8 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	}
 
 	// Shutdown: refuse new completions, stop accepting connections, let running requests
-	// finish until the grace period ends, then cancel them (their streams end with
-	// finish_reason "cancelled") and wait for their handlers to return.
+	// finish until the grace period ends, then cancel them (their clients get a 503
+	// shutting_down, or an error event in a stream) and wait for their handlers to return.
 	log.Info("tandem serve: shutting down", "grace_s", grace.Seconds(), "running", eng.Stats().Running, "waiting", eng.Stats().Waiting)
 	srv.Drain()
 	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
@@ -307,7 +314,7 @@ func StopTokens(dir string) ([]int32, error) {
 }
 
 // DefaultSampling is the model's recommended sampling from generation_config.json
-// (temperature, top_p, top_k when do_sample is not false); greedy without one.
+// (temperature, top_p, top_k, min_p when do_sample is not false); greedy without one.
 func DefaultSampling(dir string) (sample.Params, error) {
 	g, err := checkpoint.ReadGenerationConfig(dir)
 	if err != nil || g == nil || (g.DoSample != nil && !*g.DoSample) {
@@ -322,6 +329,9 @@ func DefaultSampling(dir string) (sample.Params, error) {
 	}
 	if g.TopK != nil {
 		p.TopK = *g.TopK
+	}
+	if g.MinP != nil {
+		p.MinP = *g.MinP
 	}
 	if err := p.Validate(); err != nil {
 		return sample.Params{}, fmt.Errorf("%s: generation_config.json: %s", dir, strings.TrimSpace(err.Error()))

@@ -154,12 +154,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 
 	show := func(id int32) bool { return !s.cfg.Tokenizer.IsSpecial(id) || s.keepSpecial[id] }
 	stopIDs := append(append([]int32(nil), s.chatStopIDs...), p.stopIDs...)
-	g := &generation{s: s, r: r, arrived: arrived, param: "messages",
+	created := arrived.Unix()
+	id := newID("chatcmpl-")
+	info.id = id
+	g := &generation{s: s, r: r, arrived: arrived, param: "messages", id: id,
 		req: s.engineRequest(prompt.ids, p, stopIDs),
 		ts:  newTextStream(s.cfg.Tokenizer, show, stopIDs, p.stops)}
 	o := &chatOutput{parser: chat.NewOutputParser(prompt.markers, prompt.parse)}
-	created := arrived.Unix()
-	id := newID("chatcmpl-")
 
 	if !p.stream {
 		var lps []chatTokenLogprob
@@ -250,7 +251,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info.completionTokens = out.completionTokens
+	info.completionTokens, info.finish = out.completionTokens, out.finish
 	if out.clientGone {
 		return errClientGone
 	}

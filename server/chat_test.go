@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -501,19 +502,67 @@ func TestDisconnectCancels(t *testing.T) {
 	}
 }
 
-// TestEngineShutdownMidRequest: the engine cancelling a request (shutdown) ends the answer
-// with finish_reason "cancelled".
+// TestEngineShutdownMidRequest: a request the engine cancels on shutdown is not an answer
+// with an invented finish_reason: it is a 503 shutting_down before a stream starts, and an
+// error event in OpenAI's shape (then [DONE]) after. The log still says how it ended.
 func TestEngineShutdownMidRequest(t *testing.T) {
 	fe := newFake(encode(t, "partial answer"))
 	fe.finishCan = true
-	_, ts, _ := newTestServer(t, fe, nil)
-	_, _, resp := post(t, ts.URL+"/v1/chat/completions", `{`+userHi+`}`)
-	if r := decodeJSON[chatResult](t, resp); r.Choices[0].FinishReason != engine.FinishCancelled || *r.Choices[0].Message.Content != "partial answer" {
-		t.Errorf("%s", resp)
+	_, ts, logs := newTestServer(t, fe, nil)
+	wantErr := func(what string, e apiErr) {
+		t.Helper()
+		if e.Error.Type != "server_error" || e.Error.Code == nil || *e.Error.Code != "shutting_down" ||
+			!strings.Contains(e.Error.Message, "shut down before the response was complete") || e.Error.Param != nil {
+			t.Errorf("%s: error %+v", what, e.Error)
+		}
 	}
-	_, _, resp = post(t, ts.URL+"/v1/chat/completions", `{`+userHi+`,"stream":true}`)
-	if r := assembleChat(t, resp); r.finish != engine.FinishCancelled {
-		t.Errorf("%s", resp)
+	for _, route := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{` + userHi + `}`},
+		{"/v1/completions", `{"prompt":"Hi"}`},
+	} {
+		status, _, resp := post(t, ts.URL+route.path, route.body)
+		if status != http.StatusServiceUnavailable {
+			t.Errorf("%s: status %d %s", route.path, status, resp)
+		}
+		wantErr(route.path, decodeJSON[apiErr](t, resp))
+
+		status, _, resp = post(t, ts.URL+route.path, strings.Replace(route.body, "{", `{"stream":true,`, 1))
+		events := readSSE(t, resp) // ends with [DONE]
+		if status != 200 || len(events) < 2 {
+			t.Fatalf("%s stream: %d %s", route.path, status, resp)
+		}
+		wantErr(route.path+" stream", decodeJSON[apiErr](t, events[len(events)-1]))
+		text := ""
+		for _, e := range events[:len(events)-1] {
+			if strings.Contains(string(e), `"finish_reason":"`) {
+				t.Errorf("%s stream: a finish reason in %s", route.path, e)
+			}
+			if strings.Contains(route.path, "chat") {
+				c := decodeJSON[chatChunk](t, e)
+				text += contentOf(c.Choices[0].Delta.Content)
+			} else {
+				text += decodeJSON[completionResult](t, e).Choices[0].Text
+			}
+		}
+		if !strings.HasPrefix("partial answer", text) {
+			t.Errorf("%s stream: text %q before the error", route.path, text)
+		}
+	}
+	if n := strings.Count(logs.String(), "finish=cancelled"); n != 4 {
+		t.Errorf("%d log lines with finish=cancelled, want 4:\n%s", n, logs)
+	}
+	if !strings.Contains(logs.String(), "status=503") {
+		t.Errorf("log: %s", logs)
+	}
+
+	// The answer was complete after all when the text the detokenizer still held ("é", whose
+	// bytes wait for the next token) completes a stop string.
+	fe = newFake(encode(t, "café"))
+	fe.finishCan = true
+	_, ts, _ = newTestServer(t, fe, nil)
+	status, _, resp := post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","stop":"é"}`)
+	if c := decodeJSON[completionResult](t, resp).Choices; status != 200 || c[0].Text != "caf" || *c[0].FinishReason != "stop" {
+		t.Errorf("a stop string in the held-back text: %d %s", status, resp)
 	}
 }
 
@@ -543,20 +592,39 @@ func TestSpeculativeUsage(t *testing.T) {
 }
 
 // TestEngineFailure: an engine failure is a 500 before a stream starts and an error event in
-// OpenAI's shape (then [DONE]) after.
+// OpenAI's shape (then [DONE]) after. The engine's own error text (a recovered panic's value,
+// say) goes to the log with the response id, not to the client.
 func TestEngineFailure(t *testing.T) {
 	fe := newFake(encode(t, "half an answer"))
-	fe.failErr = errors.New("out of device memory")
-	_, ts, _ := newTestServer(t, fe, nil)
+	fe.failErr = errors.New("engine: panic: runtime error: index out of range [7] with length 3 in /src/engine/step.go:42")
+	_, ts, logs := newTestServer(t, fe, nil)
+	check := func(what string, e apiErr, id string) {
+		t.Helper()
+		m := e.Error.Message
+		if strings.Contains(m, "panic") || strings.Contains(m, "step.go") || e.Error.Type != "server_error" ||
+			e.Error.Code == nil || *e.Error.Code != "internal_error" || id == "" || !strings.Contains(m, id) {
+			t.Errorf("%s: error %+v (response id %q)", what, e.Error, id)
+		}
+		if !strings.Contains(logs.String(), "index out of range [7]") || !strings.Contains(logs.String(), "id="+id) {
+			t.Errorf("%s: the log lacks the failure or the id %s:\n%s", what, id, logs)
+		}
+	}
 	status, _, resp := post(t, ts.URL+"/v1/chat/completions", `{`+userHi+`}`)
-	if e := decodeJSON[apiErr](t, resp); status != 500 || !strings.Contains(e.Error.Message, "out of device memory") || e.Error.Type != "server_error" {
+	if status != 500 {
 		t.Errorf("%d %s", status, resp)
 	}
+	e := decodeJSON[apiErr](t, resp)
+	id := regexp.MustCompile(`chatcmpl-[0-9a-f]+`).FindString(e.Error.Message)
+	check("chat", e, id)
+
 	status, _, resp = post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","stream":true}`)
 	events := readSSE(t, resp)
-	last := decodeJSON[apiErr](t, events[len(events)-1])
-	if status != 200 || !strings.Contains(last.Error.Message, "out of device memory") {
+	if status != 200 {
 		t.Errorf("%d %s", status, resp)
+	}
+	check("completions stream", decodeJSON[apiErr](t, events[len(events)-1]), decodeJSON[completionResult](t, events[0]).ID)
+	if !strings.Contains(logs.String(), "finish=error") {
+		t.Errorf("log: %s", logs)
 	}
 }
 

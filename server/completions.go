@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"tandem/engine"
 )
@@ -73,22 +72,23 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	skip := req.SkipSpecialTokens == nil || *req.SkipSpecialTokens
 	show := func(id int32) bool { return !skip || !s.cfg.Tokenizer.IsSpecial(id) }
 	stopIDs := append(append([]int32(nil), s.cfg.StopTokens...), p.stopIDs...)
-	g := &generation{s: s, r: r, arrived: arrived, param: "prompt",
-		req: s.engineRequest(prompt, p, stopIDs),
-		ts:  newTextStream(s.cfg.Tokenizer, show, stopIDs, p.stops)}
 	created := arrived.Unix()
 	id := newID("cmpl-")
+	info.id = id
+	g := &generation{s: s, r: r, arrived: arrived, param: "prompt", id: id,
+		req: s.engineRequest(prompt, p, stopIDs),
+		ts:  newTextStream(s.cfg.Tokenizer, show, stopIDs, p.stops)}
 
-	// Logprobs: text_offset counts characters of the completion before each token.
-	offset := 0
+	// Logprobs: text_offset counts characters of the completion before each token's text,
+	// as the detokenizer released it (a token's display text may differ: a byte-fallback
+	// token shows as U+FFFD, a hidden special token as its marker).
 	logprobsOf := func(st step) *completionLogprobs {
 		if !p.logprobs || len(st.logprobs) == 0 {
 			return nil
 		}
 		lp := &completionLogprobs{}
-		for _, x := range st.logprobs {
-			appendCompletionLogprob(lp, s.cfg.Tokenizer, x, offset)
-			offset += utf8.RuneCountInString(lp.Tokens[len(lp.Tokens)-1])
+		for i, x := range st.logprobs {
+			appendCompletionLogprob(lp, s.cfg.Tokenizer, x, st.offsets[i])
 		}
 		return lp
 	}

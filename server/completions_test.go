@@ -132,12 +132,11 @@ func TestCompletionLogprobs(t *testing.T) {
 		if len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(lp.TopLogprobs) != n || len(lp.TextOffset) != n {
 			t.Fatalf("stream %v: lengths %d %d %d %d, want %d", stream, len(lp.Tokens), len(lp.TokenLogprobs), len(lp.TopLogprobs), len(lp.TextOffset), n)
 		}
-		off := 0
+		// text_offset indexes the text: "☃" is three byte-fallback tokens.
+		if want := []int{0, 1, 5, 6, 7, 7, 7, 8, 9, 11, 12, 13}; !slices.Equal(lp.TextOffset, want) {
+			t.Errorf("stream %v: text_offset %v, want %v", stream, lp.TextOffset, want)
+		}
 		for i := range n {
-			if lp.TextOffset[i] != off {
-				t.Errorf("stream %v: text_offset[%d] = %d, want %d", stream, i, lp.TextOffset[i], off)
-			}
-			off += utf8.RuneCountInString(lp.Tokens[i])
 			if len(lp.TopLogprobs[i]) == 0 || len(lp.TopLogprobs[i]) > 2 || lp.TokenLogprobs[i] >= 0 {
 				t.Errorf("stream %v: entry %d: %v %v", stream, i, lp.TopLogprobs[i], lp.TokenLogprobs[i])
 			}
@@ -157,5 +156,93 @@ func TestSkipSpecialTokens(t *testing.T) {
 	_, _, resp = post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","skip_special_tokens":false}`)
 	if c := decodeJSON[completionResult](t, resp).Choices[0].Text; c != "a<|channel>b" {
 		t.Errorf("text %q", c)
+	}
+}
+
+// TestCompletionTextOffset: text_offset counts characters of the returned text, as the
+// detokenizer released them: the byte-fallback tokens of "é" share its offset (not one
+// U+FFFD each), a special token skip_special_tokens hides adds nothing, and every token's
+// text starts at its offset.
+func TestCompletionTextOffset(t *testing.T) {
+	tok, _ := fixtures(t)
+	out := append(encode(t, "café<|channel> ok"), 1) // c a f <0xC3> <0xA9> <|channel> ▁ ok <eos>
+	if p, _ := tok.Token(out[3]); p != "<0xC3>" || !tok.IsSpecial(out[5]) {
+		t.Fatalf("the fixture's tokens changed: %v", out)
+	}
+	for _, tc := range []struct {
+		skip       bool
+		text       string
+		wantOffset []int
+	}{
+		// The hidden <|channel> is not detokenized (bytes on either side of it would join, as
+		// in HF's decode), so "é" is still held back when it comes: its offset is where the
+		// text stood, before "é".
+		{true, "café ok", []int{0, 1, 2, 3, 3, 3, 4, 5, 7}},
+		{false, "café<|channel> ok", []int{0, 1, 2, 3, 3, 4, 14, 15, 17}},
+	} {
+		for _, per := range []int{1, 2, 3} {
+			fe := newFake(out)
+			fe.perEvent = per
+			_, ts, _ := newTestServer(t, fe, nil)
+			for _, stream := range []bool{false, true} {
+				what := fmt.Sprintf("skip %v, %d per event, stream %v", tc.skip, per, stream)
+				status, _, resp := post(t, ts.URL+"/v1/completions",
+					fmt.Sprintf(`{"prompt":"Hi","logprobs":0,"stream":%v,"skip_special_tokens":%v}`, stream, tc.skip))
+				if status != 200 {
+					t.Fatalf("%s: %d %s", what, status, resp)
+				}
+				var text string
+				var offsets []int
+				var tokens []string
+				if stream {
+					for _, e := range readSSE(t, resp) {
+						c := decodeJSON[completionResult](t, e)
+						text += c.Choices[0].Text
+						if lp := c.Choices[0].Logprobs; lp != nil {
+							offsets = append(offsets, lp.TextOffset...)
+							tokens = append(tokens, lp.Tokens...)
+						}
+					}
+				} else {
+					c := decodeJSON[completionResult](t, resp).Choices[0]
+					text, offsets, tokens = c.Text, c.Logprobs.TextOffset, c.Logprobs.Tokens
+				}
+				if text != tc.text || !slices.Equal(offsets, tc.wantOffset) {
+					t.Errorf("%s: text %q offsets %v, want %q %v", what, text, offsets, tc.text, tc.wantOffset)
+					continue
+				}
+				rs := []rune(text)
+				for i, tk := range tokens {
+					shown := !strings.ContainsRune(tk, utf8.RuneError) && tk != "<eos>" && (!tc.skip || tk != "<|channel>")
+					if shown && !strings.HasPrefix(string(rs[offsets[i]:]), strings.ReplaceAll(tk, "▁", " ")) {
+						t.Errorf("%s: token %d %q is not at its offset %d in %q", what, i, tk, offsets[i], text)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestStopTokenIDs: up to 256 stop_token_ids are accepted; the request's ids reach the engine
+// after the server's, and one listed last still ends the text.
+func TestStopTokenIDs(t *testing.T) {
+	out := encode(t, "one two three")
+	two := encode(t, " two")[0]
+	ids := make([]string, 0, 256)
+	for i := range 255 {
+		ids = append(ids, fmt.Sprint(300+i%50)) // duplicates are fine
+	}
+	ids = append(ids, fmt.Sprint(two))
+	fe := newFake(out)
+	_, ts, _ := newTestServer(t, fe, nil)
+	status, _, resp := post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","stop_token_ids":[`+strings.Join(ids, ",")+`]}`)
+	if status != 200 {
+		t.Fatalf("%d %s", status, resp)
+	}
+	if c := decodeJSON[completionResult](t, resp).Choices[0]; c.Text != "one" || *c.FinishReason != "stop" {
+		t.Errorf("text %q, finish %q", c.Text, *c.FinishReason)
+	}
+	if got := fe.lastRequest().StopTokens; len(got) != len(gemmaStops)+256 || got[len(got)-1] != two {
+		t.Errorf("the engine's stop tokens: %v", got)
 	}
 }

@@ -13,16 +13,22 @@ import (
 type step struct {
 	text     string           // new output text, after stop strings
 	logprobs []engine.Logprob // of the tokens consumed
-	final    bool             // the last step; finish is set
-	finish   string           // "stop", "length" or "cancelled" (the engine shut down)
+	// offsets are the logprobs' text offsets: the characters of output text before each
+	// token's own, counted in what the detokenizer released (textStream.offset), so they
+	// index the returned text.
+	offsets []int
+	final   bool   // the last step; finish is set
+	finish  string // "stop" or "length"
 }
 
 // outcome is how a generation ended.
 type outcome struct {
-	finish           string // as step.finish; "" when it did not finish
+	// finish is the reason the log line shows: as step.finish, or "cancelled" (the engine
+	// shut down) or "error" (the engine failed) with err set; "" when the client left.
+	finish           string
 	usage            engine.Usage
 	completionTokens int
-	err              error // what to tell the client when the engine failed
+	err              error // what to tell the client when the generation did not complete
 	clientGone       bool  // the client disconnected (nothing more can be written)
 }
 
@@ -34,6 +40,14 @@ type generation struct {
 	ts      *textStream
 	arrived time.Time
 	param   string // the request field a context error names ("messages" or "prompt")
+	id      string // the response's id, for the log and error messages
+}
+
+// shutdownError is what a client whose request the engine cancelled on shutdown is told: a
+// 503 before a stream starts, an error event after.
+func shutdownError() *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
+		Message: "the server shut down before the response was complete; retry the request"}
 }
 
 // run submits the request; when the engine accepts it, started is called (a streaming
@@ -73,10 +87,15 @@ func (g *generation) run(started func() error, emit func(step) error) (outcome, 
 		var ok bool
 		select {
 		case <-g.r.Context().Done():
+		case ev, ok = <-ch:
+		}
+		// Checked after the select too: when the client leaves as an event arrives, select
+		// may pick the event (for the engine, a request that was cancelled), and the outcome
+		// is still that the client left.
+		if g.r.Context().Err() != nil {
 			out.clientGone = true
 			abandon()
 			return out, nil
-		case ev, ok = <-ch:
 		}
 		if !ok {
 			out.err = internalError("the engine ended the request without a result")
@@ -103,15 +122,14 @@ func (g *generation) run(started func() error, emit func(step) error) (outcome, 
 				break
 			}
 			consumed++
+			before := g.ts.released
+			text, hit := g.ts.token(id) // "" for a stop token
 			// One logprob entry per completion token, a stop token's included (its text is
 			// not in the output), as OpenAI lists <|endoftext|>.
 			if g.req.Logprobs && i < len(ev.Logprobs) {
 				st.logprobs = append(st.logprobs, ev.Logprobs[i])
+				st.offsets = append(st.offsets, g.ts.offset(id, before))
 			}
-			if g.ts.isStopToken(id) {
-				continue
-			}
-			text, hit := g.ts.token(id)
 			st.text += text
 			if hit {
 				cancel() // the engine may stop: nothing after a stop string is used
@@ -141,10 +159,24 @@ func (g *generation) run(started func() error, emit func(step) error) (outcome, 
 				// client got, up to the token that completed the stop string.
 				out.completionTokens = consumed
 			case ev.Err != nil:
-				out.err = internalError("generation failed: " + ev.Err.Error())
+				// The engine's error (a recovered panic's value among them) is for the log,
+				// not for the client.
+				out.finish = engine.FinishError
+				g.s.log.Error("generation failed", "id", g.id, "route", g.r.URL.Path, "err", ev.Err.Error())
+				out.err = internalError("the engine failed while generating the response (id " + g.id + "); the server log has the details")
+			case ev.FinishReason == engine.FinishCancelled:
+				// Not our cancel (the client is still here, and no stop string matched yet):
+				// the engine is shutting down. Unless the text held back completes a stop
+				// string, the answer is incomplete; OpenAI has no finish reason for that, so
+				// the client gets an error.
+				if text, hit := g.ts.finish(); hit {
+					st.text += text
+					out.finish = engine.FinishStop
+				} else {
+					out.finish = engine.FinishCancelled
+					out.err = shutdownError()
+				}
 			default:
-				// FinishCancelled here was not our cancel (the client is still here): the
-				// engine is shutting down. The answer so far is returned with that reason.
 				text, hit := g.ts.finish()
 				st.text += text
 				out.finish = ev.FinishReason
@@ -182,6 +214,9 @@ func (g *generation) waitFinal(ch <-chan engine.Event) (ev engine.Event, gone bo
 		case <-g.r.Context().Done():
 			return engine.Event{}, true
 		case e, ok := <-ch:
+			if g.r.Context().Err() != nil {
+				return engine.Event{}, true
+			}
 			if !ok {
 				return engine.Event{Done: true}, false
 			}

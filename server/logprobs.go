@@ -51,13 +51,11 @@ func finiteLogprob(x float32) float64 {
 // token (<0xE2>) is one byte of a UTF-8 sequence: its bytes are that byte, and its text is
 // the byte when it is ASCII, else the decoded replacement.
 func tokenText(tok *tokenizer.Tokenizer, id int32) (string, []int) {
-	if piece, ok := tok.Token(id); ok && len(piece) == 6 && piece[:3] == "<0x" && piece[5] == '>' {
-		if b, ok := parseHexByte(piece[3:5]); ok {
-			if b < utf8.RuneSelf {
-				return string(rune(b)), []int{int(b)}
-			}
-			return tok.Decode([]int32{id}, false), []int{int(b)}
+	if b, ok := byteToken(tok, id); ok {
+		if b < utf8.RuneSelf {
+			return string(rune(b)), []int{int(b)}
 		}
+		return tok.Decode([]int32{id}, false), []int{int(b)}
 	}
 	text := tok.Decode([]int32{id}, false)
 	bs := make([]int, len(text))
@@ -65,6 +63,14 @@ func tokenText(tok *tokenizer.Tokenizer, id int32) (string, []int) {
 		bs[i] = int(text[i])
 	}
 	return text, bs
+}
+
+// byteToken reports whether id is a byte-fallback token (<0xE2>) and which byte it is.
+func byteToken(tok *tokenizer.Tokenizer, id int32) (byte, bool) {
+	if piece, ok := tok.Token(id); ok && len(piece) == 6 && piece[:3] == "<0x" && piece[5] == '>' {
+		return parseHexByte(piece[3:5])
+	}
+	return 0, false
 }
 
 func parseHexByte(s string) (byte, bool) {

@@ -86,7 +86,7 @@ var (
 	descPrefix       = desc("tandem:prefix_cache_tokens", "KV tokens held by the prefix cache.")
 	descRate         = desc("tandem:generation_tokens_per_second", "Generated tokens per second over the last few seconds.")
 	descFinished     = desc("tandem:request_finished_total", "Requests the engine finished, any reason.")
-	descPrompt       = desc("tandem:prompt_tokens_total", "Prompt tokens of finished requests.")
+	descPrompt       = desc("tandem:prompt_tokens_total", "Prompt tokens of requests the engine admitted (counted at admission, finished or not).")
 	descCached       = desc("tandem:prompt_tokens_cached_total", "Prompt tokens whose KV came from the prefix cache.")
 	descGenerated    = desc("tandem:generation_tokens_total", "Generated tokens.")
 	descSteps        = desc("tandem:engine_steps_total", "Forward passes of the target model.")

@@ -35,6 +35,8 @@ func TestMetrics(t *testing.T) {
 		`tandem:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 60`,
 		"# TYPE tandem:spec_decode_num_drafts_total counter",
 		"tandem:num_requests_running 3",
+		// The engine counts prompt tokens when it admits a request, not when it finishes.
+		"# HELP tandem:prompt_tokens_total Prompt tokens of requests the engine admitted (counted at admission, finished or not).",
 		"tandem:num_requests_waiting 2",
 		"tandem:kv_cache_usage_perc 0.25",
 		"tandem:kv_cache_used_tokens 512",

@@ -18,6 +18,7 @@ import (
 // reqInfo is what one request's log line and metrics say; handlers fill it in.
 type reqInfo struct {
 	route            string
+	id               string // the response id of a completion
 	promptTokens     int
 	completionTokens int
 	finish           string
@@ -102,6 +103,9 @@ func (s *Server) finishRequest(info *reqInfo, w *statusWriter, r *http.Request, 
 		slog.String("route", info.route),
 		slog.Int("status", status),
 		slog.Duration("duration", d),
+	}
+	if info.id != "" {
+		attrs = append(attrs, slog.String("id", info.id))
 	}
 	if info.promptTokens > 0 || info.completionTokens > 0 {
 		attrs = append(attrs, slog.Int("prompt_tokens", info.promptTokens), slog.Int("completion_tokens", info.completionTokens))

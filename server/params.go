@@ -14,6 +14,9 @@ const (
 	maxTopLogprobs = engine.MaxTopLogprobs
 	maxStops       = 32
 	maxStopLen     = 1000
+	// maxStopTokenIDs bounds stop_token_ids: the engine looks every emitted token up in the
+	// list, and no tokenizer has more distinct end markers than this.
+	maxStopTokenIDs = 256
 )
 
 // genParams are a request's generation settings, validated, with the server's defaults
@@ -123,6 +126,9 @@ func (s *Server) commonParams(c *commonRequest, maxTokens *int, maxParam string)
 		}
 	}
 	p.stops = c.Stop
+	if len(c.StopTokenIDs) > maxStopTokenIDs {
+		return p, badRequest("stop_token_ids", "stop_token_ids: at most %d token ids, got %d", maxStopTokenIDs, len(c.StopTokenIDs))
+	}
 	vocab := s.cfg.Tokenizer.VocabSize()
 	for _, id := range c.StopTokenIDs {
 		if id < 0 || id >= int64(vocab) {

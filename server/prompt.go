@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"tandem/chat"
@@ -60,11 +62,16 @@ func (s *Server) buildChatPrompt(req *chatRequest) (*chatPrompt, error) {
 		opt.EnableThinking = &on
 		opt.Extra = map[string]any{"reasoning_effort": *e}
 	}
-	for k, v := range req.ChatTemplateKwargs {
+	for _, k := range slices.Sorted(maps.Keys(req.ChatTemplateKwargs)) { // the first bad key, in a stable order
+		v := req.ChatTemplateKwargs[k]
+		param := "chat_template_kwargs." + k
+		if chat.Reserved(k) {
+			return nil, badRequest(param, "%s: %q is set by the server and cannot be given in chat_template_kwargs", param, k)
+		}
 		if k == "enable_thinking" {
 			var on bool
 			if json.Unmarshal(v, &on) != nil {
-				return nil, badRequest("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking: want a boolean, got %s", jsonKind(v))
+				return nil, badRequest(param, "%s: want a boolean, got %s", param, jsonKind(v))
 			}
 			opt.EnableThinking = &on
 			continue

@@ -145,7 +145,12 @@ func TestRequestErrors(t *testing.T) {
 		{"n = 0", chatURL, `{` + msgs + `,"n":0}`, 400, "n", "", "at least 1"},
 		{"stream_options without stream", chatURL, `{` + msgs + `,"stream_options":{"include_usage":true}}`, 400, "stream_options", "", "stream is true"},
 		{"enable_thinking not a bool", chatURL, `{` + msgs + `,"chat_template_kwargs":{"enable_thinking":"yes"}}`, 400, "chat_template_kwargs.enable_thinking", "", "boolean"},
-		{"reserved template variable", chatURL, `{` + msgs + `,"chat_template_kwargs":{"messages":[]}}`, 400, "messages", "", "messages"},
+		{"reserved template variable", chatURL, `{` + msgs + `,"chat_template_kwargs":{"messages":[]}}`, 400, "chat_template_kwargs.messages", "", `"messages" is set by the server`},
+		{"add_generation_prompt in kwargs", chatURL, `{` + msgs + `,"chat_template_kwargs":{"enable_thinking":true,"add_generation_prompt":false}}`, 400,
+			"chat_template_kwargs.add_generation_prompt", "", "chat_template_kwargs.add_generation_prompt: \"add_generation_prompt\" is set by the server and cannot be given in chat_template_kwargs"},
+		{"tool_choice object", chatURL, `{` + msgs + `,"tool_choice":{"type":"function","function":{"name":"f"}}}`, 400, "tool_choice", "", "not supported"},
+		{"too many stop_token_ids", chatURL, `{` + msgs + `,"stop_token_ids":[` + strings.Repeat("1,", 256) + `1]}`, 400, "stop_token_ids", "", "at most 256 token ids, got 257"},
+		{"too many stop_token_ids, completions", complURL, `{"prompt":"x","stop_token_ids":[` + strings.Repeat("1,", 4096) + `1]}`, 400, "stop_token_ids", "", "at most 256 token ids, got 4097"},
 		{"reasoning_effort bad", chatURL, `{` + msgs + `,"reasoning_effort":"max"}`, 400, "reasoning_effort", "", "one of"},
 		{"unknown model", chatURL, `{"model":"gpt-5",` + msgs + `}`, 404, "model", "model_not_found", "gpt-5"},
 		{"unknown model, completions", complURL, `{"model":"gpt-5","prompt":"x"}`, 404, "model", "model_not_found", "gpt-5"},
@@ -172,6 +177,9 @@ func TestRequestErrors(t *testing.T) {
 		}
 		if !strings.Contains(e.Error.Message, tc.msg) {
 			t.Errorf("%s: message %q lacks %q", tc.name, e.Error.Message, tc.msg)
+		}
+		if strings.Contains(e.Error.Message, "Options.") {
+			t.Errorf("%s: message %q names the server's internals", tc.name, e.Error.Message)
 		}
 		if tc.param != "" && (e.Error.Param == nil || *e.Error.Param != tc.param) {
 			t.Errorf("%s: param %v, want %q", tc.name, strp(e.Error.Param), tc.param)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"tandem/chat"
 	"tandem/tokenizer"
@@ -11,19 +12,28 @@ import (
 // detokenization, then the request's stop strings. Stop tokens are not shown (the engine ends
 // the request after one), nor are special tokens the output does not need.
 type textStream struct {
+	tok     *tokenizer.Tokenizer
 	dec     *tokenizer.Decoder
 	show    func(id int32) bool // whether a token's text goes into the output
-	stopIDs []int32
+	stopIDs map[int32]bool
 	stop    *chat.StopMatcher
 	stopped bool // a stop string matched: nothing more is emitted
+	// released counts the characters (runes) the decoder has given out so far. The output
+	// is a prefix of that text (stop strings only cut its end), so offsets counted in it
+	// index the output (see offset).
+	released int
 }
 
 func newTextStream(tok *tokenizer.Tokenizer, show func(int32) bool, stopIDs []int32, stops []string) *textStream {
-	return &textStream{dec: tok.NewDecoder(false), show: show, stopIDs: stopIDs, stop: chat.NewStopMatcher(stops)}
+	set := make(map[int32]bool, len(stopIDs))
+	for _, id := range stopIDs {
+		set[id] = true
+	}
+	return &textStream{tok: tok, dec: tok.NewDecoder(false), show: show, stopIDs: set, stop: chat.NewStopMatcher(stops)}
 }
 
 // isStopToken reports whether id is one of the request's stop tokens.
-func (t *textStream) isStopToken(id int32) bool { return containsID(t.stopIDs, id) }
+func (t *textStream) isStopToken(id int32) bool { return t.stopIDs[id] }
 
 // token feeds one generated token and returns the text now safe to emit; hit reports that a
 // stop string matched (the text ends before it, and the request should end).
@@ -34,8 +44,28 @@ func (t *textStream) token(id int32) (text string, hit bool) {
 	if t.isStopToken(id) || !t.show(id) {
 		return "", false
 	}
-	text, t.stopped = t.stop.Feed(t.dec.Add(id))
+	out := t.dec.Add(id)
+	t.released += utf8.RuneCountInString(out)
+	text, t.stopped = t.stop.Feed(out)
 	return text, t.stopped
+}
+
+// offset is the text offset (in characters of the output) of token id, just fed to token;
+// before is released as it was before. The decoder may release text late: a byte-fallback
+// token's character comes out with the token after its last byte, so what a token releases
+// can begin with earlier tokens' text. The token's own text is at the end of what it
+// released, so it starts that many characters before released; a token that released
+// nothing (a byte of an unfinished character, a hidden special token, a stop token) sits at
+// before.
+func (t *textStream) offset(id int32, before int) int {
+	if t.released == before || t.isStopToken(id) || !t.show(id) {
+		return before
+	}
+	own := 0
+	if _, isByte := byteToken(t.tok, id); !isByte {
+		own = utf8.RuneCountInString(t.tok.Decode([]int32{id}, false))
+	}
+	return max(before, t.released-own)
 }
 
 // finish flushes what the decoder and the stop matcher hold back at the end of the output.
@@ -43,7 +73,9 @@ func (t *textStream) finish() (text string, hit bool) {
 	if t.stopped {
 		return "", true
 	}
-	text, t.stopped = t.stop.Feed(t.dec.Flush())
+	out := t.dec.Flush()
+	t.released += utf8.RuneCountInString(out)
+	text, t.stopped = t.stop.Feed(out)
 	if !t.stopped {
 		text += t.stop.Flush()
 	}

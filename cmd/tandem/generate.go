@@ -151,6 +151,9 @@ func (d *draftFlags) options(cmd *cobra.Command) (gemma4.DraftOptions, error) {
 		}
 	}
 	var opt gemma4.DraftOptions
+	if d.dir != "" && (d.k < 1 || d.k > spec.MaxDraftTokens) {
+		return opt, fmt.Errorf("--num-draft-tokens: the number of draft tokens must be between 1 and %d, got %d", spec.MaxDraftTokens, d.k)
+	}
 	switch d.position {
 	case "T":
 	case "T-1":

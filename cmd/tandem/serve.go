@@ -53,8 +53,12 @@ func newServe() *cobra.Command {
 					return fmt.Errorf("--%s %d is out of range", f.name, f.v)
 				}
 			}
-			if opt.ShutdownGrace < 0 {
+			switch {
+			case opt.ShutdownGrace < 0:
 				return fmt.Errorf("--shutdown-grace must be >= 0, got %s", opt.ShutdownGrace)
+			case opt.ShutdownGrace == 0:
+				// 0 means no grace at all; serve.Options' zero value would be its default.
+				opt.ShutdownGrace = serve.NoGrace
 			}
 			if opt.Sampling, err = samplingDefaults(cmd, opt.Model, sp); err != nil {
 				return err
@@ -97,10 +101,10 @@ func newServe() *cobra.Command {
 	fl.Float64Var(&sp.Temperature, "temp", 0, "default temperature (default: generation_config.json's, else 0 = greedy)")
 	fl.Float64Var(&sp.TopP, "top-p", 0, "default nucleus mass (default: generation_config.json's, else off)")
 	fl.IntVar(&sp.TopK, "top-k", 0, "default top-k (default: generation_config.json's, else 0 = off)")
-	fl.Float64Var(&sp.MinP, "min-p", 0, "default min-p (0: off)")
+	fl.Float64Var(&sp.MinP, "min-p", 0, "default min-p (default: generation_config.json's, else 0 = off)")
 	fl.StringVar(&opt.APIKey, "api-key", "", "require \"Authorization: Bearer KEY\" (default: $TANDEM_API_KEY; /health and /metrics stay open)")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	fl.DurationVar(&opt.ShutdownGrace, "shutdown-grace", serve.DefaultGrace, "on SIGINT/SIGTERM, how long running requests may finish before they are cancelled")
+	fl.DurationVar(&opt.ShutdownGrace, "shutdown-grace", serve.DefaultGrace, "on SIGINT/SIGTERM, how long running requests may finish before they are cancelled (0: cancel them at once)")
 	return cmd
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -24,6 +26,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"serve", "--model", model, "--log-format", "xml"}, []string{"--log-format", "xml"}},
 		{[]string{"serve", "--model", model, "--num-draft-tokens", "2"}, []string{"--num-draft-tokens needs --draft"}},
 		{[]string{"serve", "--model", model, "--draft", model, "--draft-position", "T+1"}, []string{"--draft-position", "T+1"}},
+		// 0 is not "the default": the help says 1–64.
+		{[]string{"serve", "--model", model, "--draft", model, "--num-draft-tokens", "0"}, []string{"--num-draft-tokens: the number of draft tokens must be between 1 and 64, got 0"}},
+		{[]string{"serve", "--model", model, "--draft", model, "--num-draft-tokens", "65"}, []string{"--num-draft-tokens: the number of draft tokens must be between 1 and 64, got 65"}},
 		{[]string{"serve", "--model", model, "--port", "70000"}, []string{"--port 70000"}},
 		{[]string{"serve", "--model", model, "--parallel", "-1"}, []string{"--parallel -1"}},
 		{[]string{"serve", "--model", model, "--temp", "-1"}, []string{"temperature"}},
@@ -162,5 +167,43 @@ func TestServe(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "loading weights") {
 		t.Errorf("no progress bar while loading:\n%s", stderr.String())
+	}
+}
+
+// TestServeNoGrace: --shutdown-grace 0 cancels running requests at once instead of meaning
+// the default 10s: the stream of a long request ends with the shutting_down error event.
+func TestServeNoGrace(t *testing.T) {
+	model := tinyModel(t, "gemma4-tiny-e2b")
+	// Only <bos> ends a completion, which greedy decoding of this model never writes: the
+	// request runs until it is cancelled.
+	if err := os.WriteFile(filepath.Join(model, "generation_config.json"), []byte(`{"eos_token_id": [2]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url, stderr, stop := runServe(t, "--model", model, "--shutdown-grace", "0", "--temp", "0", "--ctx-size", "4096")
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"Once upon a time","max_tokens":4000,"stream":true,"stop_token_ids":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 1)
+	if _, err := resp.Body.Read(buf); err != nil { // the stream has begun
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	rest, _ := io.ReadAll(resp.Body)
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve returned %v, want nil", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown took %s with --shutdown-grace 0", d)
+	}
+	if !strings.Contains(string(rest), `"code":"shutting_down"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Errorf("the stream's end: %.300q", rest[max(0, len(rest)-300):])
+	}
+	if !regexp.MustCompile(`shutting down.*grace_s=0 `).MatchString(stderr.String()) {
+		t.Errorf("no shutdown line with grace_s=0:\n%s", stderr.String())
 	}
 }
