@@ -18,14 +18,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"tandem/chat"
 	"tandem/checkpoint"
 	"tandem/compute"
 	"tandem/compute/cpu"
 	"tandem/engine"
 	"tandem/model/gemma4"
+	"tandem/progress"
 	"tandem/sample"
 	"tandem/server"
 	"tandem/tokenizer"
@@ -115,10 +114,17 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	}
 
 	start := time.Now()
-	if err := readWeights(opt.Progress, opt.Model, opt.Draft); err != nil {
-		return err
+	var load gemma4.LoadOptions
+	if b.Name() == "cpu" {
+		// Weights stay memory-mapped: read them once now, with the bar.
+		if err := readWeights(opt.Progress, opt.Model, opt.Draft); err != nil {
+			return err
+		}
+	} else {
+		// Weights are copied to the device: the upload is the wait to show.
+		load.Progress = progress.Bar(opt.Progress, "loading weights onto "+b.Name(), 0)
 	}
-	m, err := gemma4.Load(opt.Model, b)
+	m, err := gemma4.LoadWith(opt.Model, b, load)
 	if err != nil {
 		return err
 	}
@@ -249,6 +255,11 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	return nil
 }
 
+// writerFunc adapts a function to io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
 // readWeights reads the checkpoints' weight files once, with a progress bar when w is set.
 // Weights are memory-mapped, so loading itself is instant and the first requests would page
 // them in from disk; reading them here moves that cost to startup, where it can be shown.
@@ -272,15 +283,13 @@ func readWeights(w io.Writer, dirs ...string) error {
 			total += st.Size()
 		}
 	}
-	var sink io.Writer = io.Discard
-	if w != nil && total > 0 {
-		bar := progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(w), progressbar.OptionShowBytes(true),
-			progressbar.OptionSetDescription("loading weights"), progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
-		defer bar.Finish()
-		sink = bar
-	}
+	bar := progress.Bar(w, "loading weights", 1)
+	var done int64
+	sink := writerFunc(func(p []byte) (int, error) {
+		done += int64(len(p))
+		bar(done, total)
+		return len(p), nil
+	})
 	for _, n := range files {
 		f, err := os.Open(n)
 		if err != nil {

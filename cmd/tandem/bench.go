@@ -16,6 +16,7 @@ import (
 	"tandem/compute"
 	"tandem/generation"
 	"tandem/model/gemma4"
+	"tandem/progress"
 	"tandem/spec"
 )
 
@@ -70,7 +71,7 @@ func newBench() *cobra.Command {
 			log := cmd.ErrOrStderr()
 			var m *gemma4.Model
 			if model != "" {
-				m, err = gemma4.Load(model, b)
+				m, err = gemma4.LoadWith(model, b, gemma4.LoadOptions{Progress: progress.Bar(log, "loading weights onto "+b.Name(), 256<<20)})
 			} else {
 				m, err = randomTarget(log, preset, b)
 				model = preset + " (random weights)"
@@ -194,7 +195,7 @@ func randomTarget(log io.Writer, name string, b compute.Backend) (*gemma4.Model,
 	}
 	start := time.Now()
 	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
-	m, err := p.Random(b, compute.BF16, 0)
+	m, err := p.Random(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
 	if err == nil {
 		fmt.Fprintf(log, "built %s (%s) in %.1fs\n", name, humanBytes(m.DecodeBytes()), time.Since(start).Seconds())
 	}
@@ -208,5 +209,5 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 		return nil, err
 	}
 	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
-	return p.RandomAssistant(b, compute.BF16, 0)
+	return p.RandomAssistant(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
 }

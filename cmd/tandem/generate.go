@@ -15,6 +15,7 @@ import (
 	"tandem/chat"
 	"tandem/generation"
 	"tandem/model/gemma4"
+	"tandem/progress"
 	"tandem/sample"
 	"tandem/serve"
 	"tandem/spec"
@@ -27,9 +28,11 @@ type modelFlags struct {
 	threads, prefill                 int
 	asJSON, chatPrompt               bool
 	tok                              *tokenizer.Tokenizer // set when the prompt was text
+	cmd                              *cobra.Command       // for the progress bar's writer
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
+	f.cmd = cmd
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model directory (Hugging Face layout)")
 	fl.StringVar(&f.device, "device", "auto", "compute device: auto, cpu or cuda")
@@ -117,7 +120,7 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 		return nil, nil, 0, err
 	}
 	start := time.Now()
-	m, err := gemma4.Load(f.model, b)
+	m, err := gemma4.LoadWith(f.model, b, gemma4.LoadOptions{Progress: progress.Bar(f.cmd.ErrOrStderr(), "loading weights onto "+b.Name(), 256<<20)})
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"tandem/compute"
 	"tandem/model/gemma4"
+	"tandem/progress"
 )
 
 func newGenModel() *cobra.Command {
@@ -109,13 +109,7 @@ func generate(log io.Writer, p gemma4.Preset, dir string, opt gemma4.GenerateOpt
 		total += w.Bytes(opt.DType)
 	}
 	start := time.Now()
-	if total > 256<<20 {
-		bar := progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(log), progressbar.OptionShowBytes(true),
-			progressbar.OptionSetDescription("writing "+p.Name), progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(log) }))
-		opt.Progress = func(done, _ int64) { bar.Set64(done) }
-	}
+	opt.Progress = progress.Bar(log, "writing "+p.Name, 256<<20)
 	if err := p.Generate(dir, opt); err != nil {
 		return err
 	}

@@ -58,6 +58,11 @@ func (e *IncompatibleError) Error() string {
 
 // LoadAssistant reads a gemma4_assistant checkpoint from dir onto b.
 func LoadAssistant(dir string, b compute.Backend) (*Assistant, error) {
+	return LoadAssistantWith(dir, b, LoadOptions{})
+}
+
+// LoadAssistantWith is LoadAssistant with options.
+func LoadAssistantWith(dir string, b compute.Backend, opt LoadOptions) (*Assistant, error) {
 	rc, err := checkpoint.ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -70,7 +75,7 @@ func LoadAssistant(dir string, b compute.Backend) (*Assistant, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAssistant(cfg, set, b)
+	a, err := newAssistant(cfg, set, b, opt)
 	if err != nil {
 		set.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
@@ -78,21 +83,14 @@ func LoadAssistant(dir string, b compute.Backend) (*Assistant, error) {
 	return a, nil
 }
 
-func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend) (*Assistant, error) {
+func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend, opt LoadOptions) (*Assistant, error) {
 	if err := CheckAssistant(cfg, set.Tensors()).Err(); err != nil {
 		return nil, err
 	}
 	c := &cfg.Text
 	a := &Assistant{Config: cfg, b: b, set: set}
-	var werr error
-	w := func(name string) *compute.Tensor {
-		if werr != nil {
-			return nil
-		}
-		t, err := loadWeight(set, b, name)
-		werr = err
-		return t
-	}
+	ld := newLoader(set, b, "", opt)
+	w := ld.load
 	a.preProj, a.postProj, a.norm = w("pre_projection.weight"), w("post_projection.weight"), w("model.norm.weight")
 	a.head = w("model.embed_tokens.weight")
 	if !cfg.TieWordEmbeddings {
@@ -116,13 +114,13 @@ func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend) (*A
 	if cfg.UseOrderedEmbeddings {
 		a.centroids = w("masked_embedding.centroids.weight")
 		ord, err := tokenOrdering(set, c.VocabSize)
-		if err != nil && werr == nil {
-			werr = err
+		if err != nil && ld.err == nil {
+			ld.err = err
 		}
 		a.ordering = ord
 	}
-	if werr != nil {
-		return nil, werr
+	if err := ld.finish(); err != nil {
+		return nil, err
 	}
 	return a, nil
 }

@@ -52,7 +52,18 @@ type layer struct {
 // Load reads a Gemma 4 target from dir onto backend b. Weights stay memory-
 // mapped in their stored dtype. A checkpoint that does not match its config
 // fails here with every problem named.
-func Load(dir string, b compute.Backend) (*Model, error) {
+func Load(dir string, b compute.Backend) (*Model, error) { return LoadWith(dir, b, LoadOptions{}) }
+
+// LoadOptions controls LoadWith and LoadAssistantWith.
+type LoadOptions struct {
+	// Progress, if set, is called as weights reach the backend, with the
+	// bytes loaded so far and the checkpoint's total (a GPU upload of a
+	// large model takes a while).
+	Progress func(done, total int64)
+}
+
+// LoadWith is Load with options.
+func LoadWith(dir string, b compute.Backend, opt LoadOptions) (*Model, error) {
 	rc, err := checkpoint.ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -65,7 +76,7 @@ func Load(dir string, b compute.Backend) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newModel(cfg, set, b)
+	m, err := newModel(cfg, set, b, opt)
 	if err != nil {
 		set.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
@@ -73,22 +84,15 @@ func Load(dir string, b compute.Backend) (*Model, error) {
 	return m, nil
 }
 
-func newModel(cfg *Config, set weightSource, b compute.Backend) (*Model, error) {
+func newModel(cfg *Config, set weightSource, b compute.Backend, opt LoadOptions) (*Model, error) {
 	c := &cfg.Text
 	r := CheckTarget(c, set.Tensors())
 	if err := r.Err(); err != nil {
 		return nil, err
 	}
 	m := &Model{Config: cfg, b: b, set: set, prefix: r.Prefix}
-	var werr error
-	w := func(name string) *compute.Tensor {
-		if werr != nil {
-			return nil
-		}
-		t, err := loadWeight(set, b, r.Prefix+name)
-		werr = err
-		return t
-	}
+	ld := newLoader(set, b, r.Prefix, opt)
+	w := ld.load
 	m.embed, m.norm = w("embed_tokens.weight"), w("norm.weight")
 	m.embedScale = scaleIn(float32(math.Sqrt(float64(c.HiddenSize))), m.embed)
 	if c.HasPLE() {
@@ -128,8 +132,8 @@ func newModel(cfg *Config, set weightSource, b compute.Backend) (*Model, error) 
 		}
 		m.layers = append(m.layers, ly)
 	}
-	if werr != nil {
-		return nil, werr
+	if err := ld.finish(); err != nil {
+		return nil, err
 	}
 	slots := 0
 	for _, l := range m.layers {
@@ -142,24 +146,62 @@ func newModel(cfg *Config, set weightSource, b compute.Backend) (*Model, error) 
 	return m, nil
 }
 
-func loadWeight(set weightSource, b compute.Backend, name string) (*compute.Tensor, error) {
-	info, ok := set.Lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("missing tensor %q", name)
-	}
-	data, err := set.Data(name)
-	if err != nil {
-		return nil, err
-	}
-	t, err := b.Weight(info.DType, info.Shape, data)
-	if err != nil {
-		return nil, fmt.Errorf("tensor %q in %s: %w", name, info.File, err)
-	}
-	return t, nil
+// loader moves weights from a source to a backend, keeping the first
+// error (later loads are skipped) and reporting progress.
+type loader struct {
+	set         weightSource
+	b           compute.Backend
+	prefix      string
+	err         error
+	done, total int64
+	progress    func(done, total int64)
 }
 
-// scaleIn rounds s to the dtype of w: HF multiplies embeddings by a scale
-// cast to the weight dtype (sqrt(1536) = 39.19 becomes 39.25 in BF16).
+func newLoader(set weightSource, b compute.Backend, prefix string, opt LoadOptions) *loader {
+	l := &loader{set: set, b: b, prefix: prefix, progress: opt.Progress}
+	for _, t := range set.Tensors() {
+		l.total += t.Size
+	}
+	return l
+}
+
+// load returns the weight prefix+name, or nil once a load has failed.
+func (l *loader) load(name string) *compute.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	name = l.prefix + name
+	info, ok := l.set.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("missing tensor %q", name)
+		return nil
+	}
+	data, err := l.set.Data(name)
+	if err != nil {
+		l.err = err
+		return nil
+	}
+	t, err := l.b.Weight(info.DType, info.Shape, data)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %q in %s: %w", name, info.File, err)
+		return nil
+	}
+	if l.progress != nil {
+		l.done += info.Size
+		l.progress(l.done, l.total)
+	}
+	return t
+}
+
+// finish reports the load complete (a checkpoint may hold tensors the
+// model does not use) and returns the first error.
+func (l *loader) finish() error {
+	if l.err == nil && l.progress != nil && l.done < l.total {
+		l.progress(l.total, l.total)
+	}
+	return l.err
+}
+
 func scaleIn(s float32, w *compute.Tensor) float32 {
 	switch w.DType() {
 	case compute.BF16:

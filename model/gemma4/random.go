@@ -72,7 +72,7 @@ func (s *randomSource) Close() error { return nil }
 // Random builds the preset's target model with random weights directly on
 // backend b (dtype dt, BF16 when Invalid): the weights gen-model would write
 // with this seed, without writing them. For benchmarks of published shapes.
-func (p Preset) Random(b compute.Backend, dt compute.DType, seed uint64) (*Model, error) {
+func (p Preset) Random(b compute.Backend, dt compute.DType, seed uint64, opt LoadOptions) (*Model, error) {
 	if p.Target == nil {
 		return nil, fmt.Errorf("preset %s is not a target model", p.Name)
 	}
@@ -88,11 +88,11 @@ func (p Preset) Random(b compute.Backend, dt compute.DType, seed uint64) (*Model
 	if err != nil {
 		return nil, fmt.Errorf("preset %s: %w", p.Name, err)
 	}
-	return newModel(cfg, newRandomSource(p, dt, seed), b)
+	return newModel(cfg, newRandomSource(p, dt, seed), b, opt)
 }
 
 // RandomAssistant builds the preset's assistant drafter the same way.
-func (p Preset) RandomAssistant(b compute.Backend, dt compute.DType, seed uint64) (*Assistant, error) {
+func (p Preset) RandomAssistant(b compute.Backend, dt compute.DType, seed uint64, opt LoadOptions) (*Assistant, error) {
 	if p.Assistant == nil {
 		return nil, fmt.Errorf("preset %s is not an assistant", p.Name)
 	}
@@ -107,5 +107,5 @@ func (p Preset) RandomAssistant(b compute.Backend, dt compute.DType, seed uint64
 	if err != nil {
 		return nil, fmt.Errorf("preset %s: %w", p.Name, err)
 	}
-	return newAssistant(cfg, newRandomSource(p, dt, seed), b)
+	return newAssistant(cfg, newRandomSource(p, dt, seed), b, opt)
 }

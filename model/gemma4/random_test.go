@@ -27,7 +27,7 @@ func TestRandomEqualsGeneratedCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer loaded.Close()
-			random, err := p.Random(b, compute.BF16, 5)
+			random, err := p.Random(b, compute.BF16, 5, gemma4.LoadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,10 +48,10 @@ func TestRandomEqualsGeneratedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.RandomAssistant(cpu.New(0), compute.BF16, 5); err != nil {
+	if _, err := a.RandomAssistant(cpu.New(0), compute.BF16, 5, gemma4.LoadOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Random(cpu.New(0), compute.BF16, 5); err == nil {
+	if _, err := a.Random(cpu.New(0), compute.BF16, 5, gemma4.LoadOptions{}); err == nil {
 		t.Fatal("Random of an assistant preset should fail")
 	}
 }
@@ -63,4 +63,37 @@ func forwardLogits(t *testing.T, m *gemma4.Model, ids []int32) []float32 {
 		t.Fatal(err)
 	}
 	return m.Backend().ToF32(out.Logits)
+}
+
+// LoadWith reports progress as weights reach the backend: increasing,
+// ending at the checkpoint's total.
+func TestLoadProgress(t *testing.T) {
+	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	var last, total int64
+	m, err := gemma4.LoadWith(dir, cpu.New(0), gemma4.LoadOptions{Progress: func(done, tot int64) {
+		if done < last || (total != 0 && tot != total) {
+			t.Fatalf("progress went from %d to %d (total %d, then %d)", last, done, total, tot)
+		}
+		calls++
+		last, total = done, tot
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var want int64
+	for _, w := range p.Weights() {
+		want += w.Bytes(compute.BF16)
+	}
+	if calls < 10 || last != total || total != want {
+		t.Fatalf("%d calls, last %d of %d; want many calls ending at %d", calls, last, total, want)
+	}
 }
