@@ -115,15 +115,8 @@ func (o *chatOutput) finishReason(finish string) string {
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	arrived := time.Now()
 	info := infoFrom(r.Context())
-	if s.draining.Load() {
-		return submitError(engine.ErrClosed, "")
-	}
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req chatRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := s.readRequest(w, r, &req); err != nil {
 		return err
 	}
 	maxTokens, maxParam := req.MaxCompletionTokens, "max_completion_tokens"

@@ -32,15 +32,8 @@ const maxCompletionLogprobs = engine.MaxTopLogprobs
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	arrived := time.Now()
 	info := infoFrom(r.Context())
-	if s.draining.Load() {
-		return submitError(engine.ErrClosed, "")
-	}
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req completionRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := s.readRequest(w, r, &req); err != nil {
 		return err
 	}
 	p, err := s.commonParams(&req.commonRequest, req.MaxTokens, "max_tokens")

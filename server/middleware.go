@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"tandem/engine"
 )
 
 // reqInfo is what one request's log line and metrics say; handlers fill it in.
@@ -175,6 +177,19 @@ func (s *Server) checkKey(r *http.Request) error {
 		return &apiError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: msg}
 	}
 	return nil
+}
+
+// readRequest refuses work while draining, then reads and decodes the
+// body into req.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, req any) error {
+	if s.draining.Load() {
+		return submitError(engine.ErrClosed, "")
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeBody(body, req)
 }
 
 // readBody reads the request body, up to MaxBodyBytes (413 beyond).
