@@ -229,9 +229,12 @@ func (b *Backend) download(dst unsafe.Pointer, n int, t *compute.Tensor) {
 
 // ToF32 implements compute.Backend.
 func (b *Backend) ToF32(t *compute.Tensor) []float32 {
+	if t.Len() == 0 {
+		return []float32{}
+	}
 	if t.DType() != compute.F32 {
-		w := b.alloc(compute.F32, t.Shape()...)
-		b.Copy(w.Reshape(max(1, t.Len())), 0, t.Reshape(max(1, t.Len())))
+		w := b.alloc(compute.F32, t.Len())
+		b.Copy(w, 0, t.Reshape(t.Len()))
 		t = w
 	}
 	out := make([]float32, t.Len())
