@@ -148,3 +148,9 @@ func ProportionalRoPE(dim int, theta float64, fraction float64) *RoPE {
 	}
 	return r
 }
+
+// MemoryInfo is implemented by backends with memory of their own (GPUs):
+// the bytes free and in total now. Callers size caches from it.
+type MemoryInfo interface {
+	MemInfo() (free, total uint64, err error)
+}

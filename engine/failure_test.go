@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -56,5 +57,57 @@ func TestAllocationFailureFailsOnlyThatRequest(t *testing.T) {
 	res = collect(t, submit(t, e, context.Background(), req))
 	if res.final.FinishReason != FinishLength || len(res.tokens) != 5 {
 		t.Fatalf("next request: %q with %d tokens, want %q with 5", res.final.FinishReason, len(res.tokens), FinishLength)
+	}
+}
+
+// withMemory gives a backend a fixed amount of free memory, like a GPU.
+type withMemory struct {
+	compute.Backend
+	free uint64
+}
+
+func (w withMemory) MemInfo() (free, total uint64, err error) { return w.free, 2 * w.free, nil }
+
+// A KV budget the device cannot hold is refused at start-up, with the
+// numbers, instead of failing requests once caches fill.
+func TestNewChecksDeviceMemory(t *testing.T) {
+	b, err := testBackend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(draftDir), "gemma4-tiny-e2b")
+	per := target.CacheBytes(4096, 512)
+	for _, tc := range []struct {
+		name string
+		free uint64
+		ok   bool
+	}{
+		{"room for five caches and headroom", uint64(6 * per), true},
+		{"room for three", uint64(3 * per), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := gemma4.Load(dir, withMemory{b, tc.free})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			e, err := New(Config{Model: m, CtxSize: 4096, Parallel: 4, PrefillSize: 512})
+			if tc.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				closeEngine(t, e)
+				return
+			}
+			if err == nil {
+				closeEngine(t, e)
+				t.Fatal("New accepted a KV budget larger than the free memory")
+			}
+			for _, want := range []string{"4 parallel requests of 4096 tokens", "GiB", "free"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"tandem/compute"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/spec"
@@ -118,9 +119,38 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 		e.maxStep = max(e.maxStep, cfg.DraftTokens+1)
 		e.stats.AcceptedPerPos = make([]int64, cfg.DraftTokens)
 	}
+	if err := checkMemory(cfg, e.maxStep); err != nil {
+		return nil, err
+	}
 	go e.loop()
 	return e, nil
 }
+
+// checkMemory refuses, at start-up, a KV budget the device cannot hold:
+// otherwise the server would start and fail requests once caches fill.
+// Only backends with memory of their own report it (GPUs).
+func checkMemory(cfg Config, maxStep int) error {
+	mi, ok := cfg.Model.Backend().(compute.MemoryInfo)
+	if !ok {
+		return nil
+	}
+	free, _, err := mi.MemInfo()
+	if err != nil {
+		return fmt.Errorf("engine: reading free device memory: %w", err)
+	}
+	// Every running request at the full context, plus one more for the
+	// prefix cache's copies; a tenth of what is free stays for activations.
+	per := cfg.Model.CacheBytes(cfg.CtxSize, maxStep)
+	need := int64(cfg.Parallel+1) * per
+	if float64(need) > 0.9*float64(free) {
+		return fmt.Errorf("engine: KV caches for %d parallel requests of %d tokens (and the prefix cache) need up to %.2f GiB, "+
+			"but %.2f GiB of device memory is free after the weights (90%% may go to caches): lower the context size or the parallel requests",
+			cfg.Parallel, cfg.CtxSize, gib(need), gib(int64(free)))
+	}
+	return nil
+}
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // Submit queues r. It returns ErrQueueFull, ErrClosed, a *ContextError,
 // or another error for a request that is invalid (bad sampling values,

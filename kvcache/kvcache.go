@@ -215,3 +215,35 @@ func (l *Layer) View(upto int) (k, v *compute.Tensor, pos []int32, start int) {
 
 // Spec returns the layer's shape.
 func (l *Layer) Spec() Spec { return l.spec }
+
+// Bytes is the memory the cache holds now (K and V of every layer).
+func (c *Cache) Bytes() int64 {
+	var n int64
+	for _, l := range c.layers {
+		n += int64(len(l.pos)) * int64(l.spec.KVHeads*l.spec.HeadDim) * 2 * 4
+	}
+	return n
+}
+
+// Bytes bounds the memory a cache of these layers takes once it holds
+// tokens positions, written in steps of at most maxStep: rings hold
+// Window + maxStep − 1 slots, full layers grow by doubling from 64 slots
+// (so they hold less than twice what they need), K and V in F32.
+func Bytes(specs []Spec, tokens, maxStep int) int64 {
+	full := 0
+	if tokens > 0 {
+		full = 64
+		for full < tokens {
+			full *= 2
+		}
+	}
+	var n int64
+	for _, s := range specs {
+		slots := full
+		if s.Window > 0 {
+			slots = s.Window + max(maxStep, 1) - 1
+		}
+		n += int64(slots) * int64(s.KVHeads*s.HeadDim) * 2 * 4
+	}
+	return n
+}

@@ -486,3 +486,26 @@ func TestClone(t *testing.T) {
 		}
 	}
 }
+
+// Bytes must bound what a cache really allocates: rings at their fixed
+// capacity, full layers after growing by doubling.
+func TestBytesBoundsTheCache(t *testing.T) {
+	b := cpu.New(1)
+	specs := []kvcache.Spec{{KVHeads: 2, HeadDim: 8}, {KVHeads: 1, HeadDim: 16, Window: 5}}
+	for _, tc := range []struct{ tokens, step int }{{1, 1}, {64, 1}, {65, 4}, {300, 16}, {1000, 512}} {
+		c := kvcache.New(b, specs, tc.step)
+		for p := 0; p < tc.tokens; p += tc.step {
+			n := min(tc.step, tc.tokens-p)
+			for i := range c.NumLayers() {
+				l := c.Layer(i)
+				k := b.Zeros(compute.F32, n, l.Spec().KVHeads, l.Spec().HeadDim)
+				l.Write(p, k, k)
+			}
+			c.Advance(n)
+		}
+		got := c.Bytes()
+		if want := kvcache.Bytes(specs, tc.tokens, tc.step); got > want || want > 2*got+1024 {
+			t.Errorf("%d tokens in steps of %d: the cache holds %d bytes, Bytes says %d", tc.tokens, tc.step, got, want)
+		}
+	}
+}

@@ -14,7 +14,10 @@ import (
 //go:embed kernels/ops.cu
 var opsSource string
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend    = (*Backend)(nil)
+	_ compute.MemoryInfo = (*Backend)(nil)
+)
 
 // Backend implements compute.Backend on one GPU. Tensors live in device
 // memory (Tensor.Data() is a *mem); host slices in op arguments (positions,
@@ -69,6 +72,10 @@ func (b *Backend) Name() string { return "cuda" }
 
 // Device is the GPU the backend runs on.
 func (b *Backend) Device() *Device { return b.dev }
+
+// MemInfo implements compute.MemoryInfo: the GPU's free and total bytes
+// (memory the backend's pool caches counts as used).
+func (b *Backend) MemInfo() (free, total uint64, err error) { return b.dev.MemInfo() }
 
 // Sync waits for queued work and reports an asynchronous failure.
 func (b *Backend) Sync() error { return b.dev.Sync() }

@@ -275,6 +275,12 @@ func (m *Model) cacheSpecs() []kvcache.Spec {
 	return specs
 }
 
+// CacheBytes bounds the memory of one sequence's KV cache holding tokens
+// positions, written in steps of at most maxStep (kvcache.Bytes).
+func (m *Model) CacheBytes(tokens, maxStep int) int64 {
+	return kvcache.Bytes(m.cacheSpecs(), tokens, maxStep)
+}
+
 // NewCache makes an empty KV cache for one sequence. maxStep is the most
 // tokens one Forward call will write (prefill chunk or verify width).
 func (m *Model) NewCache(maxStep int) *kvcache.Cache {
