@@ -142,11 +142,11 @@ func newBench() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
-					"model": model, "draft": draft, "device": b.Name(), "copy_bandwidth_bytes_per_s": roof,
+					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
 					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows,
 				})
 			}
-			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, b.Name(), roof/1e9, humanBytes(bytes))
+			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
 			if a != nil {

@@ -46,3 +46,16 @@ func copyBandwidth(b compute.Backend) float64 {
 	}
 	return cpu.CopyBandwidth()
 }
+
+// deviceName describes b's device for reports: the GPU's name, compute
+// capability and driver, or the CPU's thread count.
+func deviceName(b compute.Backend) string {
+	switch g := b.(type) {
+	case *cuda.Backend:
+		d := g.Device()
+		return fmt.Sprintf("cuda (%s, sm_%d, driver %d)", d.Name, d.Arch, d.DriverVersion)
+	case *cpu.Backend:
+		return fmt.Sprintf("cpu (%d threads)", g.Threads())
+	}
+	return b.Name()
+}
