@@ -44,6 +44,7 @@ func newServe() *cobra.Command {
 			if opt.Backend, err = openBackend(device, threads); err != nil {
 				return err
 			}
+			opt.Device = deviceName(opt.Backend)
 			for _, f := range []struct {
 				name string
 				v    int
