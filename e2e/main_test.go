@@ -22,6 +22,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"go.uber.org/goleak"
 
+	"tandem/compute/computetest"
 	"tandem/model/gemma4"
 	"tandem/sample"
 	"tandem/serve"
@@ -56,7 +57,8 @@ func TestMain(m *testing.M) {
 	// Every server was stopped by its test's cleanup; nothing of theirs may be left running.
 	transport.CloseIdleConnections()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// The GPU backend's device thread lives as long as the process.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("tandem/compute/cuda.(*Device).loop")); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: goroutines left after the tests:", err)
 			code = 1
 		}
@@ -101,6 +103,9 @@ func start(t testing.TB, opt serve.Options) *testServer {
 	}
 	if opt.ModelName == "" {
 		opt.ModelName = "tiny"
+	}
+	if opt.Backend == nil {
+		opt.Backend = computetest.Backend(t) // the GPU with TANDEM_TEST_BACKEND=cuda
 	}
 	s := &testServer{done: make(chan error, 1), logs: &syncBuffer{}}
 	opt.Logger = slog.New(slog.NewTextHandler(s.logs, nil))

@@ -9,4 +9,5 @@ for pkg in ./compute/cuda ./model/gemma4 ./spec ./engine; do
   CGO_ENABLED=0 go test -c -o "bin/gpu/$name.test" "$pkg"
 done
 CGO_ENABLED=0 go build -o bin/gpu/tandem ./cmd/tandem
+(cd e2e && CGO_ENABLED=0 go test -c -o ../bin/gpu/e2e.test .)
 ls -la bin/gpu

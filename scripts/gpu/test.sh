@@ -23,4 +23,5 @@ run compute/cuda cuda.test
 run model/gemma4 gemma4.test TANDEM_TEST_BACKEND=cuda
 run spec spec.test TANDEM_TEST_BACKEND=cuda
 run engine engine.test TANDEM_TEST_BACKEND=cuda
+run e2e e2e.test TANDEM_TEST_BACKEND=cuda
 exit $status
