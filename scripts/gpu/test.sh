@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the cross-built GPU test binaries (scripts/gpu/build.sh) on the GPU
-# machine: the CUDA package's own tests, then the model and speculative
-# tests with TANDEM_TEST_BACKEND=cuda. Logs go to $OUT (or ./gpu-logs).
+# machine: the CUDA package's own tests, then the model, speculative, engine
+# and e2e tests with TANDEM_TEST_BACKEND=cuda, each if it was built. Logs go
+# to $OUT (or ./gpu-logs).
 # Usage: scripts/gpu/test.sh [go test flags, e.g. -test.run Oracle]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,6 +12,7 @@ root=$(pwd)
 status=0
 run() { # dir binary env...
   local dir=$1 bin=$2; shift 2
+  [ -x "bin/gpu/$bin" ] || return 0 # not built this time
   echo "== $bin"
   (cd "$dir" && env "$@" "$root/bin/gpu/$bin" -test.v -test.count=1 "${extra[@]}") >"$out/$bin.log" 2>&1
   local rc=$?
