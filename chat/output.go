@@ -466,16 +466,8 @@ func (g *gemmaReader) object(b *bytes.Buffer, depth int) error {
 		if err := g.value(b, depth+1); err != nil {
 			return err
 		}
-		g.skipSpace()
-		switch {
-		case g.peek(','):
-			g.i++
-		case g.peek('}'):
-			g.i++
-			b.WriteByte('}')
-			return nil
-		default:
-			return errMalformed
+		if done, err := g.next(b, '}'); done || err != nil {
+			return err
 		}
 	}
 }
@@ -499,18 +491,26 @@ func (g *gemmaReader) list(b *bytes.Buffer, depth int) error {
 		if err := g.value(b, depth+1); err != nil {
 			return err
 		}
-		g.skipSpace()
-		switch {
-		case g.peek(','):
-			g.i++
-		case g.peek(']'):
-			g.i++
-			b.WriteByte(']')
-			return nil
-		default:
-			return errMalformed
+		if done, err := g.next(b, ']'); done || err != nil {
+			return err
 		}
 	}
+}
+
+// next reads what follows an element: a comma (more follow) or the closing
+// byte, which it writes to b; anything else is malformed.
+func (g *gemmaReader) next(b *bytes.Buffer, closing byte) (done bool, err error) {
+	g.skipSpace()
+	switch {
+	case g.peek(','):
+		g.i++
+		return false, nil
+	case g.peek(closing):
+		g.i++
+		b.WriteByte(closing)
+		return true, nil
+	}
+	return false, errMalformed
 }
 
 func (g *gemmaReader) value(b *bytes.Buffer, depth int) error {
