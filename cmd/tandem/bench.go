@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tandem/compute"
+	"tandem/compute/cuda"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/progress"
@@ -39,7 +42,8 @@ func newBench() *cobra.Command {
 		preset, model, draft, device, contexts string
 		tokens, k, threads                     int
 		synthetic                              float64
-		asJSON                                 bool
+		asJSON, kernels                        bool
+		cpuProfile                             string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--preset P | --model DIR] [--draft DIR|auto]",
@@ -67,6 +71,21 @@ func newBench() *cobra.Command {
 			b, err := openBackend(device, threads)
 			if err != nil {
 				return err
+			}
+			g, onGPU := b.(*cuda.Backend)
+			if kernels && !onGPU {
+				return fmt.Errorf("--kernel-profile needs the GPU (--device cuda)")
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
 			}
 			log := cmd.ErrOrStderr()
 			var m *gemma4.Model
@@ -140,10 +159,16 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(log, "context %d done\n", c)
 			}
 			out := cmd.OutOrStdout()
+			var prof *cuda.Profile
+			if kernels {
+				if prof, err = profileDecode(ctx, g, m, ctxs[0], tokens); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
-					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows,
+					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows, "kernel_profile": prof,
 				})
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
@@ -160,7 +185,13 @@ func newBench() *cobra.Command {
 				}
 				fmt.Fprintln(tw, line)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if prof != nil {
+				printProfile(out, prof, ctxs[0], tokens, rows[0].DecodeTokS)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -174,6 +205,8 @@ func newBench() *cobra.Command {
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at the first context and list where the device time goes")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	return cmd
 }
 
@@ -211,3 +244,72 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
 	return p.RandomAssistant(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
 }
+
+// profileDecode times every kernel of one plain decode of tokens tokens
+// after a prompt of c random tokens.
+func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tokens int) (*cuda.Profile, error) {
+	r := rand.New(rand.NewPCG(uint64(c), 2))
+	prompt := make([]int32, c)
+	for i := range prompt {
+		prompt[i] = int32(3 + r.IntN(m.Config.Text.VocabSize-3))
+	}
+	// The profile starts after the prefill's token, and every step begins
+	// behind a spin long enough for the host to queue the whole step: its
+	// kernels then run back to back, and their times are the device's alone.
+	var prof cuda.Profile
+	started := false
+	var err error
+	_, gerr := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: tokens}, func(int32) {
+		if !started && err == nil {
+			err = g.Device().StartProfile()
+			started = err == nil
+		}
+		if started {
+			g.Spin(100 * time.Millisecond)
+		}
+	})
+	if err == nil {
+		err = gerr
+	}
+	if started {
+		p, perr := g.Device().StopProfile()
+		if err == nil {
+			err = perr
+		}
+		prof = p
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kernel-profile: %w", err)
+	}
+	return &prof, nil
+}
+
+// printProfile lists the kernels that take the most device time, and
+// compares the device's time per step with the measured step.
+func printProfile(w io.Writer, p *cuda.Profile, c, tokens int, decodeTokS float64) {
+	steps := float64(tokens - 1)
+	var busy time.Duration
+	for _, k := range p.Kernels {
+		if k.Name != "spin" {
+			busy += k.Time
+		}
+	}
+	dev, step := ms(busy)/steps, 1000/decodeTokS
+	fmt.Fprintf(w, "\nkernel profile: plain decode after %d tokens, %d steps, kernels run back to back: %.2f ms of device time per step;\n"+
+		"a measured step takes %.2f ms, so the device is busy %.0f%% of it (the rest is host time: launches, copies, sampling)\n",
+		c, tokens-1, dev, step, 100*dev/step)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "kernel\tcalls/step\tms/step\tshare\t")
+	for i, k := range p.Kernels {
+		if i == 16 {
+			break
+		}
+		if k.Name == "spin" {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f%%\t\n", k.Name, float64(k.Calls)/steps, ms(k.Time)/steps, 100*float64(k.Time)/float64(busy))
+	}
+	tw.Flush()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"tandem/compute"
@@ -43,8 +44,10 @@ type Backend struct {
 }
 
 var kernelNames = map[string][]string{
-	"ops.cu":    {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine"},
-	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "matmul_mma1", "matmul_mma8", "matmul_mma1f", "matmul_mma8f", "sum_splits"},
+	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin"},
+	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "sum_splits",
+		"matmul_mma1", "matmul_mma8", "matmul_mma1_u4p", "matmul_mma1_u4pn", "matmul_mma1_u8p", "matmul_mma1_u8pn", "matmul_mma1_u4n", "matmul_mma8n",
+		"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -332,13 +335,26 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	return y
 }
 
-// TANDEM_CUDA_MATMUL picks a matmul variant for comparisons: "warp" runs
-// the CUDA-core kernel for bf16 weights too; "fused" splits activations
-// inside the tensor-core kernel (the same bits, one launch fewer).
+// TANDEM_CUDA_MATMUL=warp runs the CUDA-core kernel for bf16 weights too,
+// for comparisons.
+var warpMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
+
+// The tensor-core kernels by M: the rows kernel up to rowsMaxM (three tile
+// rows per activation row in a 16-row tile), mma1Kernel up to 16 rows, and
+// mma8Kernel (eight 16-row tiles per weight load) beyond. All give the
+// same bits; the variables let tests compare variants. The defaults stream
+// weights past L1 with a 256-byte L2 prefetch, which doubled M = 1
+// bandwidth on the H200 (docs/gpu.md).
 var (
-	warpMatMul  = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
-	fusedMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "fused"
+	rowsMaxM   = 5
+	rowsKernel = "matmul_rows_u4pn"
+	mma1Kernel = "matmul_mma1_u4n"
+	mma8Kernel = "matmul_mma8n"
 )
+
+// splitWarps is how many warps splitK aims for. It is part of the
+// arithmetic (the K split sets the summation order), never chosen per call.
+var splitWarps = 4096
 
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
@@ -346,7 +362,7 @@ var (
 // elements of K per split.
 func splitK(N, K int) (splits, chunk int) {
 	groups := (N + 7) / 8
-	splits = max(1, min((4096+groups-1)/groups, K/512))
+	splits = max(1, min((splitWarps+groups-1)/groups, K/512))
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
 }
@@ -359,22 +375,17 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	if splits > 1 {
 		out = b.alloc(compute.F32, splits*M*N)
 	}
-	aligned := K%8 == 0 && memOf(w).ptr%16 == 0
-	name := "matmul_mma1"
-	if M > 16 {
-		name = "matmul_mma8"
+	name := mma1Kernel
+	switch {
+	case M <= rowsMaxM:
+		name = rowsKernel
+	case M > 16:
+		name = mma8Kernel
 	}
-	var xs *compute.Tensor
-	if fusedMatMul {
-		name += "f"
-		xs = x
-		aligned = aligned && memOf(x).ptr%16 == 0
-	} else {
-		xs = b.alloc(compute.BF16, 3, M*K) // hi, mid, lo
-		b.launch("split_bf16", grid1(M*K), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), M*K)
-	}
+	xs := b.alloc(compute.BF16, 3, M*K) // hi, mid, lo
+	b.launch("split_bf16", grid1(M*K), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), M*K)
 	al := 0
-	if aligned {
+	if K%8 == 0 && memOf(w).ptr%16 == 0 {
 		al = 1
 	}
 	b.launch(name, [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}, 256,
@@ -382,6 +393,13 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	if splits > 1 {
 		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
 	}
+}
+
+// Spin queues a kernel that keeps the GPU busy for d, so that work queued
+// behind it runs back to back however slowly the host issues it: kernel
+// timings taken behind a spin measure the device alone. Measurement only.
+func (b *Backend) Spin(d time.Duration) {
+	b.launch("spin", [3]uint32{1, 1, 1}, 1, int(min(d, time.Second).Nanoseconds()))
 }
 
 // Gather implements compute.Backend.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -341,54 +342,122 @@ func TestMatMulSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
+	kernels := append([]string{"matmul_mma8", "matmul_mma8n"}, mma1Variants...)
+	for _, name := range append(kernels, rowsVariants...) {
+		regs, err := g.dev.FuncAttribute(g.k[name], funcAttrNumRegs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d registers", name, regs)
+	}
+	type variant struct {
+		name string
+		set  func()
+	}
+	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel = "matmul_mma8" }}, {"mma8n", func() { mma8Kernel = "matmul_mma8n" }}}
+	for _, v := range mma1Variants {
+		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
+	}
+	for _, v := range rowsVariants {
+		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
+	}
+	for _, n := range []int{8192, 16384} {
+		variants = append(variants, variant{fmt.Sprintf("rows_u4pn/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows_u4pn", n }})
+	}
+	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
 		for _, M := range []int{1, 4, 16, 128} {
 			x := g.FromF32(randF32(r, M*s.K), M, s.K)
 			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
-			for _, variant := range []string{"mma", "fused", "warp"} {
-				warpMatMul, fusedMatMul = variant == "warp", variant == "fused"
-				g.MatMul(x, w)
-				if err := g.Sync(); err != nil {
-					t.Fatal(err)
+			for _, v := range variants {
+				if M > 16 != strings.HasPrefix(v.name, "mma8") && v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") {
+					continue
 				}
-				const reps = 20
-				start := time.Now()
-				for range reps {
-					g.MatMul(x, w)
-				}
-				if err := g.Sync(); err != nil {
-					t.Fatal(err)
-				}
-				d := time.Since(start) / reps
-				line += fmt.Sprintf("  %s %v %.0f GB/s", variant, d.Round(time.Microsecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
+				restore := restoreMatMul()
+				v.set()
+				d := deviceTime(t, g, 20, func() { g.MatMul(x, w) })
+				restore()
+				line += fmt.Sprintf("  %s %v %.0f GB/s", v.name, d.Round(100*time.Nanosecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
 			}
-			warpMatMul, fusedMatMul = false, false
 			t.Log(line)
 		}
 	}
 }
 
-// The fused tensor-core kernel splits activations in registers with
-// split_bf16's arithmetic, so it must give the unfused kernel's bits, for
-// both tile variants, odd K, K splits and unaligned activations.
-func TestFusedMatMulMatchesUnfused(t *testing.T) {
+// deviceTime is the device time of one call of f (every kernel it queues),
+// averaged over reps calls run back to back behind a spin, so the host's
+// launch rate does not count.
+func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
+	t.Helper()
+	f() // warm up: allocations, caches
+	if err := g.dev.StartProfile(); err != nil {
+		t.Fatal(err)
+	}
+	g.Spin(20 * time.Millisecond)
+	for range reps {
+		f()
+	}
+	p, err := g.dev.StopProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d time.Duration
+	for _, k := range p.Kernels {
+		if k.Name != "spin" {
+			d += k.Time
+		}
+	}
+	return d / time.Duration(reps)
+}
+
+var (
+	mma1Variants = []string{"matmul_mma1", "matmul_mma1_u4p", "matmul_mma1_u4pn", "matmul_mma1_u8p", "matmul_mma1_u8pn", "matmul_mma1_u4n"}
+	rowsVariants = []string{"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb"}
+)
+
+// restoreMatMul returns a function that puts the matmul variant switches
+// back as they are now.
+func restoreMatMul() func() {
+	w, m, rk, mk, m8, sw := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps
+	return func() { warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps = w, m, rk, mk, m8, sw }
+}
+
+// Every tensor-core variant must give the bits of matmul_mma1 (three
+// accumulators per row, four weight chunks per step, no prefetch): the
+// rows kernel (three tile rows per activation row) for M up to 5, the
+// prefetching and streaming mma1 variants up to 16 rows, and the streaming
+// mma8 beyond; odd K, K splits and unaligned activations included.
+func TestMatMulVariantsMatch(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func() { fusedMatMul = false }()
-	r := rand.New(rand.NewPCG(7, 8))
-	for _, s := range []struct{ N, K int }{{300, 1536}, {64, 8192}, {41, 2053}, {9, 64}} {
+	defer restoreMatMul()()
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, s := range []struct{ N, K int }{{300, 1536}, {64, 8192}, {41, 2053}, {9, 64}, {2048, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
-		for _, M := range []int{1, 5, 16, 17, 40} {
-			xs := randF32(r, (M+1)*s.K)
-			// Rows 1..M of a larger tensor: a view that need not be 16-byte aligned.
-			x := g.Slice(g.FromF32(xs, M+1, s.K), 1, M+1)
-			fusedMatMul = false
-			want := g.ToF32(g.MatMul(x, w))
-			fusedMatMul = true
-			got := g.ToF32(g.MatMul(x, w))
-			if err := sameBits(got, want); err != nil {
-				t.Fatalf("N=%d K=%d M=%d: fused differs from unfused: %v", s.N, s.K, M, err)
+		for _, M := range []int{1, 2, 3, 4, 5, 8, 16, 17, 40} {
+			for _, offset := range []int{0, 1} {
+				xs := randF32(r, (M+offset)*s.K)
+				x := g.Slice(g.FromF32(xs, M+offset, s.K), offset, M+offset)
+				rowsMaxM, mma1Kernel, mma8Kernel = 0, "matmul_mma1", "matmul_mma8"
+				want := g.ToF32(g.MatMul(x, w))
+				variants := append([]string(nil), mma1Variants[1:]...)
+				switch {
+				case M <= 5:
+					variants = append(variants, rowsVariants...)
+				case M > 16:
+					variants = []string{"matmul_mma8n"}
+				}
+				for _, v := range variants {
+					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel = 0, "", v, v
+					if strings.HasPrefix(v, "matmul_rows") {
+						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
+					}
+					got := g.ToF32(g.MatMul(x, w))
+					if err := sameBits(got, want); err != nil {
+						t.Fatalf("N=%d K=%d M=%d offset %d: %s differs from matmul_mma1: %v", s.N, s.K, M, offset, v, err)
+					}
+				}
 			}
 		}
 	}

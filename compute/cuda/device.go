@@ -20,9 +20,10 @@ type Device struct {
 	work          chan func()
 	ctx           uintptr
 	Name          string
-	Arch          int   // compute capability, e.g. 90 for sm_90
-	DriverVersion int   // e.g. 13000
-	asyncErr      error // first failure of an asynchronous call; device thread only
+	Arch          int       // compute capability, e.g. 90 for sm_90
+	DriverVersion int       // e.g. 13000
+	asyncErr      error     // first failure of an asynchronous call; device thread only
+	prof          *profiler // non-nil while profiling; device thread only
 	closed        atomic.Bool
 	mu            sync.Mutex
 	pending       []func() error // posted, not yet handed to the thread
@@ -171,7 +172,22 @@ func (dev *Device) Download(dst []byte, b Buffer) error {
 }
 
 // Kernel is a compiled __global__ function.
-type Kernel struct{ fn uintptr }
+type Kernel struct {
+	fn   uintptr
+	name string
+}
+
+// Function attributes for FuncAttribute.
+const (
+	funcAttrNumRegs = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
+)
+
+// FuncAttribute reads one of k's CUfunction_attribute values.
+func (dev *Device) FuncAttribute(k Kernel, attr int32) (int, error) {
+	var v int32
+	err := dev.do(func() error { return dev.d.check("cuFuncGetAttribute", dev.d.cuFuncGetAttribute(&v, attr, k.fn)) })
+	return int(v), err
+}
 
 // Compile builds CUDA C++ source with NVRTC for this device's architecture
 // and loads the named extern "C" kernels.
@@ -212,7 +228,7 @@ func (dev *Device) load(cubin []byte, name string, kernels []string) (map[string
 			if err := dev.d.check("cuModuleGetFunction "+k, dev.d.cuModuleGetFunction(&fn, mod, k)); err != nil {
 				return err
 			}
-			out[k] = Kernel{fn}
+			out[k] = Kernel{fn, k}
 		}
 		return nil
 	})
@@ -320,6 +336,9 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 				params[i] = uintptr(unsafe.Pointer(&vals[i]))
 			}
 			pp = uintptr(unsafe.Pointer(&params[0]))
+		}
+		if dev.prof != nil {
+			defer dev.prof.around(dev.d, k.name)()
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), 0, pp, 0)

@@ -35,6 +35,11 @@ type driverAPI struct {
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) result
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
 	cuGetErrorString         func(r result, s **byte) result
+	cuFuncGetAttribute       func(v *int32, attrib int32, fn uintptr) result
+	cuEventCreate            func(ev *uintptr, flags uint32) result
+	cuEventRecord            func(ev, stream uintptr) result
+	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
+	cuEventDestroy           func(ev uintptr) result
 	// launchFn is cuLaunchKernel's address, called through SyscallN on the
 	// hot path (RegisterLibFunc's reflection costs microseconds per call).
 	launchFn uintptr
@@ -70,12 +75,21 @@ func loadDriver() (*driverAPI, error) {
 			"cuMemsetD8_v2": &d.cuMemsetD8, "cuMemAllocHost_v2": &d.cuMemAllocHost, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
+			"cuFuncGetAttribute": &d.cuFuncGetAttribute, "cuEventCreate": &d.cuEventCreate, "cuEventRecord": &d.cuEventRecord,
+			"cuEventDestroy_v2": &d.cuEventDestroy,
 		} {
 			if _, err := purego.Dlsym(h, name); err != nil {
 				driverErr = fmt.Errorf("cuda: the driver library lacks %s: %v", name, err)
 				return
 			}
 			purego.RegisterLibFunc(fn, h, name)
+		}
+		// Newer drivers export the timing call with a _v2 suffix as well.
+		for _, name := range []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"} {
+			if _, err := purego.Dlsym(h, name); err == nil {
+				purego.RegisterLibFunc(&d.cuEventElapsedTime, h, name)
+				break
+			}
 		}
 		if r := d.cuInit(0); r != 0 {
 			driverErr = fmt.Errorf("cuda: cuInit: %s", d.errorString(r))

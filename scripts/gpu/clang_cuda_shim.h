@@ -7,6 +7,7 @@
 #define __device__ __attribute__((device))
 #define __global__ __attribute__((global))
 #define __shared__ __attribute__((shared))
+#define __launch_bounds__(t, b) __attribute__((launch_bounds(t, b)))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #include "__clang_cuda_builtin_vars.h"
 typedef unsigned long size_t;
@@ -14,6 +15,7 @@ struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
 __device__ static inline int min(int a, int b) { return a < b ? a : b; }
 __device__ static inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+__device__ static inline void __syncwarp(unsigned mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
 __device__ static inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
     return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
 }

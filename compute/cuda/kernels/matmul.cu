@@ -241,47 +241,44 @@ __device__ __forceinline__ unsigned pack2(unsigned short a, unsigned short b) {
     return (unsigned)a | ((unsigned)b << 16);
 }
 
-// load8parts gives activations k..k+7 of row r as the three bf16 parts
-// (zeros past k1 or when !ok). Unfused, x holds the parts split_bf16 wrote
-// ([3][M][K]); FUSED, x is the f32 activations and the split happens here,
-// with split_bf16's arithmetic, saving a launch and the parts' round trip.
-template <bool FUSED>
-__device__ __forceinline__ void load8parts(uint4 a[3], const void* x, int r, int k, int k1, bool ok, bool al, int M, int K) {
-    if (FUSED) {
-        float v[8];
-        const float* row = (const float*)x + (size_t)r * K;
-        if (ok && al && k + 8 <= k1) {
-            const float4 p0 = *(const float4*)(row + k), p1 = *(const float4*)(row + k + 4);
-            v[0] = p0.x; v[1] = p0.y; v[2] = p0.z; v[3] = p0.w;
-            v[4] = p1.x; v[5] = p1.y; v[6] = p1.z; v[7] = p1.w;
-        } else {
+// wchunk reads weights k..k+7 of a row; NC streams them past L1 with a
+// 256-byte L2 prefetch (weights are read once per step).
+template <bool NC>
+__device__ __forceinline__ uint4 wchunk(const unsigned short* row, int k, int K, bool ok, bool aligned) {
+    if (NC && ok && aligned && k + 8 <= K) {
+        uint4 q;
+        // volatile: without it the compiler may hoist the load above the
+        // alignment test (it did: misaligned-address faults on odd K).
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+            : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+            : "l"(row + k));
+        return q;
+    }
+    return load8bf(row, k, K, ok, aligned);
+}
+
+// wload_step loads the U weight chunks of the K step at kb: lane t takes
+// k = kb + 32u + 8t of its weight row.
+template <int U, bool NC>
+__device__ __forceinline__ void wload_step(uint4 q[U], const unsigned short* wr, int kb, int t, int k1, bool wok, bool al) {
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = ok && k + e < k1 ? row[k + e] : 0.0f;
-        }
-        unsigned short h[8], m[8], l[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            h[e] = bf16_rn(v[e]);
-            const float rr = v[e] - bf16(h[e]);
-            m[e] = bf16_rn(rr);
-            l[e] = bf16_rn(rr - bf16(m[e]));
-        }
-        a[0].x = pack2(h[0], h[1]); a[0].y = pack2(h[2], h[3]); a[0].z = pack2(h[4], h[5]); a[0].w = pack2(h[6], h[7]);
-        a[1].x = pack2(m[0], m[1]); a[1].y = pack2(m[2], m[3]); a[1].z = pack2(m[4], m[5]); a[1].w = pack2(m[6], m[7]);
-        a[2].x = pack2(l[0], l[1]); a[2].y = pack2(l[2], l[3]); a[2].z = pack2(l[4], l[5]); a[2].w = pack2(l[6], l[7]);
-    } else {
-#pragma unroll
-        for (int p = 0; p < 3; p++)
-            a[p] = load8bf((const unsigned short*)x + (size_t)p * M * K + (size_t)r * K, k, k1, ok, al);
+    for (int u = 0; u < U; u++) {
+        const int k = kb + 32 * u + 8 * t;
+        q[u] = wchunk<NC>(wr, k, k1, wok && k < k1, al);
     }
 }
 
-// matmul_mma<MT, U, FUSED>: grid (ceil(N/64), splits), 8 warps. Split s covers
-// K range [s·kchunk, (s+1)·kchunk) and writes partial sums to
-// part[s][M][N] (or y directly when splits = 1). MT tiles of 16 rows share
-// each weight load; MT changes only how many rows one pass serves.
-template <int MT, int U, bool FUSED>
-__device__ void matmul_mma(const void* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
+// matmul_mma<MT, U, PF, NC>: grid (ceil(N/64), splits), 8 warps. Split s
+// covers K range [s·kchunk, (s+1)·kchunk) and writes partial sums to
+// part[s][M][N] (or y directly when splits = 1). xs holds the three parts
+// split_bf16 wrote ([3][M][K]). MT tiles of 16 rows share each weight load;
+// MT changes only how many rows one pass serves. U weight chunks per lane
+// per K step; PF loads the next step's weights before this step's mmas, so
+// loads overlap the work instead of waiting behind it; NC streams weights
+// past L1. None of U, PF and NC changes the arithmetic: every output still
+// accumulates its mmas in K order.
+template <int MT, int U, bool PF, bool NC>
+__device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                            int M, int N, int K, int kchunk, int aligned) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 8;
@@ -298,15 +295,15 @@ __device__ void matmul_mma(const void* __restrict__ xs, const unsigned short* __
         for (int p = 0; p < 3; p++)
 #pragma unroll
             for (int i = 0; i < MT; i++) cp[p][i][0] = cp[p][i][1] = cp[p][i][2] = cp[p][i][3] = 0.0f;
-        // U weight loads are issued before their mmas so each lane keeps
-        // U·16 bytes in flight (decode is bound by load latency); blocks
-        // are still accumulated in K order, so U does not change results.
+        uint4 q[U], cur[U];
+        if (PF) wload_step<U, NC>(q, wr, k0, t, k1, wok, al);
         for (int kb = k0; kb < k1; kb += 32 * U) {
-            uint4 q[U];
+            if (PF) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int k = kb + 32 * u + 8 * t;
-                q[u] = load8bf(wr, k, k1, wok && k < k1, al);
+                for (int u = 0; u < U; u++) cur[u] = q[u];
+                wload_step<U, NC>(q, wr, kb + 32 * U, t, k1, wok, al);
+            } else {
+                wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -316,11 +313,13 @@ __device__ void matmul_mma(const void* __restrict__ xs, const unsigned short* __
                 for (int i = 0; i < MT; i++) {
                     if (m0 + 16 * i >= M) break;
                     const int r0 = m0 + 16 * i + g, r1 = r0 + 8;
-                    uint4 a0[3], a1[3]; // hi, mid, lo of rows r0 and r1
-                    load8parts<FUSED>(a0, xs, r0, k, k1, r0 < M && kin, al, M, K);
-                    load8parts<FUSED>(a1, xs, r1, k, k1, r1 < M && kin, al, M, K);
 #pragma unroll
-                    for (int p = 0; p < 3; p++) mma_part(cp[p][i], q[u], a0[p], a1[p]);
+                    for (int p = 0; p < 3; p++) {
+                        const unsigned short* xp = xs + (size_t)p * M * K;
+                        const uint4 a0 = load8bf(xp + (size_t)r0 * K, k, k1, r0 < M && kin, al);
+                        const uint4 a1 = load8bf(xp + (size_t)r1 * K, k, k1, r1 < M && kin, al);
+                        mma_part(cp[p][i], cur[u], a0, a1);
+                    }
                 }
             }
         }
@@ -343,26 +342,100 @@ __device__ void matmul_mma(const void* __restrict__ xs, const unsigned short* __
     }
 }
 
-extern "C" __global__ void matmul_mma1(const unsigned short* xs, const unsigned short* w,
-                                       float* out, int M, int N, int K, int kchunk, int aligned) {
-    matmul_mma<1, 4, false>(xs, w, out, M, N, K, kchunk, aligned);
+#define MMA_KERNEL(name, MT, U, PF, NC)                                                                       \
+    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* out, int M, int N, \
+                                    int K, int kchunk, int aligned) {                                          \
+        matmul_mma<MT, U, PF, NC>(xs, w, out, M, N, K, kchunk, aligned);                                       \
+    }
+MMA_KERNEL(matmul_mma1, 1, 4, false, false)
+MMA_KERNEL(matmul_mma8, 8, 1, false, false)
+MMA_KERNEL(matmul_mma1_u4p, 1, 4, true, false)
+MMA_KERNEL(matmul_mma1_u4pn, 1, 4, true, true)
+MMA_KERNEL(matmul_mma1_u8p, 1, 8, true, false)
+MMA_KERNEL(matmul_mma1_u8pn, 1, 8, true, true)
+MMA_KERNEL(matmul_mma1_u4n, 1, 4, false, true)
+MMA_KERNEL(matmul_mma8n, 8, 1, false, true)
+
+// ---------------------------------------------------------------------------
+// matmul_rows: the tensor-core product for M ≤ 5 (decode and short
+// verifies) with the three parts of an activation row as three tile rows:
+// tile row 3r + p holds part p (hi, mid, lo) of row r, so one mma does what
+// matmul_mma needs three for, and each lane loads at most two activation
+// chunks per weight chunk. Tile row 3r + p accumulates exactly the mmas
+// matmul_mma's part-p accumulator of row r does (a tensor core computes
+// each output element from its own row and column), and the parts are
+// summed in the same order, so the bits equal matmul_mma's for every M.
+// (Splitting the activations inside the kernel instead of in split_bf16
+// was tried: every warp then redoes the split, and the kernel ran at half
+// the bandwidth.)
+template <int U, bool PF, bool NC>
+__device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
+                            int M, int N, int K, int kchunk, int aligned) {
+    __shared__ float tile[8][16][9];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
+    if (n0 >= N) return;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    const bool wok = n0 + g < N, al = aligned != 0;
+    const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
+    // This lane's tile rows g and g + 8: part p of activation row r.
+    const int i1 = g + 8;
+    const bool ok0 = g < 3 * M, ok1 = i1 < 3 * M;
+    const unsigned short* x0 = xs + (ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
+    const unsigned short* x1 = xs + (ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint4 q[U], cur[U];
+    if (PF) wload_step<U, NC>(q, wr, k0, t, k1, wok, al);
+    for (int kb = k0; kb < k1; kb += 32 * U) {
+        if (PF) {
+#pragma unroll
+            for (int u = 0; u < U; u++) cur[u] = q[u];
+            wload_step<U, NC>(q, wr, kb + 32 * U, t, k1, wok, al);
+        } else {
+            wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = kb + 32 * u + 8 * t;
+            const bool kin = k < k1;
+            const uint4 a0 = load8bf(x0, k, k1, ok0 && kin, al);
+            const uint4 a1 = load8bf(x1, k, k1, ok1 && kin, al);
+            mma_part(c, cur[u], a0, a1);
+        }
+    }
+    // c[0..1]: tile row g, columns 2t and 2t+1; c[2..3]: tile row g + 8.
+    tile[wid][g][2 * t] = c[0];
+    tile[wid][g][2 * t + 1] = c[1];
+    tile[wid][i1][2 * t] = c[2];
+    tile[wid][i1][2 * t + 1] = c[3];
+    __syncwarp();
+    float* o = out + (size_t)blockIdx.y * M * N;
+    for (int e = lane; e < 8 * M; e += 32) {
+        const int r = e >> 3, j = e & 7;
+        if (n0 + j < N)
+            o[(size_t)r * N + n0 + j] = __fadd_rn(__fadd_rn(tile[wid][3 * r + 2][j], tile[wid][3 * r + 1][j]), tile[wid][3 * r][j]);
+    }
 }
 
-extern "C" __global__ void matmul_mma8(const unsigned short* xs, const unsigned short* w,
-                                       float* out, int M, int N, int K, int kchunk, int aligned) {
-    matmul_mma<8, 1, false>(xs, w, out, M, N, K, kchunk, aligned);
-}
+#define ROWS_KERNEL(name, U, PF, NC)                                                                           \
+    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* out, int M, int N, \
+                                    int K, int kchunk, int aligned) {                                          \
+        matmul_rows<U, PF, NC>(xs, w, out, M, N, K, kchunk, aligned);                                          \
+    }
+ROWS_KERNEL(matmul_rows_u4, 4, false, false)
+ROWS_KERNEL(matmul_rows_u4p, 4, true, false)
+ROWS_KERNEL(matmul_rows_u4pn, 4, true, true)
+ROWS_KERNEL(matmul_rows_u8p, 8, true, false)
+ROWS_KERNEL(matmul_rows_u8pn, 8, true, true)
 
-// The fused variants take f32 activations and split them in registers.
-extern "C" __global__ void matmul_mma1f(const float* x, const unsigned short* w,
-                                        float* out, int M, int N, int K, int kchunk, int aligned) {
-    matmul_mma<1, 4, true>(x, w, out, M, N, K, kchunk, aligned);
-}
-
-extern "C" __global__ void matmul_mma8f(const float* x, const unsigned short* w,
-                                        float* out, int M, int N, int K, int kchunk, int aligned) {
-    matmul_mma<8, 1, true>(x, w, out, M, N, K, kchunk, aligned);
-}
+// The same with at most 64 registers, for four blocks per multiprocessor.
+#define ROWS_KERNEL_LB(name, U, PF, NC)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
+                                    float* out, int M, int N, int K, int kchunk, int aligned) {                \
+        matmul_rows<U, PF, NC>(xs, w, out, M, N, K, kchunk, aligned);                                          \
+    }
+ROWS_KERNEL_LB(matmul_rows_u4pn_lb, 4, true, true)
+ROWS_KERNEL_LB(matmul_rows_u4n_lb, 4, false, true)
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {

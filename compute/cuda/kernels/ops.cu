@@ -267,6 +267,7 @@ extern "C" __global__ void topk(float* vals, int* idx, const float* x, int D, in
 // not on how many queries share the launch, the cache's capacity or where a
 // ring buffer wrapped.
 #define ATTN_CHUNK 1024 // positions per score block and per value split
+#define VB 16           // values attn_values loads ahead
 
 __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) {
     return (!causal || kp <= qp) && (window <= 0 || kp > qp - window);
@@ -286,12 +287,33 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
     const int qp = qpos ? qpos[bl] : 0, mp = minpos[b];
     float m = -__int_as_float(0x7f800000);
     const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(r0 + ATTN_CHUNK, S);
+    // One thread per key, summing q·k in element order (a warp per key with
+    // a butterfly was tried: faster, but its different rounding flipped a
+    // near-tied MoE route of the 26B fixture, so the order stays). Keys
+    // are read 32 elements at a time with 16-byte loads, ahead of the sums.
+    const bool vec = (D & 31) == 0 && ((size_t)k & 15) == 0;
     for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
         if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
         const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
         float dot = 0.0f;
-        for (int j = 0; j < D; j++) dot = fmaf(qs[j], kr[j], dot);
+        if (vec) {
+            for (int j = 0; j < D; j += 32) {
+                float4 kk[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const float* qj = qs + j + 4 * u;
+                    dot = fmaf(qj[0], kk[u].x, dot);
+                    dot = fmaf(qj[1], kk[u].y, dot);
+                    dot = fmaf(qj[2], kk[u].z, dot);
+                    dot = fmaf(qj[3], kk[u].w, dot);
+                }
+            }
+        } else {
+            for (int j = 0; j < D; j++) dot = fmaf(qs[j], kr[j], dot);
+        }
         const float v = __fmul_rn(dot, scale);
         sc[bh * S + r] = v;
         m = fmax_nan(m, v);
@@ -340,12 +362,29 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
         ss[o] = s;
     }
     const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss
+    // Only offsets whose position lies in [minpos, minpos + S) can hold a
+    // key; values are loaded VB at a time ahead of their (ordered) sums.
+    const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, mp + S - p0);
+    const size_t vstride = (size_t)Hkv * Dv;
     for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
+        const float* vj = v + (size_t)b * S * vstride + (size_t)kvh * Dv + j;
         float acc = 0.0f;
-        for (int o = 0; o < ATTN_CHUNK; o++) {
+        int o = olo;
+        for (; o + VB <= ohi; o += VB) {
+            float vv[VB];
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int s = ss[o + u];
+                vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < VB; u++)
+                if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
+        }
+        for (; o < ohi; o++) {
             const int s = ss[o];
             if (s < 0 || es[o] == 0.0f) continue;
-            acc = __fadd_rn(acc, __fmul_rn(es[o], v[(((size_t)b * S + s) * Hkv + kvh) * Dv + j]));
+            acc = __fadd_rn(acc, __fmul_rn(es[o], vj[(size_t)s * vstride]));
         }
         pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
     }
@@ -363,4 +402,14 @@ extern "C" __global__ void attn_combine(float* out, const float* pv, const doubl
         for (int i = 0; i < nsplit; i++) acc = __fadd_rn(acc, pv[(bh * nsplit + i) * Dv + j]);
         out[bh * Dv + j] = e > 0 ? (float)((double)acc / e) : 0.0f;
     }
+}
+
+// spin keeps one thread busy for ns nanoseconds: work queued behind it then
+// runs back to back, however slowly the host issues it (for measurements).
+extern "C" __global__ void spin(int ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < (unsigned long long)ns);
 }
