@@ -25,16 +25,17 @@ import (
 
 // benchRow is one context length's measurements.
 type benchRow struct {
-	Context       int     `json:"context"`
-	PrefillTokS   float64 `json:"prefill_tokens_per_s"`
-	DecodeTokS    float64 `json:"decode_tokens_per_s"`
-	BytesPerToken int64   `json:"bytes_per_token"`
-	RooflineTokS  float64 `json:"roofline_tokens_per_s"`
-	RooflineFrac  float64 `json:"roofline_fraction"`
-	SpecTokS      float64 `json:"speculative_tokens_per_s,omitempty"`
-	Acceptance    float64 `json:"acceptance_rate,omitempty"`
-	TokensPerPass float64 `json:"tokens_per_target_pass,omitempty"`
-	Speedup       float64 `json:"speculative_speedup,omitempty"`
+	Context       int           `json:"context"`
+	PrefillTokS   float64       `json:"prefill_tokens_per_s"`
+	DecodeTokS    float64       `json:"decode_tokens_per_s"`
+	BytesPerToken int64         `json:"bytes_per_token"`
+	RooflineTokS  float64       `json:"roofline_tokens_per_s"`
+	RooflineFrac  float64       `json:"roofline_fraction"`
+	SpecTokS      float64       `json:"speculative_tokens_per_s,omitempty"`
+	Acceptance    float64       `json:"acceptance_rate,omitempty"`
+	TokensPerPass float64       `json:"tokens_per_target_pass,omitempty"`
+	Speedup       float64       `json:"speculative_speedup,omitempty"`
+	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`
 }
 
 func newBench() *cobra.Command {
@@ -159,16 +160,17 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(log, "context %d done\n", c)
 			}
 			out := cmd.OutOrStdout()
-			var prof *cuda.Profile
 			if kernels {
-				if prof, err = profileDecode(ctx, g, m, ctxs[0], tokens); err != nil {
-					return err
+				for i := range rows {
+					if rows[i].Profile, err = profileDecode(ctx, g, m, rows[i].Context, tokens); err != nil {
+						return err
+					}
 				}
 			}
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
-					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows, "kernel_profile": prof,
+					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows,
 				})
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
@@ -188,8 +190,10 @@ func newBench() *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			if prof != nil {
-				printProfile(out, prof, ctxs[0], tokens, rows[0].DecodeTokS)
+			for _, r := range rows {
+				if r.Profile != nil {
+					printProfile(out, r.Profile, r.Context, tokens, r.DecodeTokS)
+				}
 			}
 			return nil
 		},
@@ -205,7 +209,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at the first context and list where the device time goes")
+	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context and list where the device time goes")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	return cmd
 }
@@ -271,6 +275,7 @@ func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tok
 	if err == nil {
 		err = gerr
 	}
+	issue := g.IssueTimes()
 	if started {
 		p, perr := g.Device().StopProfile()
 		if err == nil {
@@ -280,6 +285,12 @@ func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tok
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--kernel-profile: %w", err)
+	}
+	for _, d := range issue {
+		prof.Issue += d
+	}
+	if len(issue) > 0 {
+		prof.Issue /= time.Duration(len(issue))
 	}
 	return &prof, nil
 }
@@ -296,8 +307,8 @@ func printProfile(w io.Writer, p *cuda.Profile, c, tokens int, decodeTokS float6
 	}
 	dev, step := ms(busy)/steps, 1000/decodeTokS
 	fmt.Fprintf(w, "\nkernel profile: plain decode after %d tokens, %d steps, kernels run back to back: %.2f ms of device time per step;\n"+
-		"a measured step takes %.2f ms, so the device is busy %.0f%% of it (the rest is host time: launches, copies, sampling)\n",
-		c, tokens-1, dev, step, 100*dev/step)
+		"a measured step takes %.2f ms, so the device is busy %.0f%% of it; the host takes %.2f ms to issue a step (with profiling events)\n",
+		c, tokens-1, dev, step, 100*dev/step, ms(p.Issue))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "kernel\tcalls/step\tms/step\tshare\t")
 	for i, k := range p.Kernels {

@@ -35,8 +35,16 @@ type Backend struct {
 	stage *staging
 	k     map[string]Kernel
 
-	mu    sync.Mutex
-	ropes map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+	mu        sync.Mutex
+	ropes     map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+	lastSplit struct {                          // see splitParts
+		x     *mem
+		n     int
+		parts *compute.Tensor
+	}
+	counters *compute.Tensor // splitCounters zeros, reset by the kernels after use
+	spunAt   time.Time       // last Spin, until the next download
+	issued   []time.Duration // see IssueTimes
 
 	bwOnce sync.Once
 	bw     float64
@@ -67,6 +75,7 @@ func New(ordinal int) (*Backend, error) {
 			b.k[n] = k
 		}
 	}
+	b.counters = b.Zeros(compute.I32, splitCounters)
 	return b, nil
 }
 
@@ -232,6 +241,12 @@ func (b *Backend) download(dst unsafe.Pointer, n int, t *compute.Tensor) {
 	if n == 0 {
 		return
 	}
+	b.mu.Lock()
+	if !b.spunAt.IsZero() {
+		b.issued = append(b.issued, time.Since(b.spunAt))
+		b.spunAt = time.Time{}
+	}
+	b.mu.Unlock()
 	if err := b.dev.Download(unsafe.Slice((*byte)(dst), n), ptrOf(t)); err != nil {
 		panic(err)
 	}
@@ -286,6 +301,7 @@ func (b *Backend) Slice(t *compute.Tensor, start, end int) *compute.Tensor {
 
 // Copy implements compute.Backend with the CPU backend's conversions.
 func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
+	b.forgetSplit()
 	if dst.Rank() == 0 || src.Rank() == 0 || !compute.SameShape(dst.Shape()[1:], src.Shape()[1:]) ||
 		start < 0 || start+src.Dim(0) > dst.Dim(0) {
 		panic(fmt.Sprintf("cuda: Copy %v into %v at %d", src, dst, start))
@@ -382,17 +398,53 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	case M > 16:
 		name = mma8Kernel
 	}
-	xs := b.alloc(compute.BF16, 3, M*K) // hi, mid, lo
-	b.launch("split_bf16", grid1(M*K), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), M*K)
+	xs := b.splitParts(x, M*K)
 	al := 0
 	if K%8 == 0 && memOf(w).ptr%16 == 0 {
 		al = 1
 	}
-	b.launch(name, [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}, 256,
-		ptrOf(xs), ptrOf(w), ptrOf(out), M, N, K, chunk, al)
-	if splits > 1 {
+	gx := (N + 63) / 64
+	if splits > 1 && gx > splitCounters {
+		// More column groups than counters: sum the splits separately.
+		b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,
+			ptrOf(xs), ptrOf(w), ptrOf(out), ptrOf(out), nil, M, N, K, chunk, al)
 		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
+		return
 	}
+	b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,
+		ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk, al)
+}
+
+// splitCounters is the number of column-group counters the matmul kernels
+// use to let the last K split of a group sum the partials.
+const splitCounters = 1 << 16
+
+// splitParts returns x's three bf16 parts (hi, mid, lo: [3][n]). The last
+// split is remembered: the q, k and v projections (and gate and up) share
+// their input, and the split need not run three times. Tensors are written
+// only when made, except through Copy and AddRows, which forget it.
+func (b *Backend) splitParts(x *compute.Tensor, n int) *compute.Tensor {
+	m := memOf(x)
+	b.mu.Lock()
+	if b.lastSplit.x == m && b.lastSplit.n == n {
+		xs := b.lastSplit.parts
+		b.mu.Unlock()
+		return xs
+	}
+	b.mu.Unlock()
+	xs := b.alloc(compute.BF16, 3, n)
+	b.launch("split_bf16", grid1(n), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), n)
+	b.mu.Lock()
+	b.lastSplit.x, b.lastSplit.n, b.lastSplit.parts = m, n, xs
+	b.mu.Unlock()
+	return xs
+}
+
+// forgetSplit drops the remembered split: a tensor is being written.
+func (b *Backend) forgetSplit() {
+	b.mu.Lock()
+	b.lastSplit.x, b.lastSplit.parts = nil, nil
+	b.mu.Unlock()
 }
 
 // Spin queues a kernel that keeps the GPU busy for d, so that work queued
@@ -400,6 +452,20 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 // timings taken behind a spin measure the device alone. Measurement only.
 func (b *Backend) Spin(d time.Duration) {
 	b.launch("spin", [3]uint32{1, 1, 1}, 1, int(min(d, time.Second).Nanoseconds()))
+	b.mu.Lock()
+	b.spunAt = time.Now()
+	b.mu.Unlock()
+}
+
+// IssueTimes reports, and forgets, the host time from each Spin to the
+// next download: with the device held by the spin, how long the host took
+// to issue the work in between (a decode step's launches, for bench).
+func (b *Backend) IssueTimes() []time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.issued
+	b.issued = nil
+	return out
 }
 
 // Gather implements compute.Backend.
@@ -422,6 +488,7 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 
 // AddRows implements compute.Backend.
 func (b *Backend) AddRows(dst, src *compute.Tensor, rows []int32, scale []float32) {
+	b.forgetSplit()
 	if dst.DType() != compute.F32 || src.DType() != compute.F32 || dst.Rank() == 0 || src.Rank() != 2 ||
 		src.Dim(0) != len(rows) || src.Dim(1) != dst.Dim(-1) || (scale != nil && len(scale) != len(rows)) {
 		panic(fmt.Sprintf("cuda: AddRows of %v into %v with %d rows, %d scales", src, dst, len(rows), len(scale)))

@@ -462,3 +462,35 @@ func TestMatMulVariantsMatch(t *testing.T) {
 		}
 	}
 }
+
+// The split of a matmul's input is remembered for the next matmul of the
+// same tensor; a Copy or AddRows into it must make the next matmul split
+// afresh, and a view is a different tensor.
+func TestSplitMemoForgetsWrites(t *testing.T) {
+	g := backendOrSkip(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	const N, K = 200, 1536
+	w := weight(g, compute.BF16, randF32(r, N*K), N, K)
+	a, c := randF32(r, 2*K), randF32(r, 2*K)
+	fresh := func(data []float32) []float32 { return g.ToF32(g.MatMul(g.FromF32(data, len(data)/K, K), w)) }
+	x := g.FromF32(a, 2, K)
+	if err := sameBits(g.ToF32(g.MatMul(x, w)), fresh(a)); err != nil {
+		t.Fatalf("first matmul: %v", err)
+	}
+	g.MatMul(x, w) // remembered now
+	g.Copy(x, 0, g.FromF32(c, 2, K))
+	if err := sameBits(g.ToF32(g.MatMul(x, w)), fresh(c)); err != nil {
+		t.Fatalf("after Copy: %v", err)
+	}
+	g.MatMul(x, w)
+	g.AddRows(x, g.FromF32(a[:K], 1, K), []int32{1}, []float32{1})
+	want := g.ToF32(x)
+	if err := sameBits(g.ToF32(g.MatMul(x, w)), fresh(want)); err != nil {
+		t.Fatalf("after AddRows: %v", err)
+	}
+	g.MatMul(x, w)
+	row := g.Slice(x, 1, 2)
+	if err := sameBits(g.ToF32(g.MatMul(row, w)), fresh(want[K:])); err != nil {
+		t.Fatalf("a view of the remembered tensor: %v", err)
+	}
+}

@@ -23,6 +23,7 @@ type Profile struct {
 	Kernels []KernelTime  // longest total first
 	Busy    time.Duration // the kernels' total
 	Wall    time.Duration // host time from start to stop
+	Issue   time.Duration // filled by callers that measure it (bench: host time to issue a step)
 }
 
 type profiler struct {

@@ -16,6 +16,9 @@ __device__ static inline int min(int a, int b) { return a < b ? a : b; }
 __device__ static inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 __device__ static inline void __syncwarp(unsigned mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
+__device__ static inline void __threadfence() { __nvvm_membar_gl(); }
+__device__ static inline int atomicAdd(int* p, int v) { return __nvvm_atom_add_gen_i(p, v); }
+__device__ static inline float __ldcg(const float* p) { return *p; }
 __device__ static inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
     return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
 }

@@ -342,10 +342,39 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
     }
 }
 
-#define MMA_KERNEL(name, MT, U, PF, NC)                                                                       \
-    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* out, int M, int N, \
-                                    int K, int kchunk, int aligned) {                                          \
-        matmul_mma<MT, U, PF, NC>(xs, w, out, M, N, K, kchunk, aligned);                                       \
+// finish_splits: with K split over gridDim.y blocks of one column group,
+// the last of them to finish sums the group's partials in split order (the
+// order sum_splits used, so the bits are the same) and resets the group's
+// counter for the next launch. One launch fewer per matmul.
+__device__ __forceinline__ void finish_splits(float* y, const float* part, int* counters, int M, int N) {
+    if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
+    __shared__ int last;
+    __threadfence(); // this block's partials, visible before the count
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.x, 1) == (int)gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int c0 = blockIdx.x * 64;
+    const size_t MN = (size_t)M * N;
+    for (int e = threadIdx.x; e < M * 64; e += blockDim.x) {
+        const int r = e >> 6, n = c0 + (e & 63);
+        if (n >= N) continue;
+        const size_t i = (size_t)r * N + n;
+        float s = __ldcg(part + i);
+        for (int j = 1; j < (int)gridDim.y; j++) s = __fadd_rn(s, __ldcg(part + j * MN + i));
+        y[i] = s;
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+
+// The kernels take y, the split partials' buffer part (y itself without a
+// K split) and the column groups' counters.
+#define MMA_KERNEL(name, MT, U, PF, NC)                                                                    \
+    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* y, float* part, \
+                                    int* counters, int M, int N, int K, int kchunk, int aligned) {          \
+        matmul_mma<MT, U, PF, NC>(xs, w, part, M, N, K, kchunk, aligned);                                   \
+        finish_splits(y, part, counters, M, N);                                                             \
     }
 MMA_KERNEL(matmul_mma1, 1, 4, false, false)
 MMA_KERNEL(matmul_mma8, 8, 1, false, false)
@@ -417,10 +446,11 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     }
 }
 
-#define ROWS_KERNEL(name, U, PF, NC)                                                                           \
-    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* out, int M, int N, \
-                                    int K, int kchunk, int aligned) {                                          \
-        matmul_rows<U, PF, NC>(xs, w, out, M, N, K, kchunk, aligned);                                          \
+#define ROWS_KERNEL(name, U, PF, NC)                                                                       \
+    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* y, float* part, \
+                                    int* counters, int M, int N, int K, int kchunk, int aligned) {          \
+        matmul_rows<U, PF, NC>(xs, w, part, M, N, K, kchunk, aligned);                                      \
+        finish_splits(y, part, counters, M, N);                                                             \
     }
 ROWS_KERNEL(matmul_rows_u4, 4, false, false)
 ROWS_KERNEL(matmul_rows_u4p, 4, true, false)
@@ -431,8 +461,10 @@ ROWS_KERNEL(matmul_rows_u8pn, 8, true, true)
 // The same with at most 64 registers, for four blocks per multiprocessor.
 #define ROWS_KERNEL_LB(name, U, PF, NC)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
-                                    float* out, int M, int N, int K, int kchunk, int aligned) {                \
-        matmul_rows<U, PF, NC>(xs, w, out, M, N, K, kchunk, aligned);                                          \
+                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
+                                    int aligned) {                                                             \
+        matmul_rows<U, PF, NC>(xs, w, part, M, N, K, kchunk, aligned);                                         \
+        finish_splits(y, part, counters, M, N);                                                                \
     }
 ROWS_KERNEL_LB(matmul_rows_u4pn_lb, 4, true, true)
 ROWS_KERNEL_LB(matmul_rows_u4n_lb, 4, false, true)
