@@ -186,7 +186,7 @@ func (b *Backend) Zeros(dt compute.DType, shape ...int) *compute.Tensor {
 	t := b.alloc(dt, shape...)
 	if n := t.Len() * dt.Size(); n > 0 {
 		ptr := memOf(t).ptr
-		b.dev.post(func() error { return b.dev.d.check("cuMemsetD8", b.dev.d.cuMemsetD8(ptr, 0, uint64(n))) })
+		b.dev.post(func() error { return b.dev.d.check("cuMemsetD8Async", b.dev.d.cuMemsetD8Async(ptr, 0, uint64(n), 0)) })
 	}
 	return t
 }
@@ -314,7 +314,11 @@ func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
 	dd, sd := dst.DType(), src.DType()
 	if dd == sd {
 		dp, sp, bytes := memOf(d).ptr, memOf(src).ptr, uint64(n*dd.Size())
-		b.dev.post(func() error { return b.dev.d.check("cuMemcpyDtoD", b.dev.d.cuMemcpyDtoD(dp, sp, bytes)) })
+		// The asynchronous copy: the plain cuMemcpyDtoD made the host wait
+		// for the device (a KV write per layer then serialised host and GPU).
+		b.dev.post(func() error {
+			return b.dev.d.check("cuMemcpyDtoDAsync", b.dev.d.cuMemcpyDtoDAsync(dp, sp, bytes, 0))
+		})
 		return
 	}
 	if !(dd == compute.F32 && sd.IsFloat()) && !(sd == compute.F32 && (dd == compute.BF16 || dd == compute.F16)) {

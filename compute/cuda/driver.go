@@ -27,10 +27,11 @@ type driverAPI struct {
 	cuMemcpyHtoD             func(dst uintptr, src unsafe.Pointer, n uint64) result
 	cuMemcpyDtoH             func(dst unsafe.Pointer, src uintptr, n uint64) result
 	cuMemGetInfo             func(free, total *uint64) result
-	cuMemsetD8               func(dst uintptr, v uint8, n uint64) result
+	cuMemsetD8Async          func(dst uintptr, v uint8, n uint64, stream uintptr) result
 	cuMemAllocHost           func(p *unsafe.Pointer, n uint64) result
 	cuMemcpyHtoDAsync        func(dst uintptr, src unsafe.Pointer, n uint64, stream uintptr) result
 	cuMemcpyDtoD             func(dst, src uintptr, n uint64) result
+	cuMemcpyDtoDAsync        func(dst, src uintptr, n uint64, stream uintptr) result
 	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) result
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) result
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
@@ -72,7 +73,8 @@ func loadDriver() (*driverAPI, error) {
 			"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuCtxSetCurrent": &d.cuCtxSetCurrent,
 			"cuCtxSynchronize": &d.cuCtxSynchronize, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
 			"cuMemcpyHtoD_v2": &d.cuMemcpyHtoD, "cuMemcpyDtoH_v2": &d.cuMemcpyDtoH, "cuMemGetInfo_v2": &d.cuMemGetInfo,
-			"cuMemsetD8_v2": &d.cuMemsetD8, "cuMemAllocHost_v2": &d.cuMemAllocHost, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
+			"cuMemAllocHost_v2": &d.cuMemAllocHost, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
+			"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemsetD8Async": &d.cuMemsetD8Async,
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
 			"cuFuncGetAttribute": &d.cuFuncGetAttribute, "cuEventCreate": &d.cuEventCreate, "cuEventRecord": &d.cuEventRecord,
