@@ -35,7 +35,8 @@ type benchRow struct {
 	Acceptance    float64       `json:"acceptance_rate,omitempty"`
 	TokensPerPass float64       `json:"tokens_per_target_pass,omitempty"`
 	Speedup       float64       `json:"speculative_speedup,omitempty"`
-	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`
+	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`  // kernels back to back
+	Timeline      *cuda.Profile `json:"kernel_timeline,omitempty"` // a real run's idle gaps
 }
 
 func newBench() *cobra.Command {
@@ -162,7 +163,10 @@ func newBench() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if kernels {
 				for i := range rows {
-					if rows[i].Profile, err = profileDecode(ctx, g, m, rows[i].Context, tokens); err != nil {
+					if rows[i].Profile, err = profileDecode(ctx, g, m, rows[i].Context, tokens, true); err != nil {
+						return err
+					}
+					if rows[i].Timeline, err = profileDecode(ctx, g, m, rows[i].Context, tokens, false); err != nil {
 						return err
 					}
 				}
@@ -193,6 +197,9 @@ func newBench() *cobra.Command {
 			for _, r := range rows {
 				if r.Profile != nil {
 					printProfile(out, r.Profile, r.Context, tokens, r.DecodeTokS)
+				}
+				if r.Timeline != nil {
+					printTimeline(out, r.Timeline, tokens)
 				}
 			}
 			return nil
@@ -250,16 +257,17 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 }
 
 // profileDecode times every kernel of one plain decode of tokens tokens
-// after a prompt of c random tokens.
-func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tokens int) (*cuda.Profile, error) {
+// after a prompt of c random tokens. With spin, every step begins behind a
+// spin long enough for the host to queue the whole step: its kernels then
+// run back to back, and their times are the device's alone. Without, the
+// profile shows the real timeline: where the device sat idle and why.
+func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tokens int, spin bool) (*cuda.Profile, error) {
 	r := rand.New(rand.NewPCG(uint64(c), 2))
 	prompt := make([]int32, c)
 	for i := range prompt {
 		prompt[i] = int32(3 + r.IntN(m.Config.Text.VocabSize-3))
 	}
-	// The profile starts after the prefill's token, and every step begins
-	// behind a spin long enough for the host to queue the whole step: its
-	// kernels then run back to back, and their times are the device's alone.
+	// The profile starts after the prefill's token.
 	var prof cuda.Profile
 	started := false
 	var err error
@@ -268,7 +276,7 @@ func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tok
 			err = g.Device().StartProfile()
 			started = err == nil
 		}
-		if started {
+		if started && spin {
 			g.Spin(100 * time.Millisecond)
 		}
 	})
@@ -319,6 +327,21 @@ func printProfile(w io.Writer, p *cuda.Profile, c, tokens int, decodeTokS float6
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f%%\t\n", k.Name, float64(k.Calls)/steps, ms(k.Time)/steps, 100*float64(k.Time)/float64(busy))
+	}
+	tw.Flush()
+}
+
+// printTimeline says how long the device sat idle in a real (unspun)
+// profiled decode, how much of that it waited for the host to issue the
+// next kernel, and lists the longest gaps.
+func printTimeline(w io.Writer, p *cuda.Profile, tokens int) {
+	steps := float64(tokens - 1)
+	fmt.Fprintf(w, "timeline of a real step (with profiling events): device idle %.2f ms per step between kernels, %.2f ms of it waiting for the host to issue the next; longest gaps:\n",
+		ms(p.Idle)/steps, ms(p.HostBound)/steps)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  idle\thost late\tbetween\tsynchronous calls in between")
+	for _, g := range p.Gaps {
+		fmt.Fprintf(tw, "  %v\t%v\t%s → %s\t%s\n", g.Idle.Round(time.Microsecond), g.HostLate.Round(time.Microsecond), g.After, g.Before, g.HostCalls)
 	}
 	tw.Flush()
 }

@@ -20,10 +20,11 @@ type Device struct {
 	work          chan func()
 	ctx           uintptr
 	Name          string
-	Arch          int       // compute capability, e.g. 90 for sm_90
-	DriverVersion int       // e.g. 13000
-	asyncErr      error     // first failure of an asynchronous call; device thread only
-	prof          *profiler // non-nil while profiling; device thread only
+	Arch          int         // compute capability, e.g. 90 for sm_90
+	DriverVersion int         // e.g. 13000
+	asyncErr      error       // first failure of an asynchronous call; device thread only
+	prof          *profiler   // non-nil while profiling; device thread only
+	profiling     atomic.Bool // prof != nil, for the host side
 	closed        atomic.Bool
 	mu            sync.Mutex
 	pending       []func() error // posted, not yet handed to the thread
@@ -95,6 +96,17 @@ func (dev *Device) do(f func() error) error {
 	}
 	dev.flush()
 	done := make(chan error, 1)
+	if dev.profiling.Load() {
+		name := callerName(1)
+		dev.work <- func() {
+			if dev.prof != nil {
+				done <- dev.prof.call(name, f)
+				return
+			}
+			done <- f()
+		}
+		return <-done
+	}
 	dev.work <- func() { done <- f() }
 	return <-done
 }

@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"errors"
+	"runtime"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -24,11 +26,28 @@ type Profile struct {
 	Busy    time.Duration // the kernels' total
 	Wall    time.Duration // host time from start to stop
 	Issue   time.Duration // filled by callers that measure it (bench: host time to issue a step)
+
+	// Idle is the device's idle time between the first kernel's start
+	// and the last one's end; HostBound the part of it spent waiting for
+	// a kernel the host had not issued yet. Gaps are the longest idle
+	// stretches, with what the device thread did just before.
+	Idle, HostBound time.Duration
+	Gaps            []Gap
+}
+
+// Gap is one stretch of device idle time between two kernels.
+type Gap struct {
+	After, Before string        // the kernels around it
+	Idle          time.Duration // device idle
+	HostLate      time.Duration // how long after the previous kernel ended the host issued the next
+	HostCalls     string        // synchronous device-thread calls issued in between, with their times
 }
 
 type profiler struct {
 	start time.Time
+	base  uintptr // event recorded at start: device time zero
 	marks []profMark
+	calls []hostCall
 	free  []uintptr // events to reuse
 	err   error
 }
@@ -36,6 +55,14 @@ type profiler struct {
 type profMark struct {
 	name       string
 	start, end uintptr
+	issued     time.Duration // host time (since start) when the launch returned
+}
+
+// hostCall is a synchronous call the device thread ran (Download,
+// Alloc, Sync, …), by host time since start.
+type hostCall struct {
+	name       string
+	start, end time.Duration
 }
 
 func (p *profiler) event(d *driverAPI) uintptr {
@@ -59,8 +86,30 @@ func (p *profiler) around(d *driverAPI, name string) func() {
 	return func() {
 		b := p.event(d)
 		d.cuEventRecord(b, 0)
-		p.marks = append(p.marks, profMark{name, a, b})
+		p.marks = append(p.marks, profMark{name, a, b, time.Since(p.start)})
 	}
+}
+
+// call times a synchronous device-thread call.
+func (p *profiler) call(name string, f func() error) error {
+	t := time.Since(p.start)
+	err := f()
+	p.calls = append(p.calls, hostCall{name, t, time.Since(p.start)})
+	return err
+}
+
+// callerName names the function skip frames up, without its package path.
+func callerName(skip int) string {
+	pc, _, _, ok := runtime.Caller(skip + 1)
+	if !ok {
+		return "?"
+	}
+	fn := runtime.FuncForPC(pc)
+	if fn == nil {
+		return "?"
+	}
+	name := fn.Name()
+	return name[strings.LastIndex(name, "/")+1:]
 }
 
 // StartProfile starts timing every kernel the device runs.
@@ -72,7 +121,11 @@ func (dev *Device) StartProfile() error {
 		if err := dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()); err != nil {
 			return err
 		}
-		dev.prof = &profiler{start: time.Now()}
+		p := &profiler{start: time.Now()}
+		p.base = p.event(dev.d)
+		dev.d.cuEventRecord(p.base, 0)
+		dev.prof = p
+		dev.profiling.Store(true)
 		return nil
 	})
 }
@@ -87,6 +140,7 @@ func (dev *Device) StopProfile() (Profile, error) {
 			return errors.New("cuda: StopProfile without StartProfile")
 		}
 		dev.prof = nil
+		dev.profiling.Store(false)
 		if err := dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()); err != nil {
 			return err
 		}
@@ -106,8 +160,14 @@ func (dev *Device) StopProfile() (Profile, error) {
 			d := time.Duration(float64(ms) * float64(time.Millisecond))
 			k.Time += d
 			out.Busy += d
+		}
+		if err := p.timeline(dev.d, &out); err != nil {
+			return err
+		}
+		for _, m := range p.marks {
 			p.free = append(p.free, m.start, m.end)
 		}
+		p.free = append(p.free, p.base)
 		for _, ev := range p.free {
 			dev.d.cuEventDestroy(ev)
 		}
@@ -119,3 +179,70 @@ func (dev *Device) StopProfile() (Profile, error) {
 	})
 	return out, err
 }
+
+// timeline places every kernel on the device's clock (relative to the base
+// event) and analyses the gaps (gapsOf).
+func (p *profiler) timeline(d *driverAPI, out *Profile) error {
+	at := func(ev uintptr) (time.Duration, error) {
+		var ms float32
+		err := d.check("cuEventElapsedTime", d.cuEventElapsedTime(&ms, p.base, ev))
+		return time.Duration(float64(ms) * float64(time.Millisecond)), err
+	}
+	spans := make([]span, len(p.marks))
+	for i, m := range p.marks {
+		start, err := at(m.start)
+		if err != nil {
+			return err
+		}
+		end, err := at(m.end)
+		if err != nil {
+			return err
+		}
+		spans[i] = span{m.name, start, end, m.issued}
+	}
+	gapsOf(spans, p.calls, out)
+	return nil
+}
+
+// span is one kernel on the device's clock, with the host time its launch
+// was issued; both clocks start at StartProfile (the device's to within
+// the base event's latency, microseconds).
+type span struct {
+	name               string
+	start, end, issued time.Duration
+}
+
+// gapsOf measures the device's idle time between consecutive kernels and
+// tells which of it the host caused: the next kernel was issued after the
+// previous one had ended. Each gap lists the synchronous device-thread
+// calls that ran between the two launches.
+func gapsOf(spans []span, calls []hostCall, out *Profile) {
+	var gaps []Gap
+	var prevEnd time.Duration
+	ci := 0
+	for i, k := range spans {
+		if i > 0 && k.start > prevEnd {
+			idle := k.start - prevEnd
+			out.Idle += idle
+			g := Gap{After: spans[i-1].name, Before: k.name, Idle: idle}
+			if k.issued > prevEnd {
+				g.HostLate = min(k.issued-prevEnd, idle)
+				out.HostBound += g.HostLate
+			}
+			var names []string
+			for ; ci < len(calls) && calls[ci].start < k.issued; ci++ {
+				if c := calls[ci]; c.end > spans[i-1].issued {
+					names = append(names, c.name+" "+(c.end-c.start).Round(time.Microsecond).String())
+				}
+			}
+			g.HostCalls = strings.Join(names, ", ")
+			gaps = append(gaps, g)
+		}
+		prevEnd = max(prevEnd, k.end)
+	}
+	sort.SliceStable(gaps, func(i, j int) bool { return gaps[i].Idle > gaps[j].Idle })
+	out.Gaps = gaps[:min(len(gaps), maxGaps)]
+}
+
+// maxGaps is how many idle stretches a profile lists.
+const maxGaps = 12
