@@ -1,6 +1,7 @@
 package gemma4
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"tandem/chat"
 	"tandem/checkpoint"
@@ -229,41 +231,64 @@ func fillTensor(out io.Writer, w Weight, dt compute.DType, seed uint64, progress
 		progress(int64(len(buf)))
 		return int64(len(buf)), err
 	}
-	a := w.Std * math.Sqrt(3) // uniform on [−a, a] has standard deviation Std
-	center := w.Mean
 	workers := runtime.GOMAXPROCS(0)
-	bufs := make([][]byte, workers)
-	for i := range bufs {
-		bufs[i] = make([]byte, min(n, fillBlock)*dt.Size()) // a block, or the whole tensor if smaller
-	}
+	buf := make([]byte, min(n, workers*fillBlock)*dt.Size()) // a wave of blocks, or the whole tensor
 	var written int64
 	blocks := (n + fillBlock - 1) / fillBlock
 	for wave := 0; wave < blocks; wave += workers {
-		var wg sync.WaitGroup
-		m := min(workers, blocks-wave)
-		for j := range m {
-			b := wave + j
-			cnt := min(fillBlock, n-b*fillBlock)
-			bufs[j] = bufs[j][:cnt*dt.Size()]
-			wg.Go(func() {
-				r := rand.New(rand.NewPCG(key, uint64(b)))
-				buf := bufs[j]
-				for k := range cnt {
-					v := float32(center + a*(2*r.Float64()-1))
-					putFloat(buf, k, v, dt)
-				}
-			})
+		first := wave * fillBlock
+		cnt := min(workers*fillBlock, n-first)
+		fillFloats(buf[:cnt*dt.Size()], w, dt, key, wave, workers)
+		if _, err := out.Write(buf[:cnt*dt.Size()]); err != nil {
+			return written, err
 		}
-		wg.Wait()
-		for j := range m {
-			if _, err := out.Write(bufs[j]); err != nil {
-				return written, err
-			}
-			written += int64(len(bufs[j]))
-		}
+		written += int64(cnt * dt.Size())
 		progress(written)
 	}
 	return written, nil
+}
+
+// fillFloats writes w's values for blocks first, first+1, … into dst
+// (whole blocks but the tensor's last) with up to workers goroutines
+// taking blocks in turn. Block b's values come from its own stream
+// (key, b), so they do not depend on the scheduling.
+func fillFloats(dst []byte, w Weight, dt compute.DType, key uint64, first, workers int) {
+	a := w.Std * math.Sqrt(3) // uniform on [−a, a] has standard deviation Std
+	center := w.Mean
+	n := len(dst) / dt.Size()
+	blocks := (n + fillBlock - 1) / fillBlock
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, blocks) {
+		wg.Go(func() {
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= blocks {
+					return
+				}
+				r := rand.New(rand.NewPCG(key, uint64(first+j)))
+				lo := j * fillBlock
+				buf := dst[lo*dt.Size():]
+				for k := range min(fillBlock, n-lo) {
+					putFloat(buf, k, float32(center+a*(2*r.Float64()-1)), dt)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// randomBytes is the bytes fillTensor would write for w, made with every
+// core at once (for randomSource, which keeps whole tensors in memory).
+func randomBytes(w Weight, dt compute.DType, seed uint64) ([]byte, error) {
+	if w.Int {
+		var buf bytes.Buffer
+		_, err := fillTensor(&buf, w, dt, seed, func(int64) {})
+		return buf.Bytes(), err
+	}
+	dst := make([]byte, compute.NumElements(w.Shape)*dt.Size())
+	fillFloats(dst, w, dt, streamKey(seed, w.Name), 0, runtime.GOMAXPROCS(0))
+	return dst, nil
 }
 
 func putFloat(buf []byte, i int, v float32, dt compute.DType) {

@@ -1,7 +1,6 @@
 package gemma4
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -59,12 +58,7 @@ func (s *randomSource) Data(name string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("no tensor %q", name)
 	}
-	var buf bytes.Buffer
-	buf.Grow(compute.NumElements(info.Shape) * info.DType.Size())
-	if _, err := fillTensor(&buf, s.weights[name], info.DType, s.seed, func(int64) {}); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return randomBytes(s.weights[name], info.DType, s.seed)
 }
 
 func (s *randomSource) Close() error { return nil }
