@@ -34,15 +34,25 @@ func Depth(seq *generation.Seq, k int) int { return max(0, min(k, seq.Left()-1))
 
 // VerifyRows returns the logits of a verify pass's rows lazily: row i is
 // position off+i of hidden (post-norm, [N, H]), i < n. The LM head is the
-// largest single matmul and the walk usually stops early, so each row is
-// computed only when the walk gets there (the same bits as computing all
-// rows at once: the head is batch-invariant).
+// largest single matmul and the walk often stops at row 0, so row 0 is
+// computed alone; the first access past it computes all the remaining rows
+// in one pass, which reads the head's weights once instead of once per
+// row (the same bits either way: the head is batch-invariant).
 func VerifyRows(m *gemma4.Model, hidden *compute.Tensor, off, n int) func(int) []float32 {
 	b := m.Backend()
 	rows := make([][]float32, n)
 	return func(i int) []float32 {
-		if rows[i] == nil {
-			rows[i] = b.ToF32(m.Logits(b.Slice(hidden, off+i, off+i+1)))
+		if rows[i] != nil {
+			return rows[i]
+		}
+		lo, hi := i, i+1
+		if i > 0 {
+			lo, hi = 1, n
+		}
+		all := b.ToF32(m.Logits(b.Slice(hidden, off+lo, off+hi)))
+		V := len(all) / (hi - lo)
+		for j := lo; j < hi; j++ {
+			rows[j] = all[(j-lo)*V : (j-lo+1)*V : (j-lo+1)*V]
 		}
 		return rows[i]
 	}

@@ -25,18 +25,22 @@ import (
 
 // benchRow is one context length's measurements.
 type benchRow struct {
-	Context       int           `json:"context"`
-	PrefillTokS   float64       `json:"prefill_tokens_per_s"`
-	DecodeTokS    float64       `json:"decode_tokens_per_s"`
-	BytesPerToken int64         `json:"bytes_per_token"`
-	RooflineTokS  float64       `json:"roofline_tokens_per_s"`
-	RooflineFrac  float64       `json:"roofline_fraction"`
-	SpecTokS      float64       `json:"speculative_tokens_per_s,omitempty"`
-	Acceptance    float64       `json:"acceptance_rate,omitempty"`
-	TokensPerPass float64       `json:"tokens_per_target_pass,omitempty"`
-	Speedup       float64       `json:"speculative_speedup,omitempty"`
-	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`  // kernels back to back
-	Timeline      *cuda.Profile `json:"kernel_timeline,omitempty"` // a real run's idle gaps
+	Context       int     `json:"context"`
+	PrefillTokS   float64 `json:"prefill_tokens_per_s"`
+	DecodeTokS    float64 `json:"decode_tokens_per_s"`
+	BytesPerToken int64   `json:"bytes_per_token"`
+	RooflineTokS  float64 `json:"roofline_tokens_per_s"`
+	RooflineFrac  float64 `json:"roofline_fraction"`
+	SpecTokS      float64 `json:"speculative_tokens_per_s,omitempty"`
+	Acceptance    float64 `json:"acceptance_rate,omitempty"`
+	TokensPerPass float64 `json:"tokens_per_target_pass,omitempty"`
+	Speedup       float64 `json:"speculative_speedup,omitempty"`
+	// Per speculative round, host wall time: drafting (every draft step
+	// with its sync) and verifying (the target pass and the judging).
+	DraftMs  float64       `json:"draft_ms_per_round,omitempty"`
+	VerifyMs float64       `json:"verify_ms_per_round,omitempty"`
+	Profile  *cuda.Profile `json:"kernel_profile,omitempty"`  // kernels back to back
+	Timeline *cuda.Profile `json:"kernel_timeline,omitempty"` // a real run's idle gaps
 }
 
 func newBench() *cobra.Command {
@@ -156,6 +160,9 @@ func newBench() *cobra.Command {
 					row.Acceptance = sres.Stats.AcceptanceRate()
 					row.TokensPerPass = sres.Stats.MeanAcceptLength()
 					row.Speedup = row.SpecTokS / row.DecodeTokS
+					if n := float64(sres.Stats.Rounds); n > 0 {
+						row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
+					}
 				}
 				rows = append(rows, row)
 				fmt.Fprintf(log, "context %d done\n", c)
@@ -193,6 +200,12 @@ func newBench() *cobra.Command {
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			for _, r := range rows {
+				if r.DraftMs+r.VerifyMs > 0 {
+					fmt.Fprintf(out, "context %d: a speculative round takes %.2f ms drafting (%d drafts) and %.2f ms verifying and judging; a plain step %.2f ms\n",
+						r.Context, r.DraftMs, k, r.VerifyMs, 1000/r.DecodeTokS)
+				}
 			}
 			for _, r := range rows {
 				if r.Profile != nil {
