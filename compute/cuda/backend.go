@@ -55,7 +55,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1_u4p", "matmul_mma1_u4pn", "matmul_mma1_u8p", "matmul_mma1_u8pn", "matmul_mma1_u4n", "matmul_mma8n",
-		"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb"},
+		"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb", "matmul_tiled"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -356,8 +356,13 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 }
 
 // TANDEM_CUDA_MATMUL=warp runs the CUDA-core kernel for bf16 weights too,
-// for comparisons.
-var warpMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
+// for comparisons; =tiled runs matmul_tiled for M > 16 (the shared-memory
+// kernel: written and pinned bitwise to matmul_mma8 by a test, not yet run
+// on a GPU, so off by default).
+var (
+	warpMatMul  = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
+	tiledMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "tiled"
+)
 
 // The tensor-core kernels by M: the rows kernel up to rowsMaxM (three tile
 // rows per activation row in a 16-row tile), mma1Kernel up to 16 rows, and
@@ -408,6 +413,17 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 		al = 1
 	}
 	gx := (N + 63) / 64
+	if M > 16 && tiledMatMul && al == 1 {
+		gz := (M + 63) / 64
+		grid := [3]uint32{uint32(gx), uint32(splits), uint32(gz)}
+		if splits > 1 && gx*gz > splitCounters {
+			b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(out), ptrOf(out), nil, M, N, K, chunk)
+			b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
+			return
+		}
+		b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk)
+		return
+	}
 	if splits > 1 && gx > splitCounters {
 		// More column groups than counters: sum the splits separately.
 		b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,

@@ -354,7 +354,8 @@ func TestMatMulSpeed(t *testing.T) {
 		name string
 		set  func()
 	}
-	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel = "matmul_mma8" }}, {"mma8n", func() { mma8Kernel = "matmul_mma8n" }}}
+	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel = "matmul_mma8" }}, {"mma8n", func() { mma8Kernel = "matmul_mma8n" }},
+		{"mma8tiled", func() { tiledMatMul = true }}}
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
 	}
@@ -420,36 +421,39 @@ var (
 // restoreMatMul returns a function that puts the matmul variant switches
 // back as they are now.
 func restoreMatMul() func() {
-	w, m, rk, mk, m8, sw := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps
-	return func() { warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps = w, m, rk, mk, m8, sw }
+	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
+	return func() {
+		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
+	}
 }
 
 // Every tensor-core variant must give the bits of matmul_mma1 (three
 // accumulators per row, four weight chunks per step, no prefetch): the
 // rows kernel (three tile rows per activation row) for M up to 5, the
 // prefetching and streaming mma1 variants up to 16 rows, and the streaming
-// mma8 beyond; odd K, K splits and unaligned activations included.
+// mma8 and the shared-memory tiled kernel beyond (partial row and column
+// tiles included); odd K, K splits and unaligned activations included.
 func TestMatMulVariantsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, s := range []struct{ N, K int }{{300, 1536}, {64, 8192}, {41, 2053}, {9, 64}, {2048, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
-		for _, M := range []int{1, 2, 3, 4, 5, 8, 16, 17, 40} {
+		for _, M := range []int{1, 2, 3, 4, 5, 8, 16, 17, 40, 64, 65, 130} {
 			for _, offset := range []int{0, 1} {
 				xs := randF32(r, (M+offset)*s.K)
 				x := g.Slice(g.FromF32(xs, M+offset, s.K), offset, M+offset)
-				rowsMaxM, mma1Kernel, mma8Kernel = 0, "matmul_mma1", "matmul_mma8"
+				rowsMaxM, mma1Kernel, mma8Kernel, tiledMatMul = 0, "matmul_mma1", "matmul_mma8", false
 				want := g.ToF32(g.MatMul(x, w))
 				variants := append([]string(nil), mma1Variants[1:]...)
 				switch {
 				case M <= 5:
 					variants = append(variants, rowsVariants...)
 				case M > 16:
-					variants = []string{"matmul_mma8n"}
+					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
 				for _, v := range variants {
-					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel = 0, "", v, v
+					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, v == "matmul_tiled"
 					if strings.HasPrefix(v, "matmul_rows") {
 						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
 					}

@@ -8,6 +8,7 @@
 #define __global__ __attribute__((global))
 #define __shared__ __attribute__((shared))
 #define __launch_bounds__(t, b) __attribute__((launch_bounds(t, b)))
+#define __align__(n) __attribute__((aligned(n)))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #include "__clang_cuda_builtin_vars.h"
 typedef unsigned long size_t;

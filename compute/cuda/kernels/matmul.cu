@@ -342,30 +342,37 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
     }
 }
 
-// finish_splits: with K split over gridDim.y blocks of one column group,
-// the last of them to finish sums the group's partials in split order (the
-// order sum_splits used, so the bits are the same) and resets the group's
-// counter for the next launch. One launch fewer per matmul.
-__device__ __forceinline__ void finish_splits(float* y, const float* part, int* counters, int M, int N) {
+// finish_group: with K split over gridDim.y blocks of one output tile (rows
+// [r0, r1), columns [c0, c0 + 64)), the last of them to finish sums the
+// tile's partials in split order (the order sum_splits used, so the bits
+// are the same) and resets the tile's counter for the next launch.
+__device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
+                                             int r0, int r1) {
     if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
     __shared__ int last;
     __threadfence(); // this block's partials, visible before the count
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.x, 1) == (int)gridDim.y - 1;
+    if (threadIdx.x == 0) last = atomicAdd(counters + counter, 1) == (int)gridDim.y - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
     const int c0 = blockIdx.x * 64;
     const size_t MN = (size_t)M * N;
-    for (int e = threadIdx.x; e < M * 64; e += blockDim.x) {
-        const int r = e >> 6, n = c0 + (e & 63);
+    for (int e = threadIdx.x; e < (r1 - r0) * 64; e += blockDim.x) {
+        const int r = r0 + (e >> 6), n = c0 + (e & 63);
         if (n >= N) continue;
         const size_t i = (size_t)r * N + n;
         float s = __ldcg(part + i);
         for (int j = 1; j < (int)gridDim.y; j++) s = __fadd_rn(s, __ldcg(part + j * MN + i));
         y[i] = s;
     }
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+    if (threadIdx.x == 0) counters[counter] = 0;
+}
+
+// finish_splits: finish_group for kernels whose block covers 64 columns of
+// every row.
+__device__ __forceinline__ void finish_splits(float* y, const float* part, int* counters, int M, int N) {
+    finish_group(y, part, counters, blockIdx.x, M, N, 0, M);
 }
 
 // The kernels take y, the split partials' buffer part (y itself without a
@@ -468,6 +475,110 @@ ROWS_KERNEL(matmul_rows_u8pn, 8, true, true)
     }
 ROWS_KERNEL_LB(matmul_rows_u4pn_lb, 4, true, true)
 ROWS_KERNEL_LB(matmul_rows_u4n_lb, 4, false, true)
+
+// ---------------------------------------------------------------------------
+// matmul_tiled: the same arithmetic for M > 16 (prefill, long verifies) with
+// shared-memory tiles. A block computes 64 rows × 64 columns of one K split:
+// every 32-wide K block, the block copies the three activation parts' 64 × 32
+// tile and the weights' 64 × 32 tile into shared memory (cp.async, double
+// buffered), and each of the 8 warps runs its 32 × 16 sub-tile's mmas from
+// there. Each output's accumulation is matmul_mma's: per part, per K block in
+// order, the first mma on elements 0-3 of each lane's 8-element chunk, then
+// 4-7; the parts summed (lo + mid) + hi; the K split from the weight's shape.
+// Activations and weights are read once per 64 columns and 64 rows instead
+// of once per warp. Needs K % 8 == 0 and 16-byte aligned weights.
+#define TBM 64
+#define TBN 64
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
+// cp16 copies 16 bytes from global to shared memory asynchronously, or
+// writes zeros when !ok (src is then not read).
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+
+extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                        float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
+    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
+    const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·16..
+    const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    const size_t MK = (size_t)M * K;
+    // Copies the K block at kb into buffer s: 768 activation chunks (three
+    // parts of 64 rows × 4) and 256 weight chunks, 16 bytes each.
+    auto load = [&](int s, int kb) {
+#pragma unroll
+        for (int i = 0; i < 3; i++) {
+            const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
+            const bool ok = m0 + row < M && kb + kc < k1;
+            cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
+        }
+        const int col = tid >> 2, kc = (tid & 3) * 8;
+        const bool ok = n0 + col < N && kb + kc < k1;
+        cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    float acc[3][2][2][4];
+#pragma unroll
+    for (int p = 0; p < 3; p++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) acc[p][i][j][0] = acc[p][i][j][1] = acc[p][i][j][2] = acc[p][i][j][3] = 0.0f;
+    const int nk = (k1 - k0 + 31) / 32;
+    if (nk > 0) load(0, k0);
+    for (int i = 0; i < nk; i++) {
+        const int s = i & 1;
+        if (i + 1 < nk) {
+            load(s ^ 1, k0 + 32 * (i + 1));
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();
+        uint4 q[2];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) q[nt] = *(const uint4*)&bs[s][wn * 16 + nt * 8 + g][8 * t];
+#pragma unroll
+        for (int p = 0; p < 3; p++) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = wm * 32 + mt * 16 + g;
+                const uint4 a0 = *(const uint4*)&as[s][p][r][8 * t];
+                const uint4 a1 = *(const uint4*)&as[s][p][r + 8][8 * t];
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) mma_part(acc[p][mt][nt], q[nt], a0, a1);
+            }
+        }
+        __syncthreads(); // the next iteration's copy overwrites this buffer
+    }
+    float* o = gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            float c[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) c[e] = __fadd_rn(__fadd_rn(acc[2][mt][nt][e], acc[1][mt][nt][e]), acc[0][mt][nt][e]);
+            const int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8, n = n0 + wn * 16 + nt * 8 + 2 * t;
+            if (r0 < M) {
+                if (n < N) o[(size_t)r0 * N + n] = c[0];
+                if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[1];
+            }
+            if (r1 < M) {
+                if (n < N) o[(size_t)r1 * N + n] = c[2];
+                if (n + 1 < N) o[(size_t)r1 * N + n + 1] = c[3];
+            }
+        }
+    finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
+}
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {
