@@ -499,7 +499,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // cp16 copies 16 bytes from global to shared memory asynchronously, or
 // writes zeros when !ok (src is then not read).
 __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
 }
 
 extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
@@ -523,7 +524,7 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
         const int col = tid >> 2, kc = (tid & 3) * 8;
         const bool ok = n0 + col < N && kb + kc < k1;
         cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
-        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
     float acc[3][2][2][4];
 #pragma unroll
@@ -538,9 +539,9 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
         const int s = i & 1;
         if (i + 1 < nk) {
             load(s ^ 1, k0 + 32 * (i + 1));
-            asm volatile("cp.async.wait_group 1;\n" ::);
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
         } else {
-            asm volatile("cp.async.wait_group 0;\n" ::);
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
         __syncthreads();
         uint4 q[2];
