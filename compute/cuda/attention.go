@@ -2,11 +2,21 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 
 	"tandem/compute"
 )
 
-const attnChunk = 1024 // ATTN_CHUNK in ops.cu
+const (
+	attnChunk = 1024 // ATTN_CHUNK in ops.cu
+	attnTile  = 8    // QT in ops.cu
+)
+
+// tiledAttention selects the query-tiled attention kernels for passes with
+// more than one query per row (TANDEM_CUDA_ATTN=tiled). They are written and
+// pinned bitwise to the per-query kernels by TestBatchInvariance but have not
+// yet run on a GPU, so they are off by default.
+var tiledAttention = os.Getenv("TANDEM_CUDA_ATTN") == "tiled"
 
 // Attention implements compute.Backend. The host orders each batch row's
 // keys by position (slotOf), so the kernels reduce in position order in
@@ -107,9 +117,15 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	pv := b.alloc(compute.F32, BL*Hq*nsplit*Dv)
 	pe := b.alloc(compute.I64, BL*Hq*nsplit) // float64 partial sums
 	so, mp := ptrOf(b.ints(slotOf)), ptrOf(b.ints(minpos))
-	b.launch("attn_scores", [3]uint32{uint32(Hq), uint32(BL), uint32(nscore)}, 256,
+	scores, values, rows := "attn_scores", "attn_values", BL
+	if tiledAttention && L > 1 {
+		// QT (ops.cu) queries of a row per block: keys and values are
+		// read once per tile instead of once per query.
+		scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((L+attnTile-1)/attnTile)
+	}
+	b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
 		ptrOf(q), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qpos, L, Hq, Hkv, S, D, scale, causal, opt.Window)
-	b.launch("attn_values", [3]uint32{uint32(Hq), uint32(BL), uint32(nsplit)}, 256,
+	b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256,
 		ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
 	b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(BL), 1}, min(256, max(32, Dv)),
 		ptrOf(out), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)

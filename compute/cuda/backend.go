@@ -52,7 +52,8 @@ type Backend struct {
 }
 
 var kernelNames = map[string][]string{
-	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin"},
+	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
+		"attn_scores_tiled", "attn_values_tiled"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1_u4p", "matmul_mma1_u4pn", "matmul_mma1_u8p", "matmul_mma1_u8pn", "matmul_mma1_u4n", "matmul_mma8n",
 		"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb", "matmul_tiled"},

@@ -270,26 +270,35 @@ func TestBatchInvariance(t *testing.T) {
 	}
 
 	// Attention: query at position p alone (decode: keys 0..p) against the
-	// same query inside a verify pass (keys 0..p+7, queries p..p+7).
-	const Hq, Hkv, D = 4, 2, 64
-	for _, p := range []int{5, 1023, 1024, 3000} {
-		S := p + 8
-		ks, vs := randF32(r, S*Hkv*D), randF32(r, S*Hkv*D)
-		qs := randF32(r, 8*Hq*D)
-		k, v := g.FromF32(ks, S, Hkv, D), g.FromF32(vs, S, Hkv, D)
-		verify := g.ToF32(g.Attention(g.FromF32(qs, 8, Hq, D), k, v, compute.AttentionOptions{
-			Mask: compute.Causal, QueryPos: seq(p, 8)}))
-		for l := range 8 {
-			alone := g.ToF32(g.Attention(g.FromF32(qs[l*Hq*D:(l+1)*Hq*D], 1, Hq, D),
-				g.Slice(k, 0, p+l+1), g.Slice(v, 0, p+l+1), compute.AttentionOptions{Mask: compute.Causal, QueryPos: seq(p+l, 1)}))
-			if err := sameBits(alone, verify[l*Hq*D:(l+1)*Hq*D]); err != nil {
-				t.Fatalf("attention at position %d: decode and verify differ: %v", p+l, err)
+	// same query inside a verify pass (keys 0..p+L-1, queries p..p+L-1),
+	// with the per-query kernels and with the query-tiled ones (L = 11
+	// leaves a partial tile), for head dimensions on and off the vector path.
+	const Hq, Hkv = 4, 2
+	defer func(on bool) { tiledAttention = on }(tiledAttention)
+	for _, tiled := range []bool{false, true} {
+		tiledAttention = tiled
+		for _, D := range []int{64, 40} {
+			for _, p := range []int{5, 1023, 1024, 3000} {
+				const L = 11
+				S := p + L
+				ks, vs := randF32(r, S*Hkv*D), randF32(r, S*Hkv*D)
+				qs := randF32(r, L*Hq*D)
+				k, v := g.FromF32(ks, S, Hkv, D), g.FromF32(vs, S, Hkv, D)
+				verify := g.ToF32(g.Attention(g.FromF32(qs, L, Hq, D), k, v, compute.AttentionOptions{
+					Mask: compute.Causal, QueryPos: seq(p, L)}))
+				for l := range L {
+					alone := g.ToF32(g.Attention(g.FromF32(qs[l*Hq*D:(l+1)*Hq*D], 1, Hq, D),
+						g.Slice(k, 0, p+l+1), g.Slice(v, 0, p+l+1), compute.AttentionOptions{Mask: compute.Causal, QueryPos: seq(p+l, 1)}))
+					if err := sameBits(alone, verify[l*Hq*D:(l+1)*Hq*D]); err != nil {
+						t.Fatalf("attention (tiled %v, D=%d) at position %d: decode and verify differ: %v", tiled, D, p+l, err)
+					}
+				}
 			}
 		}
 	}
 
 	// Sliding window in rings of two capacities, wrapped at different slots.
-	const W, last = 16, 100
+	const W, last, D = 16, 100, 64
 	qs := randF32(r, Hq*D)
 	kv := map[int][]float32{}
 	for p := 0; p <= last; p++ {

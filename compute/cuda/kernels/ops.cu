@@ -391,6 +391,156 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
     if (threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
 }
 
+// Query-tiled variants for passes with many queries per row (prefill): a
+// block serves QT consecutive queries of one batch row and one head, so each
+// key and value row is read once per QT queries instead of once per query.
+// Every query's arithmetic is the per-query kernels' (the same fma chain per
+// key, the same thread-strided double partials and tree, the same ordered
+// value sums), so a query's result does not depend on the tiling
+// (TestBatchInvariance compares tiled verify rows with untiled decode).
+#define QT 8
+
+// attn_scores_tiled: grid (Hq, B·ceil(L/QT), nscore).
+extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, float* sc, float* cmax,
+                                             const int* slot_of, const int* minpos, const int* qpos,
+                                             int L, int Hq, int Hkv, int S, int D, float scale, int causal, int window) {
+    __shared__ float qs[QT][512];
+    __shared__ float shm[QT][RBLOCK / 32];
+    const int h = blockIdx.x, tiles = (L + QT - 1) / QT, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * QT;
+    const int nq = min(QT, L - l0), kvh = h / (Hq / Hkv), bl0 = b * L + l0;
+    for (int i = threadIdx.x; i < nq * D; i += RBLOCK) {
+        const int j = i / D, d = i % D;
+        qs[j][d] = q[((size_t)(bl0 + j) * Hq + h) * D + d];
+    }
+    __syncthreads();
+    int qp[QT];
+    float m[QT];
+#pragma unroll
+    for (int j = 0; j < QT; j++) {
+        qp[j] = qpos && j < nq ? qpos[bl0 + j] : 0;
+        m[j] = -__int_as_float(0x7f800000);
+    }
+    const int mp = minpos[b];
+    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(r0 + ATTN_CHUNK, S);
+    const bool vec = (D & 31) == 0 && ((size_t)k & 15) == 0;
+    for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
+        const int s = slot_of[(size_t)b * S + r];
+        if (s < 0) continue;
+        const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
+        float dot[QT];
+#pragma unroll
+        for (int j = 0; j < QT; j++) dot[j] = 0.0f;
+        if (vec) {
+            for (int d = 0; d < D; d += 32) {
+                float4 kk[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) kk[u] = *(const float4*)(kr + d + 4 * u);
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+#pragma unroll
+                    for (int j = 0; j < QT; j++) {
+                        const float* qj = &qs[j][d + 4 * u];
+                        dot[j] = fmaf(qj[0], kk[u].x, dot[j]);
+                        dot[j] = fmaf(qj[1], kk[u].y, dot[j]);
+                        dot[j] = fmaf(qj[2], kk[u].z, dot[j]);
+                        dot[j] = fmaf(qj[3], kk[u].w, dot[j]);
+                    }
+            }
+        } else {
+            for (int d = 0; d < D; d++) {
+                const float kd = kr[d];
+#pragma unroll
+                for (int j = 0; j < QT; j++) dot[j] = fmaf(qs[j][d], kd, dot[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < QT; j++) {
+            if (j < nq && visible(mp + r, qp[j], causal, window)) {
+                const float v = __fmul_rn(dot[j], scale);
+                sc[((size_t)(bl0 + j) * Hq + h) * S + r] = v;
+                m[j] = fmax_nan(m[j], v);
+            }
+        }
+    }
+    // Each query's maximum over the block (exact whatever the order).
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < QT; j++) {
+        float v = m[j];
+        for (int off = 16; off > 0; off >>= 1) v = fmax_nan(v, __shfl_xor_sync(0xffffffffu, v, off));
+        if (lane == 0) shm[j][warp] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < nq) {
+        float v = shm[threadIdx.x][0];
+        for (int i = 1; i < RBLOCK / 32; i++) v = fmax_nan(v, shm[threadIdx.x][i]);
+        cmax[((size_t)(bl0 + threadIdx.x) * Hq + h) * gridDim.z + blockIdx.z] = v;
+    }
+}
+
+// attn_values_tiled: grid (Hq, B·ceil(L/QT), nsplit).
+extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
+                                             const int* slot_of, const int* minpos, const int* qpos,
+                                             int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window) {
+    __shared__ float es[QT][ATTN_CHUNK];
+    __shared__ int ss[ATTN_CHUNK];
+    __shared__ double sh[RBLOCK];
+    const int h = blockIdx.x, tiles = (L + QT - 1) / QT, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * QT;
+    const int nq = min(QT, L - l0), kvh = h / (Hq / Hkv), bl0 = b * L + l0;
+    const int mp = minpos[b];
+    const int p0 = ((mp >> 10) + (int)blockIdx.z) << 10; // first position of this split
+    float mx[QT];
+    int qp[QT];
+    double part[QT];
+#pragma unroll
+    for (int j = 0; j < QT; j++) {
+        mx[j] = -__int_as_float(0x7f800000);
+        const size_t bh = (size_t)(bl0 + min(j, nq - 1)) * Hq + h;
+        for (int i = 0; i < nscore; i++) mx[j] = fmax_nan(mx[j], cmax[bh * nscore + i]);
+        qp[j] = qpos && j < nq ? qpos[bl0 + j] : 0;
+        part[j] = 0;
+    }
+    for (int o = threadIdx.x; o < ATTN_CHUNK; o += RBLOCK) {
+        const int r = p0 + o - mp;
+        int s = -1;
+        if (r >= 0 && r < S) s = slot_of[(size_t)b * S + r];
+        ss[o] = s;
+#pragma unroll
+        for (int j = 0; j < QT; j++) {
+            float e = 0.0f;
+            if (s >= 0 && j < nq && visible(p0 + o, qp[j], causal, window)) {
+                const double ed = exp((double)sc[((size_t)(bl0 + j) * Hq + h) * S + r] - (double)mx[j]);
+                part[j] += ed;
+                e = (float)ed;
+            }
+            es[j][o] = e;
+        }
+    }
+    double total[QT];
+#pragma unroll
+    for (int j = 0; j < QT; j++) total[j] = block_sum_d(part[j], sh); // publishes es, ss too
+    const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, mp + S - p0);
+    const size_t vstride = (size_t)Hkv * Dv;
+    for (int d = threadIdx.x; d < Dv; d += RBLOCK) {
+        const float* vd = v + (size_t)b * S * vstride + (size_t)kvh * Dv + d;
+        float acc[QT];
+#pragma unroll
+        for (int j = 0; j < QT; j++) acc[j] = 0.0f;
+        for (int o = olo; o < ohi; o++) {
+            const int s = ss[o];
+            if (s < 0) continue;
+            const float vv = vd[(size_t)s * vstride];
+#pragma unroll
+            for (int j = 0; j < QT; j++) {
+                const float e = es[j][o];
+                if (e != 0.0f) acc[j] = __fadd_rn(acc[j], __fmul_rn(e, vv));
+            }
+        }
+        for (int j = 0; j < nq; j++) pv[(((size_t)(bl0 + j) * Hq + h) * nsplit + blockIdx.z) * Dv + d] = acc[j];
+    }
+    if (threadIdx.x < nq) pe[((size_t)(bl0 + threadIdx.x) * Hq + h) * nsplit + blockIdx.z] = total[threadIdx.x];
+}
+
 // attn_combine: grid (Hq, B·L). Sums the splits in order and normalises; a
 // query that sees no key gets zeros.
 extern "C" __global__ void attn_combine(float* out, const float* pv, const double* pe, int Hq, int Dv, int nsplit) {
