@@ -37,10 +37,15 @@ type benchRow struct {
 	Speedup       float64 `json:"speculative_speedup,omitempty"`
 	// Per speculative round, host wall time: drafting (every draft step
 	// with its sync) and verifying (the target pass and the judging).
-	DraftMs  float64       `json:"draft_ms_per_round,omitempty"`
-	VerifyMs float64       `json:"verify_ms_per_round,omitempty"`
-	Profile  *cuda.Profile `json:"kernel_profile,omitempty"`  // kernels back to back
-	Timeline *cuda.Profile `json:"kernel_timeline,omitempty"` // a real run's idle gaps
+	DraftMs  float64 `json:"draft_ms_per_round,omitempty"`
+	VerifyMs float64 `json:"verify_ms_per_round,omitempty"`
+	// --kernel-profile: a plain decode with its kernels back to back, a
+	// real plain decode's timeline, and a real speculative one's.
+	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`
+	Timeline      *cuda.Profile `json:"kernel_timeline,omitempty"`
+	SpecTimeline  *cuda.Profile `json:"speculative_kernel_timeline,omitempty"`
+	ProfileSteps  int           `json:"profile_steps,omitempty"`
+	ProfileRounds int           `json:"profile_rounds,omitempty"`
 }
 
 func newBench() *cobra.Command {
@@ -132,11 +137,7 @@ func newBench() *cobra.Command {
 				if c+tokens > m.Config.Text.MaxPositionEmbeddings {
 					return fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
 				}
-				r := rand.New(rand.NewPCG(uint64(c), 1))
-				prompt := make([]int32, c)
-				for i := range prompt {
-					prompt[i] = int32(3 + r.IntN(m.Config.Text.VocabSize-3))
-				}
+				prompt := randomPrompt(m, c, 1)
 				opt := generation.Options{MaxTokens: tokens}
 				res, err := generation.Generate(ctx, m, prompt, opt, nil)
 				if err != nil {
@@ -170,10 +171,34 @@ func newBench() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if kernels {
 				for i := range rows {
-					if rows[i].Profile, err = profileDecode(ctx, g, m, rows[i].Context, tokens, true); err != nil {
+					r := &rows[i]
+					prompt := randomPrompt(m, r.Context, 2)
+					plain := func(onToken func(int32)) (int, error) {
+						_, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: tokens}, onToken)
+						return tokens - 1, err
+					}
+					if r.Profile, r.ProfileSteps, err = profileRun(g, true, plain); err != nil {
 						return err
 					}
-					if rows[i].Timeline, err = profileDecode(ctx, g, m, rows[i].Context, tokens, false); err != nil {
+					if r.Timeline, r.ProfileSteps, err = profileRun(g, false, plain); err != nil {
+						return err
+					}
+					if a == nil {
+						continue
+					}
+					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, generation.Options{}.Sample)
+					if err != nil {
+						return err
+					}
+					so := spec.Options{Options: generation.Options{MaxTokens: tokens}, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
+					specRun := func(onToken func(int32)) (int, error) {
+						res, err := spec.Generate(ctx, m, d, prompt, so, onToken)
+						if err != nil {
+							return 0, err
+						}
+						return res.Stats.Rounds, nil
+					}
+					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, false, specRun); err != nil {
 						return err
 					}
 				}
@@ -209,10 +234,16 @@ func newBench() *cobra.Command {
 			}
 			for _, r := range rows {
 				if r.Profile != nil {
-					printProfile(out, r.Profile, r.Context, tokens, r.DecodeTokS)
+					step := time.Duration(float64(time.Second) / r.DecodeTokS)
+					printProfile(out, fmt.Sprintf("kernel profile: plain decode after %d tokens, kernels run back to back", r.Context), "step", r.Profile, r.ProfileSteps, step)
 				}
 				if r.Timeline != nil {
-					printTimeline(out, r.Timeline, tokens)
+					printTimeline(out, "step", r.Timeline, r.ProfileSteps)
+				}
+				if r.SpecTimeline != nil {
+					round := time.Duration(float64(time.Second) * r.TokensPerPass / r.SpecTokS)
+					printProfile(out, fmt.Sprintf("kernel profile: speculative decode after %d tokens, as issued (kernel times include launch latency when the device waits)", r.Context), "round", r.SpecTimeline, r.ProfileRounds, round)
+					printTimeline(out, "round", r.SpecTimeline, r.ProfileRounds)
 				}
 			}
 			return nil
@@ -269,22 +300,16 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 	return p.RandomAssistant(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
 }
 
-// profileDecode times every kernel of one plain decode of tokens tokens
-// after a prompt of c random tokens. With spin, every step begins behind a
-// spin long enough for the host to queue the whole step: its kernels then
-// run back to back, and their times are the device's alone. Without, the
-// profile shows the real timeline: where the device sat idle and why.
-func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tokens int, spin bool) (*cuda.Profile, error) {
-	r := rand.New(rand.NewPCG(uint64(c), 2))
-	prompt := make([]int32, c)
-	for i := range prompt {
-		prompt[i] = int32(3 + r.IntN(m.Config.Text.VocabSize-3))
-	}
-	// The profile starts after the prefill's token.
-	var prof cuda.Profile
+// profileRun profiles run from its first token on. With spin, every token
+// callback queues a spin long enough for the host to issue the next step
+// behind it, so a plain step's kernels run back to back and their times are
+// the device's alone. Without, the profile is the real timeline: where the
+// device sat idle and why. run reports how many steps (or rounds) the
+// profile covers.
+func profileRun(g *cuda.Backend, spin bool, run func(onToken func(int32)) (int, error)) (*cuda.Profile, int, error) {
 	started := false
 	var err error
-	_, gerr := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: tokens}, func(int32) {
+	units, rerr := run(func(int32) {
 		if !started && err == nil {
 			err = g.Device().StartProfile()
 			started = err == nil
@@ -294,9 +319,10 @@ func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tok
 		}
 	})
 	if err == nil {
-		err = gerr
+		err = rerr
 	}
 	issue := g.IssueTimes()
+	var prof cuda.Profile
 	if started {
 		p, perr := g.Device().StopProfile()
 		if err == nil {
@@ -305,7 +331,7 @@ func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tok
 		prof = p
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--kernel-profile: %w", err)
+		return nil, 0, fmt.Errorf("--kernel-profile: %w", err)
 	}
 	for _, d := range issue {
 		prof.Issue += d
@@ -313,44 +339,58 @@ func profileDecode(ctx context.Context, g *cuda.Backend, m *gemma4.Model, c, tok
 	if len(issue) > 0 {
 		prof.Issue /= time.Duration(len(issue))
 	}
-	return &prof, nil
+	return &prof, units, nil
 }
 
-// printProfile lists the kernels that take the most device time, and
-// compares the device's time per step with the measured step.
-func printProfile(w io.Writer, p *cuda.Profile, c, tokens int, decodeTokS float64) {
-	steps := float64(tokens - 1)
+// randomPrompt is c random token ids, the same for a given c.
+func randomPrompt(m *gemma4.Model, c int, stream uint64) []int32 {
+	r := rand.New(rand.NewPCG(uint64(c), stream))
+	prompt := make([]int32, c)
+	for i := range prompt {
+		prompt[i] = int32(3 + r.IntN(m.Config.Text.VocabSize-3))
+	}
+	return prompt
+}
+
+// printProfile lists the kernels that take the most device time per unit
+// (a step or a round) and compares the device's time with the measured one.
+func printProfile(w io.Writer, title, unit string, p *cuda.Profile, units int, measured time.Duration) {
+	n := float64(max(units, 1))
 	var busy time.Duration
 	for _, k := range p.Kernels {
 		if k.Name != "spin" {
 			busy += k.Time
 		}
 	}
-	dev, step := ms(busy)/steps, 1000/decodeTokS
-	fmt.Fprintf(w, "\nkernel profile: plain decode after %d tokens, %d steps, kernels run back to back: %.2f ms of device time per step;\n"+
-		"a measured step takes %.2f ms, so the device is busy %.0f%% of it; the host takes %.2f ms to issue a step (with profiling events)\n",
-		c, tokens-1, dev, step, 100*dev/step, ms(p.Issue))
+	dev := ms(busy) / n
+	fmt.Fprintf(w, "\n%s, %d %ss: %.2f ms of kernel time per %s; a measured %s takes %.2f ms (kernels %.0f%% of it)",
+		title, units, unit, dev, unit, unit, ms(measured), 100*dev/ms(measured))
+	if p.Issue > 0 {
+		fmt.Fprintf(w, "; the host takes %.2f ms to issue a %s (with profiling events)", ms(p.Issue), unit)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "kernel\tcalls/step\tms/step\tshare\t")
-	for i, k := range p.Kernels {
-		if i == 16 {
-			break
-		}
+	fmt.Fprintf(tw, "kernel\tcalls/%s\tms/%s\tshare\t\n", unit, unit)
+	shown := 0
+	for _, k := range p.Kernels {
 		if k.Name == "spin" {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f%%\t\n", k.Name, float64(k.Calls)/steps, ms(k.Time)/steps, 100*float64(k.Time)/float64(busy))
+		if shown++; shown > 15 {
+			break
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f%%\t\n", k.Name, float64(k.Calls)/n, ms(k.Time)/n, 100*float64(k.Time)/float64(busy))
 	}
 	tw.Flush()
 }
 
 // printTimeline says how long the device sat idle in a real (unspun)
-// profiled decode, how much of that it waited for the host to issue the
-// next kernel, and lists the longest gaps.
-func printTimeline(w io.Writer, p *cuda.Profile, tokens int) {
-	steps := float64(tokens - 1)
-	fmt.Fprintf(w, "timeline of a real step (with profiling events): device idle %.2f ms per step between kernels, %.2f ms of it waiting for the host to issue the next; longest gaps:\n",
-		ms(p.Idle)/steps, ms(p.HostBound)/steps)
+// profiled run, how much of that it waited for the host to issue the next
+// kernel, and lists the longest gaps.
+func printTimeline(w io.Writer, unit string, p *cuda.Profile, units int) {
+	n := float64(max(units, 1))
+	fmt.Fprintf(w, "timeline of a real %s (with profiling events): device idle %.2f ms per %s between kernels, %.2f ms of it waiting for the host to issue the next; longest gaps:\n",
+		unit, ms(p.Idle)/n, unit, ms(p.HostBound)/n)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  idle\thost late\tbetween\tsynchronous calls in between")
 	for _, g := range p.Gaps {
