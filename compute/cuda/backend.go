@@ -55,8 +55,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1_u4p", "matmul_mma1_u4pn", "matmul_mma1_u8p", "matmul_mma1_u8pn", "matmul_mma1_u4n", "matmul_mma8n",
-		"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb", "matmul_tiled"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -373,8 +372,8 @@ var (
 // bandwidth on the H200 (docs/gpu.md).
 var (
 	rowsMaxM   = 5
-	rowsKernel = "matmul_rows_u4pn"
-	mma1Kernel = "matmul_mma1_u4n"
+	rowsKernel = "matmul_rows"
+	mma1Kernel = "matmul_mma1n"
 	mma8Kernel = "matmul_mma8n"
 )
 

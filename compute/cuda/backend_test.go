@@ -372,7 +372,7 @@ func TestMatMulSpeed(t *testing.T) {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
 	}
 	for _, n := range []int{8192, 16384} {
-		variants = append(variants, variant{fmt.Sprintf("rows_u4pn/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows_u4pn", n }})
+		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
 	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(5, 6))
@@ -423,8 +423,8 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 }
 
 var (
-	mma1Variants = []string{"matmul_mma1", "matmul_mma1_u4p", "matmul_mma1_u4pn", "matmul_mma1_u8p", "matmul_mma1_u8pn", "matmul_mma1_u4n"}
-	rowsVariants = []string{"matmul_rows_u4", "matmul_rows_u4p", "matmul_rows_u4pn", "matmul_rows_u8p", "matmul_rows_u8pn", "matmul_rows_u4pn_lb", "matmul_rows_u4n_lb"}
+	mma1Variants = []string{"matmul_mma1", "matmul_mma1n"}
+	rowsVariants = []string{"matmul_rows", "matmul_rows_plain"}
 )
 
 // restoreMatMul returns a function that puts the matmul variant switches
@@ -437,9 +437,9 @@ func restoreMatMul() func() {
 }
 
 // Every tensor-core variant must give the bits of matmul_mma1 (three
-// accumulators per row, four weight chunks per step, no prefetch): the
+// accumulators per row, four weight chunks per step, plain loads): the
 // rows kernel (three tile rows per activation row) for M up to 5, the
-// prefetching and streaming mma1 variants up to 16 rows, and the streaming
+// streaming mma1 up to 16 rows, and the streaming
 // mma8 and the shared-memory tiled kernel beyond (partial row and column
 // tiles included); odd K, K splits and unaligned activations included.
 func TestMatMulVariantsMatch(t *testing.T) {

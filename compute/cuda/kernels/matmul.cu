@@ -268,16 +268,16 @@ __device__ __forceinline__ void wload_step(uint4 q[U], const unsigned short* wr,
     }
 }
 
-// matmul_mma<MT, U, PF, NC>: grid (ceil(N/64), splits), 8 warps. Split s
+// matmul_mma<MT, U, NC>: grid (ceil(N/64), splits), 8 warps. Split s
 // covers K range [s·kchunk, (s+1)·kchunk) and writes partial sums to
 // part[s][M][N] (or y directly when splits = 1). xs holds the three parts
 // split_bf16 wrote ([3][M][K]). MT tiles of 16 rows share each weight load;
 // MT changes only how many rows one pass serves. U weight chunks per lane
-// per K step; PF loads the next step's weights before this step's mmas, so
-// loads overlap the work instead of waiting behind it; NC streams weights
-// past L1. None of U, PF and NC changes the arithmetic: every output still
-// accumulates its mmas in K order.
-template <int MT, int U, bool PF, bool NC>
+// per K step; NC streams weights past L1. Neither U nor NC changes the
+// arithmetic: every output still accumulates its mmas in K order. (Loading
+// the next step's weights ahead of this step's mmas was tried: more
+// registers, fewer warps, slower.)
+template <int MT, int U, bool NC>
 __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                            int M, int N, int K, int kchunk, int aligned) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -295,16 +295,9 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
         for (int p = 0; p < 3; p++)
 #pragma unroll
             for (int i = 0; i < MT; i++) cp[p][i][0] = cp[p][i][1] = cp[p][i][2] = cp[p][i][3] = 0.0f;
-        uint4 q[U], cur[U];
-        if (PF) wload_step<U, NC>(q, wr, k0, t, k1, wok, al);
         for (int kb = k0; kb < k1; kb += 32 * U) {
-            if (PF) {
-#pragma unroll
-                for (int u = 0; u < U; u++) cur[u] = q[u];
-                wload_step<U, NC>(q, wr, kb + 32 * U, t, k1, wok, al);
-            } else {
-                wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
-            }
+            uint4 cur[U];
+            wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int k = kb + 32 * u + 8 * t;
@@ -377,20 +370,16 @@ __device__ __forceinline__ void finish_splits(float* y, const float* part, int* 
 
 // The kernels take y, the split partials' buffer part (y itself without a
 // K split) and the column groups' counters.
-#define MMA_KERNEL(name, MT, U, PF, NC)                                                                    \
+#define MMA_KERNEL(name, MT, U, NC)                                                                        \
     extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* y, float* part, \
                                     int* counters, int M, int N, int K, int kchunk, int aligned) {          \
-        matmul_mma<MT, U, PF, NC>(xs, w, part, M, N, K, kchunk, aligned);                                   \
+        matmul_mma<MT, U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                       \
         finish_splits(y, part, counters, M, N);                                                             \
     }
-MMA_KERNEL(matmul_mma1, 1, 4, false, false)
-MMA_KERNEL(matmul_mma8, 8, 1, false, false)
-MMA_KERNEL(matmul_mma1_u4p, 1, 4, true, false)
-MMA_KERNEL(matmul_mma1_u4pn, 1, 4, true, true)
-MMA_KERNEL(matmul_mma1_u8p, 1, 8, true, false)
-MMA_KERNEL(matmul_mma1_u8pn, 1, 8, true, true)
-MMA_KERNEL(matmul_mma1_u4n, 1, 4, false, true)
-MMA_KERNEL(matmul_mma8n, 8, 1, false, true)
+MMA_KERNEL(matmul_mma1, 1, 4, false) // plain loads: the reference the tests compare with
+MMA_KERNEL(matmul_mma8, 8, 1, false)
+MMA_KERNEL(matmul_mma1n, 1, 4, true)
+MMA_KERNEL(matmul_mma8n, 8, 1, true)
 
 // ---------------------------------------------------------------------------
 // matmul_rows: the tensor-core product for M ≤ 5 (decode and short
@@ -404,7 +393,7 @@ MMA_KERNEL(matmul_mma8n, 8, 1, false, true)
 // (Splitting the activations inside the kernel instead of in split_bf16
 // was tried: every warp then redoes the split, and the kernel ran at half
 // the bandwidth.)
-template <int U, bool PF, bool NC>
+template <int U, bool NC>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned) {
     __shared__ float tile[8][16][9];
@@ -420,16 +409,9 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const unsigned short* x0 = xs + (ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
     const unsigned short* x1 = xs + (ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint4 q[U], cur[U];
-    if (PF) wload_step<U, NC>(q, wr, k0, t, k1, wok, al);
     for (int kb = k0; kb < k1; kb += 32 * U) {
-        if (PF) {
-#pragma unroll
-            for (int u = 0; u < U; u++) cur[u] = q[u];
-            wload_step<U, NC>(q, wr, kb + 32 * U, t, k1, wok, al);
-        } else {
-            wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
-        }
+        uint4 cur[U];
+        wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
@@ -453,28 +435,16 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     }
 }
 
-#define ROWS_KERNEL(name, U, PF, NC)                                                                       \
-    extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* y, float* part, \
-                                    int* counters, int M, int N, int K, int kchunk, int aligned) {          \
-        matmul_rows<U, PF, NC>(xs, w, part, M, N, K, kchunk, aligned);                                      \
-        finish_splits(y, part, counters, M, N);                                                             \
-    }
-ROWS_KERNEL(matmul_rows_u4, 4, false, false)
-ROWS_KERNEL(matmul_rows_u4p, 4, true, false)
-ROWS_KERNEL(matmul_rows_u4pn, 4, true, true)
-ROWS_KERNEL(matmul_rows_u8p, 8, true, false)
-ROWS_KERNEL(matmul_rows_u8pn, 8, true, true)
-
-// The same with at most 64 registers, for four blocks per multiprocessor.
-#define ROWS_KERNEL_LB(name, U, PF, NC)                                                                        \
+// At most 64 registers: four blocks per multiprocessor.
+#define ROWS_KERNEL(name, U, NC)                                                                              \
     extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned) {                                                             \
-        matmul_rows<U, PF, NC>(xs, w, part, M, N, K, kchunk, aligned);                                         \
+        matmul_rows<U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                             \
         finish_splits(y, part, counters, M, N);                                                                \
     }
-ROWS_KERNEL_LB(matmul_rows_u4pn_lb, 4, true, true)
-ROWS_KERNEL_LB(matmul_rows_u4n_lb, 4, false, true)
+ROWS_KERNEL(matmul_rows, 4, true)
+ROWS_KERNEL(matmul_rows_plain, 4, false) // plain loads, for comparison
 
 // ---------------------------------------------------------------------------
 // matmul_tiled: the same arithmetic for M > 16 (prefill, long verifies) with
