@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"os"
 
 	"tandem/compute"
@@ -12,11 +13,21 @@ const (
 	attnTile  = 8    // QT in ops.cu
 )
 
-// tiledAttention selects the query-tiled attention kernels for passes with
-// more than one query per row (TANDEM_CUDA_ATTN=tiled). They are written and
-// pinned bitwise to the per-query kernels by TestBatchInvariance but have not
-// yet run on a GPU, so they are off by default.
-var tiledAttention = os.Getenv("TANDEM_CUDA_ATTN") == "tiled"
+// TANDEM_CUDA_ATTN=tiled selects the query-tiled attention kernels for
+// passes with more than one query per row, and bounds one call's scratch to
+// attnScratchBytes by running a long row's queries in groups. Both are
+// written and pinned bitwise to the per-query path by TestBatchInvariance
+// but have not yet run on a GPU, so they are off by default.
+var (
+	tiledAttention   = os.Getenv("TANDEM_CUDA_ATTN") == "tiled"
+	attnScratchBytes = math.MaxInt
+)
+
+func init() {
+	if tiledAttention {
+		attnScratchBytes = 256 << 20
+	}
+}
 
 // Attention implements compute.Backend. The host orders each batch row's
 // keys by position (slotOf), so the kernels reduce in position order in
@@ -111,23 +122,45 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		causal = 1
 	}
 	nscore := (S + attnChunk - 1) / attnChunk
-	BL := B * L
-	sc := b.alloc(compute.F32, BL*Hq*S)
-	cmax := b.alloc(compute.F32, BL*Hq*nscore)
-	pv := b.alloc(compute.F32, BL*Hq*nsplit*Dv)
-	pe := b.alloc(compute.I64, BL*Hq*nsplit) // float64 partial sums
-	so, mp := ptrOf(b.ints(slotOf)), ptrOf(b.ints(minpos))
-	scores, values, rows := "attn_scores", "attn_values", BL
-	if tiledAttention && L > 1 {
-		// QT (ops.cu) queries of a row per block: keys and values are
-		// read once per tile instead of once per query.
-		scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((L+attnTile-1)/attnTile)
+	// The scratch (scores and per-split partials) grows with queries × keys;
+	// a long prefill chunk over a long context would need gigabytes, so a
+	// single row's queries go through in groups that fit attnScratchBytes.
+	// Every query's arithmetic is the same either way.
+	G := L
+	if B == 1 {
+		perQuery := Hq * (4*(S+nscore+nsplit*Dv) + 8*nsplit)
+		G = max(1, min(L, attnScratchBytes/perQuery))
 	}
-	b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
-		ptrOf(q), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qpos, L, Hq, Hkv, S, D, scale, causal, opt.Window)
-	b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256,
-		ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
-	b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(BL), 1}, min(256, max(32, Dv)),
-		ptrOf(out), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)
+	sc := b.alloc(compute.F32, B*G*Hq*S)
+	cmax := b.alloc(compute.F32, B*G*Hq*nscore)
+	pv := b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
+	pe := b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
+	so, mp := ptrOf(b.ints(slotOf)), ptrOf(b.ints(minpos))
+	qv, ov := q, out
+	if G < L {
+		qv, ov = q.Reshape(L, Hq, D), out.Reshape(L, Hq, Dv)
+	}
+	for l0 := 0; l0 < L; l0 += G {
+		n := min(G, L-l0)
+		qg, og, qp := qv, ov, qpos
+		if G < L {
+			qg, og = b.Slice(qv, l0, l0+n), b.Slice(ov, l0, l0+n)
+			if buf, ok := qpos.(Buffer); ok {
+				qp = Buffer{ptr: buf.ptr + uintptr(4*l0), Size: buf.Size - 4*l0}
+			}
+		}
+		scores, values, rows := "attn_scores", "attn_values", B*n
+		if tiledAttention && n > 1 {
+			// QT (ops.cu) queries of a row per block: keys and values are
+			// read once per tile instead of once per query.
+			scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((n+attnTile-1)/attnTile)
+		}
+		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
+			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
+		b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256,
+			ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
+		b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(B * n), 1}, min(256, max(32, Dv)),
+			ptrOf(og), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)
+	}
 	return out
 }

@@ -273,10 +273,16 @@ func TestBatchInvariance(t *testing.T) {
 	// same query inside a verify pass (keys 0..p+L-1, queries p..p+L-1),
 	// with the per-query kernels and with the query-tiled ones (L = 11
 	// leaves a partial tile), for head dimensions on and off the vector path.
+	// A scratch budget of 1 byte or 150 KiB makes the verify pass go
+	// through in query groups of one and of two or three.
 	const Hq, Hkv = 4, 2
-	defer func(on bool) { tiledAttention = on }(tiledAttention)
-	for _, tiled := range []bool{false, true} {
-		tiledAttention = tiled
+	defer func(on bool, budget int) { tiledAttention, attnScratchBytes = on, budget }(tiledAttention, attnScratchBytes)
+	for _, c := range []struct {
+		tiled  bool
+		budget int
+	}{{false, attnScratchBytes}, {true, attnScratchBytes}, {false, 1}, {true, 150 << 10}} {
+		tiledAttention, attnScratchBytes = c.tiled, c.budget
+		tiled := c.tiled
 		for _, D := range []int{64, 40} {
 			for _, p := range []int{5, 1023, 1024, 3000} {
 				const L = 11
@@ -290,7 +296,7 @@ func TestBatchInvariance(t *testing.T) {
 					alone := g.ToF32(g.Attention(g.FromF32(qs[l*Hq*D:(l+1)*Hq*D], 1, Hq, D),
 						g.Slice(k, 0, p+l+1), g.Slice(v, 0, p+l+1), compute.AttentionOptions{Mask: compute.Causal, QueryPos: seq(p+l, 1)}))
 					if err := sameBits(alone, verify[l*Hq*D:(l+1)*Hq*D]); err != nil {
-						t.Fatalf("attention (tiled %v, D=%d) at position %d: decode and verify differ: %v", tiled, D, p+l, err)
+						t.Fatalf("attention (tiled %v, scratch budget %d, D=%d) at position %d: decode and verify differ: %v", tiled, c.budget, D, p+l, err)
 					}
 				}
 			}
