@@ -110,8 +110,10 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		nsplit = max(nsplit, int(hi/attnChunk-lo/attnChunk)+1)
 	}
 	var qpos any
+	var qposT *compute.Tensor
 	if opt.QueryPos != nil {
-		qpos = ptrOf(b.ints(opt.QueryPos))
+		qposT = b.ints(opt.QueryPos)
+		qpos = ptrOf(qposT)
 	}
 	scale := opt.Scale
 	if scale == 0 {
@@ -135,7 +137,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	cmax := b.alloc(compute.F32, B*G*Hq*nscore)
 	pv := b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
 	pe := b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
-	so, mp := ptrOf(b.ints(slotOf)), ptrOf(b.ints(minpos))
+	soT, mpT := b.ints(slotOf), b.ints(minpos)
+	so, mp := ptrOf(soT), ptrOf(mpT)
 	qv, ov := q, out
 	if G < L {
 		qv, ov = q.Reshape(L, Hq, D), out.Reshape(L, Hq, Dv)
@@ -161,6 +164,10 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
 		b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(B * n), 1}, min(256, max(32, Dv)),
 			ptrOf(og), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)
+	}
+	b.recycle(sc, cmax, pv, pe, soT, mpT)
+	if qposT != nil {
+		b.recycle(qposT)
 	}
 	return out
 }

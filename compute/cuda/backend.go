@@ -144,6 +144,16 @@ func (b *Backend) alloc(dt compute.DType, shape ...int) *compute.Tensor {
 	return compute.NewTensor(dt, shape, &mem{ptr: blk.ptr, blk: blk})
 }
 
+// recycle hands op-internal scratch (uploaded index arrays, partial sums)
+// back to the pool as soon as its last use is queued, instead of when the
+// collector finds it: decode would otherwise allocate fresh device memory
+// for every op's scratch until the next collection.
+func (b *Backend) recycle(ts ...*compute.Tensor) {
+	for _, t := range ts {
+		b.pool.recycle(memOf(t).blk)
+	}
+}
+
 func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) {
 	k, ok := b.k[name]
 	if !ok {
@@ -422,6 +432,9 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 			return
 		}
 		b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk)
+		if out != y {
+			b.recycle(out)
+		}
 		return
 	}
 	if splits > 1 && gx > splitCounters {
@@ -433,6 +446,9 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	}
 	b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,
 		ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk, al)
+	if out != y {
+		b.recycle(out)
+	}
 }
 
 // splitCounters is the number of column-group counters the matmul kernels
@@ -501,7 +517,9 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 	}
 	out := b.alloc(compute.F32, len(ids), D)
 	if len(ids) > 0 && D > 0 {
-		b.launch("gather", [3]uint32{uint32(len(ids)), 1, 1}, 256, ptrOf(out), ptrOf(table), dtCode(table.DType()), ptrOf(b.ints(ids)), D)
+		idx := b.ints(ids)
+		b.launch("gather", [3]uint32{uint32(len(ids)), 1, 1}, 256, ptrOf(out), ptrOf(table), dtCode(table.DType()), ptrOf(idx), D)
+		b.recycle(idx)
 	}
 	return out
 }
@@ -583,7 +601,9 @@ func (b *Backend) RoPE(x *compute.Tensor, pos []int32, r *compute.RoPE) *compute
 	f32(x, "RoPE")
 	out := b.alloc(compute.F32, x.Shape()...)
 	if T*H > 0 && d > 0 {
-		b.launch("rope", [3]uint32{uint32(T * H), 1, 1}, 128, ptrOf(out), ptrOf(x), ptrOf(b.ints(pos)), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
+		p := b.ints(pos)
+		b.launch("rope", [3]uint32{uint32(T * H), 1, 1}, 128, ptrOf(out), ptrOf(x), ptrOf(p), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
+		b.recycle(p)
 	}
 	return out
 }

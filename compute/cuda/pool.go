@@ -28,8 +28,10 @@ type pool struct {
 
 // block is one allocation; views share it and keep it alive.
 type block struct {
-	ptr  uintptr
-	size int
+	ptr     uintptr
+	size    int
+	cleanup runtime.Cleanup // returns a pooled block to the pool
+	pooled  bool            // from get, not exact, and not yet recycled
 }
 
 func newPool(dev *Device) *pool {
@@ -109,9 +111,24 @@ func (p *pool) release() {
 }
 
 func (p *pool) track(ptr uintptr, size int) *block {
-	b := &block{ptr: ptr, size: size}
-	runtime.AddCleanup(b, p.put, [2]int{int(ptr), size})
+	b := &block{ptr: ptr, size: size, pooled: true}
+	b.cleanup = runtime.AddCleanup(b, p.put, [2]int{int(ptr), size})
 	return b
+}
+
+// recycle returns a block to the pool now rather than when it is collected:
+// its owner has queued its last use (work runs in issue order, so the pool
+// hands it only to later work) and keeps no view of it.
+func (p *pool) recycle(b *block) {
+	p.mu.Lock()
+	if !b.pooled {
+		p.mu.Unlock()
+		return
+	}
+	b.pooled = false
+	p.mu.Unlock()
+	b.cleanup.Stop()
+	p.put([2]int{int(b.ptr), b.size})
 }
 
 func (p *pool) put(a [2]int) {
