@@ -22,9 +22,16 @@ type pool struct {
 	mu      sync.Mutex
 	free    map[int][]uintptr // size class → cached device pointers
 	cached  int64             // bytes in free
-	sinceGC int64             // bytes handed out since the last forced GC
+	sinceGC int64             // bytes newly allocated since the last forced GC
+	newGC   int               // allocations newly made since the last forced GC
 	gcEvery int64
 }
+
+// gcAllocs forces a collection after this many new device allocations even
+// when they are small: a decode step makes a thousand or more small
+// tensors, and until the collector runs none of them returns to the pool,
+// so every op of every step would call the driver's allocator.
+const gcAllocs = 8192
 
 // block is one allocation; views share it and keep it alive.
 type block struct {
@@ -64,9 +71,10 @@ func (p *pool) get(n int) (*block, error) {
 		return p.track(ptr, size), nil
 	}
 	p.sinceGC += int64(size)
-	collect := p.sinceGC > p.gcEvery
+	p.newGC++
+	collect := p.sinceGC > p.gcEvery || p.newGC > gcAllocs
 	if collect {
-		p.sinceGC = 0
+		p.sinceGC, p.newGC = 0, 0
 	}
 	p.mu.Unlock()
 	if collect {
