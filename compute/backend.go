@@ -154,3 +154,25 @@ func ProportionalRoPE(dim int, theta float64, fraction float64) *RoPE {
 type MemoryInfo interface {
 	MemInfo() (free, total uint64, err error)
 }
+
+// Recorder is implemented by backends that can record the ops of a step
+// and launch them as one unit (CUDA graphs). BeginRecord and EndRecord
+// bracket a step; anything that reads a result on the host inside them ends
+// the recording early, so any sequence of ops is allowed. site names the
+// kind of step (a decode step, a verify pass of k rows), so that steps of
+// different shapes keep separate records.
+type Recorder interface {
+	BeginRecord(site string)
+	EndRecord()
+}
+
+// Record begins a recording on b if it records, and returns the function
+// that ends it (a no-op otherwise).
+func Record(b Backend, site string) (end func()) {
+	r, ok := b.(Recorder)
+	if !ok {
+		return func() {}
+	}
+	r.BeginRecord(site)
+	return r.EndRecord
+}

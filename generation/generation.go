@@ -99,7 +99,11 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		// A decode step is the same ops every time: backends that can
+		// record it launch it as one unit (CUDA graphs).
+		end := compute.Record(b, "decode")
 		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
+		end()
 		if err != nil {
 			return res, err
 		}

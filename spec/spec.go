@@ -158,7 +158,9 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		}
 		t0 := time.Now()
 		T := cache.Len()
+		end := compute.Record(b, fmt.Sprintf("verify%d", kr+1))
 		out, err := m.Forward([]gemma4.Row{{Tokens: append([]int32{pending}, prop.Tokens...), Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+		end()
 		if err != nil {
 			return res, err
 		}

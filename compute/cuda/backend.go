@@ -18,6 +18,7 @@ var opsSource string
 var (
 	_ compute.Backend    = (*Backend)(nil)
 	_ compute.MemoryInfo = (*Backend)(nil)
+	_ compute.Recorder   = (*Backend)(nil)
 )
 
 // Backend implements compute.Backend on one GPU. Tensors live in device
@@ -78,6 +79,22 @@ func New(ordinal int) (*Backend, error) {
 	b.counters = b.Zeros(compute.I32, splitCounters)
 	return b, nil
 }
+
+// BeginRecord implements compute.Recorder: with TANDEM_CUDA_GRAPHS=1 the
+// ops until EndRecord are captured into a CUDA graph (see graph.go).
+// Profiling runs unrecorded.
+func (b *Backend) BeginRecord(site string) {
+	if !b.dev.Graphs() || b.dev.profiling.Load() {
+		return
+	}
+	// The staging ring must not wrap inside a recording (wrapping waits
+	// for the device, which ends it): start from a ring with room.
+	b.stage.makeRoom(b.dev, stagingBytes/2)
+	b.dev.beginRecord(site)
+}
+
+// EndRecord implements compute.Recorder.
+func (b *Backend) EndRecord() { b.dev.endRecord() }
 
 // Name implements compute.Backend.
 func (b *Backend) Name() string { return "cuda" }
@@ -196,7 +213,9 @@ func (b *Backend) Zeros(dt compute.DType, shape ...int) *compute.Tensor {
 	t := b.alloc(dt, shape...)
 	if n := t.Len() * dt.Size(); n > 0 {
 		ptr := memOf(t).ptr
-		b.dev.post(func() error { return b.dev.d.check("cuMemsetD8Async", b.dev.d.cuMemsetD8Async(ptr, 0, uint64(n), 0)) })
+		b.dev.post(func() error {
+			return b.dev.d.check("cuMemsetD8Async", b.dev.d.cuMemsetD8Async(ptr, 0, uint64(n), b.dev.stream))
+		})
 	}
 	return t
 }
@@ -327,7 +346,7 @@ func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
 		// The asynchronous copy: the plain cuMemcpyDtoD made the host wait
 		// for the device (a KV write per layer then serialised host and GPU).
 		b.dev.post(func() error {
-			return b.dev.d.check("cuMemcpyDtoDAsync", b.dev.d.cuMemcpyDtoDAsync(dp, sp, bytes, 0))
+			return b.dev.d.check("cuMemcpyDtoDAsync", b.dev.d.cuMemcpyDtoDAsync(dp, sp, bytes, b.dev.stream))
 		})
 		return
 	}

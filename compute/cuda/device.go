@@ -24,6 +24,8 @@ type Device struct {
 	DriverVersion int         // e.g. 13000
 	asyncErr      error       // first failure of an asynchronous call; device thread only
 	prof          *profiler   // non-nil while profiling; device thread only
+	stream        uintptr     // the stream all work goes to: 0 (legacy) unless graphs are on
+	graphs        graphState  // device thread only
 	profiling     atomic.Bool // prof != nil, for the host side
 	closed        atomic.Bool
 	mu            sync.Mutex
@@ -75,7 +77,18 @@ func (dev *Device) loop(ordinal int, ready chan<- error) {
 		if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&dev.ctx, h)); err != nil {
 			return err
 		}
-		return d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(dev.ctx))
+		if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(dev.ctx)); err != nil {
+			return err
+		}
+		if graphsEnabled && d.graphs {
+			// Capture needs a stream of its own (the legacy stream cannot
+			// be captured); a blocking one, so the synchronous copies on
+			// the legacy stream still wait for it.
+			if err := d.check("cuStreamCreate", d.cuStreamCreate(&dev.stream, 0)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}()
 	ready <- err
 	if err != nil {
@@ -99,6 +112,7 @@ func (dev *Device) do(f func() error) error {
 	if dev.profiling.Load() {
 		name := callerName(1)
 		dev.work <- func() {
+			dev.endCapture()
 			if dev.prof != nil {
 				done <- dev.prof.call(name, f)
 				return
@@ -107,6 +121,23 @@ func (dev *Device) do(f func() error) error {
 		}
 		return <-done
 	}
+	dev.work <- func() {
+		// A synchronous call cannot join a capture: launch what was
+		// recorded so far first.
+		dev.endCapture()
+		done <- f()
+	}
+	return <-done
+}
+
+// doKeep is do for calls a capture allows (allocation, in relaxed mode):
+// a recording in progress goes on.
+func (dev *Device) doKeep(f func() error) error {
+	if dev.closed.Load() {
+		return errClosed
+	}
+	dev.flush()
+	done := make(chan error, 1)
 	dev.work <- func() { done <- f() }
 	return <-done
 }
@@ -138,7 +169,7 @@ type Buffer struct {
 // asked and how much is free.
 func (dev *Device) Alloc(n int) (Buffer, error) {
 	var p uintptr
-	err := dev.do(func() error {
+	err := dev.doKeep(func() error {
 		if r := dev.d.cuMemAlloc(&p, uint64(n)); r != 0 {
 			var free, total uint64
 			dev.d.cuMemGetInfo(&free, &total)
@@ -304,9 +335,7 @@ func (dev *Device) flush() {
 
 func (dev *Device) runAll(batch []func() error) {
 	for _, f := range batch {
-		if err := f(); err != nil && dev.asyncErr == nil {
-			dev.asyncErr = err
-		}
+		dev.runCall(f)
 	}
 }
 
@@ -350,14 +379,20 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 			pp = uintptr(unsafe.Pointer(&params[0]))
 		}
 		if dev.prof != nil {
-			defer dev.prof.around(dev.d, k.name)()
+			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
-			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), 0, pp, 0)
+			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), dev.stream, pp, 0)
 		runtime.KeepAlive(vals)
 		runtime.KeepAlive(params)
 		return dev.d.check("cuLaunchKernel", result(int32(r)))
 	}, nil
+}
+
+// wait waits for all work on the device, leaving an asynchronous failure
+// for Sync to report.
+func (dev *Device) wait() error {
+	return dev.do(func() error { return dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()) })
 }
 
 // Sync waits for all work on the device.

@@ -41,6 +41,16 @@ type driverAPI struct {
 	cuEventRecord            func(ev, stream uintptr) result
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
 	cuEventDestroy           func(ev uintptr) result
+	// Graphs (optional: nil when the driver lacks them).
+	cuStreamCreate              func(s *uintptr, flags uint32) result
+	cuStreamBeginCapture        func(s uintptr, mode int32) result
+	cuStreamEndCapture          func(s uintptr, g *uintptr) result
+	cuGraphInstantiateWithFlags func(exec *uintptr, g uintptr, flags uint64) result
+	cuGraphExecUpdate           func(exec, g uintptr, info unsafe.Pointer) result
+	cuGraphLaunch               func(exec, s uintptr) result
+	cuGraphDestroy              func(g uintptr) result
+	cuGraphExecDestroy          func(exec uintptr) result
+	graphs                      bool // every graph call above resolved
 	// launchFn is cuLaunchKernel's address, called through SyscallN on the
 	// hot path (RegisterLibFunc's reflection costs microseconds per call).
 	launchFn uintptr
@@ -83,6 +93,19 @@ func loadDriver() (*driverAPI, error) {
 			if _, err := purego.Dlsym(h, name); err != nil {
 				driverErr = fmt.Errorf("cuda: the driver library lacks %s: %v", name, err)
 				return
+			}
+			purego.RegisterLibFunc(fn, h, name)
+		}
+		d.graphs = true
+		for name, fn := range map[string]any{
+			"cuStreamCreate": &d.cuStreamCreate, "cuStreamBeginCapture_v2": &d.cuStreamBeginCapture,
+			"cuStreamEndCapture": &d.cuStreamEndCapture, "cuGraphInstantiateWithFlags": &d.cuGraphInstantiateWithFlags,
+			"cuGraphExecUpdate_v2": &d.cuGraphExecUpdate, "cuGraphLaunch": &d.cuGraphLaunch,
+			"cuGraphDestroy": &d.cuGraphDestroy, "cuGraphExecDestroy": &d.cuGraphExecDestroy,
+		} {
+			if _, err := purego.Dlsym(h, name); err != nil {
+				d.graphs = false
+				continue
 			}
 			purego.RegisterLibFunc(fn, h, name)
 		}

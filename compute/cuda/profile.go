@@ -80,12 +80,12 @@ func (p *profiler) event(d *driverAPI) uintptr {
 
 // around records an event before a launch and returns the function that
 // records the one after it.
-func (p *profiler) around(d *driverAPI, name string) func() {
+func (p *profiler) around(d *driverAPI, stream uintptr, name string) func() {
 	a := p.event(d)
-	d.cuEventRecord(a, 0)
+	d.cuEventRecord(a, stream)
 	return func() {
 		b := p.event(d)
-		d.cuEventRecord(b, 0)
+		d.cuEventRecord(b, stream)
 		p.marks = append(p.marks, profMark{name, a, b, time.Since(p.start)})
 	}
 }
@@ -123,7 +123,7 @@ func (dev *Device) StartProfile() error {
 		}
 		p := &profiler{start: time.Now()}
 		p.base = p.event(dev.d)
-		dev.d.cuEventRecord(p.base, 0)
+		dev.d.cuEventRecord(p.base, dev.stream)
 		dev.prof = p
 		dev.profiling.Store(true)
 		return nil

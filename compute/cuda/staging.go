@@ -42,7 +42,7 @@ func (s *staging) upload(dev *Device, dst uintptr, src []byte) bool {
 	if s.off+n > stagingBytes {
 		// Wrapping: every copy queued from the ring must have run before
 		// its bytes are overwritten.
-		if dev.Sync() != nil {
+		if dev.wait() != nil {
 			s.mu.Unlock()
 			return false
 		}
@@ -53,7 +53,23 @@ func (s *staging) upload(dev *Device, dst uintptr, src []byte) bool {
 	s.mu.Unlock()
 	copy(unsafe.Slice((*byte)(at), n), src)
 	dev.post(func() error {
-		return dev.d.check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, at, uint64(n), 0))
+		return dev.d.check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, at, uint64(n), dev.stream))
 	})
 	return true
+}
+
+// makeRoom waits for the device and rewinds the ring when fewer than n
+// bytes are left, so the next n bytes of uploads will not wrap.
+func (s *staging) makeRoom(dev *Device, n int) {
+	if s.base == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off+n <= stagingBytes {
+		return
+	}
+	if dev.wait() == nil {
+		s.off = 0
+	}
 }

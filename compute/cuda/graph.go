@@ -1,0 +1,143 @@
+package cuda
+
+import (
+	"os"
+	"unsafe"
+)
+
+// CUDA graphs. Between BeginRecord and EndRecord the work queued on the
+// device's stream is captured into a graph instead of launched, then the
+// graph is launched as one unit: the GPU runs its kernels without waiting
+// for each launch, and a site's graph is updated in place when the next
+// step's capture has the same shape. A synchronous call inside a recording
+// (a download, a synchronous upload, a Sync) ends it early and launches
+// what was captured so far, so any sequence of ops is allowed; if capture
+// or launch fails, the recorded calls run directly, so nothing is lost.
+//
+// Written without a GPU to run on (TANDEM_CUDA_GRAPHS=1 turns it on; the
+// tests in graph_test.go compare recorded steps with direct ones).
+var graphsEnabled = os.Getenv("TANDEM_CUDA_GRAPHS") == "1"
+
+const captureModeRelaxed = 2 // CU_STREAM_CAPTURE_MODE_RELAXED: allocation is allowed while capturing
+
+// graphState is the device thread's record of graphs.
+type graphState struct {
+	execs map[string]uintptr // instantiated graph per site
+	rec   *recording         // non-nil while capturing
+	// Launched and Fallbacks count recordings launched as graphs and
+	// recordings that had to run directly.
+	launched, fallbacks int
+}
+
+type recording struct {
+	site  string
+	calls []func() error // the captured calls, to run directly if the graph fails
+	err   error          // the first call that failed while capturing
+}
+
+// Graphs reports whether recordings become graphs on this device.
+func (dev *Device) Graphs() bool { return dev.stream != 0 }
+
+// beginRecord starts capturing the stream's work for site.
+func (dev *Device) beginRecord(site string) {
+	if !dev.Graphs() || dev.closed.Load() {
+		return
+	}
+	dev.flush()
+	dev.work <- func() {
+		if dev.graphs.rec != nil || dev.asyncErr != nil {
+			return
+		}
+		if dev.d.cuStreamBeginCapture(dev.stream, captureModeRelaxed) != 0 {
+			dev.graphs.fallbacks++
+			return
+		}
+		dev.graphs.rec = &recording{site: site}
+	}
+}
+
+// endRecord ends a recording and launches it.
+func (dev *Device) endRecord() {
+	if !dev.Graphs() || dev.closed.Load() {
+		return
+	}
+	dev.flush()
+	dev.work <- dev.endCapture
+}
+
+// runCall runs one posted call; while capturing it is also kept for a
+// direct rerun, and its failure is the capture's, not the device's.
+func (dev *Device) runCall(f func() error) {
+	if rec := dev.graphs.rec; rec != nil {
+		rec.calls = append(rec.calls, f)
+		if err := f(); err != nil && rec.err == nil {
+			rec.err = err
+		}
+		return
+	}
+	if err := f(); err != nil && dev.asyncErr == nil {
+		dev.asyncErr = err
+	}
+}
+
+// endCapture ends the capture in progress, if any, and launches the graph;
+// on any failure the recorded calls run directly. Device thread only.
+func (dev *Device) endCapture() {
+	rec := dev.graphs.rec
+	if rec == nil {
+		return
+	}
+	dev.graphs.rec = nil
+	var g uintptr
+	ok := dev.d.cuStreamEndCapture(dev.stream, &g) == 0 && rec.err == nil
+	if ok && g != 0 {
+		ok = dev.launchGraph(rec.site, g)
+	}
+	if g != 0 {
+		dev.d.cuGraphDestroy(g)
+	}
+	if ok {
+		dev.graphs.launched++
+		return
+	}
+	dev.graphs.fallbacks++
+	for _, f := range rec.calls {
+		if err := f(); err != nil && dev.asyncErr == nil {
+			dev.asyncErr = err
+		}
+	}
+}
+
+// launchGraph updates site's executable graph to g (or instantiates one
+// when the update is refused: a different shape) and launches it.
+func (dev *Device) launchGraph(site string, g uintptr) bool {
+	if dev.graphs.execs == nil {
+		dev.graphs.execs = map[string]uintptr{}
+	}
+	exec := dev.graphs.execs[site]
+	if exec != 0 {
+		var info [64]byte // CUgraphExecUpdateResultInfo
+		if dev.d.cuGraphExecUpdate(exec, g, unsafe.Pointer(&info[0])) != 0 {
+			dev.d.cuGraphExecDestroy(exec)
+			exec = 0
+			delete(dev.graphs.execs, site)
+		}
+	}
+	if exec == 0 {
+		if dev.d.cuGraphInstantiateWithFlags(&exec, g, 0) != 0 {
+			return false
+		}
+		dev.graphs.execs[site] = exec
+	}
+	return dev.d.cuGraphLaunch(exec, dev.stream) == 0
+}
+
+// GraphStats reports how many recordings ran as graphs and how many ran
+// directly after a capture or launch failed.
+func (dev *Device) GraphStats() (launched, fallbacks int) {
+	dev.do(func() error {
+		launched, fallbacks = dev.graphs.launched, dev.graphs.fallbacks
+		return nil
+	})
+	return launched, fallbacks
+}
