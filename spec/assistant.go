@@ -79,8 +79,11 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 				idx = append(idx, i)
 			}
 		}
+		// Recorded (CUDA graphs) up to the first download of its result.
+		end := compute.Record(b, fmt.Sprintf("draft%d", len(rows)))
 		out, err := a.Step(rows, opt)
 		if err != nil {
+			end()
 			return nil, err
 		}
 		var greedy []int32 // computed once for all rows, when some row drafts greedily
@@ -107,6 +110,7 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 			props[i].Tokens = append(props[i].Tokens, toks[i])
 			hidden[i] = b.Slice(out.Next, x, x+1)
 		}
+		end()
 	}
 	return props, nil
 }
