@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -129,6 +130,9 @@ func newBench() *cobra.Command {
 					return err
 				}
 			}
+			// Building random weights leaves gigabytes of host garbage; collect
+			// it now rather than in the middle of a measurement.
+			runtime.GC()
 			roof := copyBandwidth(b)
 			bytes := m.DecodeBytes()
 			var rows []benchRow
