@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Measures the published shapes on the GPU machine, with the defaults and
+# with the switches for code not yet validated there (docs/gpu.md, "Written,
+# not yet run on a GPU"), each in its own process (the switches are read at
+# start-up). Reports go to $OUT (or ./gpu-logs), one file per run.
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill]...   (default: e2b 31b)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+bin=bin/gpu/tandem
+[ -x "$bin" ] || { echo "measure.sh: $bin is missing; run scripts/gpu/build.sh here first" >&2; exit 2; }
+switches=(TANDEM_CUDA_MATMUL=tiled TANDEM_CUDA_ATTN=tiled TANDEM_CUDA_GRAPHS=1)
+bench() { # name, env..., -- bench args...
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  echo "== $name"
+  env "${envs[@]}" "$bin" bench --device cuda "$@" >"$out/$name.txt" 2>"$out/$name.err"
+  local rc=$?
+  grep -v '^\s*$' "$out/$name.txt" | head -8
+  [ $rc -eq 0 ] || tail -3 "$out/$name.err"
+}
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=(e2b 31b)
+for w in "${want[@]}"; do
+  case $w in
+    e2b | 31b)
+      args=(--preset "gemma4-$w" --draft auto --synthetic-acceptance 0.8 --contexts 128 --tokens 32 --kernel-profile)
+      bench "$w-default" -- "${args[@]}"
+      bench "$w-switches" "${switches[@]}" -- "${args[@]}"
+      ;;
+    prefill) # a long prompt on the 31B shape: prefill, and decode after it
+      args=(--preset gemma4-31b --contexts 4k --tokens 8)
+      bench "prefill-default" -- "${args[@]}"
+      bench "prefill-switches" "${switches[@]}" -- "${args[@]}"
+      ;;
+    *) echo "measure.sh: unknown run $w" >&2; exit 2 ;;
+  esac
+done
