@@ -481,7 +481,10 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		vNew = b.RMSNorm(v, nil, eps)
 	}
 	views[i] = make([]kvView, len(rows))
-	out := b.Zeros(compute.F32, N, nH, d)
+	var out *compute.Tensor
+	if len(rows) > 1 {
+		out = b.Zeros(compute.F32, N, nH, d)
+	}
 	for ri, r := range rows {
 		s, e := offsets[ri], offsets[ri+1]
 		var kv kvView
@@ -497,7 +500,12 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		if l.Type == Sliding {
 			opt.Window = c.SlidingWindow
 		}
-		b.Copy(out, s, b.Attention(b.Slice(q, s, e), kv.k, kv.v, opt))
+		a := b.Attention(b.Slice(q, s, e), kv.k, kv.v, opt)
+		if out == nil { // one row: its attention is the whole output
+			out = a
+			continue
+		}
+		b.Copy(out, s, a)
 	}
 	return b.MatMul(out.Reshape(N, nH*d), l.o)
 }
