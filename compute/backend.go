@@ -176,3 +176,30 @@ func Record(b Backend, site string) (end func()) {
 	r.BeginRecord(site)
 	return r.EndRecord
 }
+
+// Fused is implemented by backends with fused forms of op sequences the
+// models repeat every layer. Each must give exactly the bits of the
+// sequence it replaces; the functions below use the fused form when the
+// backend has one and the sequence otherwise.
+type Fused interface {
+	AddRMSNorm(r, x, w *Tensor, eps float32) *Tensor
+	RMSNormRoPE(x, w *Tensor, eps float32, pos []int32, rope *RoPE) *Tensor
+}
+
+// AddRMSNorm is Add(r, RMSNorm(x, w, eps)): a residual stream plus a
+// normalised branch.
+func AddRMSNorm(b Backend, r, x, w *Tensor, eps float32) *Tensor {
+	if f, ok := b.(Fused); ok {
+		return f.AddRMSNorm(r, x, w, eps)
+	}
+	return b.Add(r, b.RMSNorm(x, w, eps))
+}
+
+// RMSNormRoPE is RoPE(RMSNorm(x, w, eps), pos, rope): the per-head query and
+// key norms before the rotation.
+func RMSNormRoPE(b Backend, x, w *Tensor, eps float32, pos []int32, rope *RoPE) *Tensor {
+	if f, ok := b.(Fused); ok {
+		return f.RMSNormRoPE(x, w, eps, pos, rope)
+	}
+	return b.RoPE(b.RMSNorm(x, w, eps), pos, rope)
+}

@@ -19,6 +19,7 @@ var (
 	_ compute.Backend    = (*Backend)(nil)
 	_ compute.MemoryInfo = (*Backend)(nil)
 	_ compute.Recorder   = (*Backend)(nil)
+	_ compute.Fused      = (*Backend)(nil)
 )
 
 // Backend implements compute.Backend on one GPU. Tensors live in device
@@ -54,7 +55,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
@@ -585,17 +586,69 @@ func (b *Backend) Concat(x, y *compute.Tensor) *compute.Tensor {
 func (b *Backend) RMSNorm(x, w *compute.Tensor, eps float32) *compute.Tensor {
 	f32(x, "RMSNorm")
 	D := x.Dim(-1)
-	var wp any
-	wt := 0
-	if w != nil {
-		if w.Len() != D {
-			panic(fmt.Sprintf("cuda: RMSNorm of %v with weight %v", x, w))
-		}
-		wp, wt = ptrOf(w), dtCode(w.DType())
-	}
+	wp, wt := normWeight(x, w, D, "RMSNorm")
 	out := b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
-		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps)
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, nil)
+	}
+	return out
+}
+
+// normWeight checks a norm's weight against rows of D and returns its
+// kernel arguments (a null pointer for none).
+func normWeight(x, w *compute.Tensor, D int, op string) (any, int) {
+	if w == nil {
+		return nil, 0
+	}
+	if w.Len() != D {
+		panic(fmt.Sprintf("cuda: %s of %v with weight %v", op, x, w))
+	}
+	return ptrOf(w), dtCode(w.DType())
+}
+
+// fusedOps turns on the fused kernels (TANDEM_CUDA_FUSE=1): written and
+// pinned bitwise to the op sequences they replace by TestFusedOpsMatch,
+// not yet run on a GPU, so off by default.
+var fusedOps = os.Getenv("TANDEM_CUDA_FUSE") == "1"
+
+// AddRMSNorm implements compute.Fused: rmsnorm adds the residual row as
+// it writes.
+func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tensor {
+	if !fusedOps {
+		return b.Add(r, b.RMSNorm(x, w, eps))
+	}
+	f32(x, "AddRMSNorm")
+	f32(r, "AddRMSNorm")
+	if !compute.SameShape(r.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("cuda: AddRMSNorm of %v onto %v", x, r))
+	}
+	D := x.Dim(-1)
+	wp, wt := normWeight(x, w, D, "AddRMSNorm")
+	out := b.alloc(compute.F32, x.Shape()...)
+	if R := x.Rows(); R > 0 && D > 0 {
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, ptrOf(r))
+	}
+	return out
+}
+
+// RMSNormRoPE implements compute.Fused: one kernel normalises each head's
+// row and rotates it.
+func (b *Backend) RMSNormRoPE(x, w *compute.Tensor, eps float32, pos []int32, r *compute.RoPE) *compute.Tensor {
+	if !fusedOps {
+		return b.RoPE(b.RMSNorm(x, w, eps), pos, r)
+	}
+	T, H, d, err := compute.CheckRoPE(x, pos, r)
+	if err != nil {
+		panic("cuda: " + err.Error())
+	}
+	f32(x, "RMSNormRoPE")
+	wp, wt := normWeight(x, w, d, "RMSNormRoPE")
+	out := b.alloc(compute.F32, x.Shape()...)
+	if T*H > 0 && d > 0 {
+		p := b.ints(pos)
+		b.launch("rmsnorm_rope", [3]uint32{uint32(T * H), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, eps,
+			ptrOf(p), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
+		b.recycle(p)
 	}
 	return out
 }

@@ -513,3 +513,38 @@ func TestSplitMemoForgetsWrites(t *testing.T) {
 		t.Fatalf("a view of the remembered tensor: %v", err)
 	}
 }
+
+// The fused kernels must give the bits of the op sequences they replace:
+// AddRMSNorm (with and without a weight, rows not a multiple of the block)
+// and RMSNormRoPE (full and partial rotation, bf16 and f32 weights).
+func TestFusedOpsMatch(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(on bool) { fusedOps = on }(fusedOps)
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, D := range []int{1536, 300, 5376} {
+		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
+		for _, w := range []*compute.Tensor{nil, weight(g, compute.BF16, randF32(r, D), D)} {
+			fusedOps = false
+			want := g.ToF32(g.AddRMSNorm(res, x, w, 1e-6))
+			fusedOps = true
+			if err := sameBits(g.ToF32(g.AddRMSNorm(res, x, w, 1e-6)), want); err != nil {
+				t.Fatalf("AddRMSNorm D=%d weight %v: fused differs: %v", D, w != nil, err)
+			}
+		}
+	}
+	const T, H = 3, 4
+	for _, d := range []int{256, 512, 64} {
+		x := g.FromF32(randF32(r, T*H*d), T, H, d)
+		pos := []int32{7, 1000, 4095}
+		for _, rope := range []*compute.RoPE{compute.DefaultRoPE(d, 10000), compute.ProportionalRoPE(d, 1e6, 0.25)} {
+			for _, w := range []*compute.Tensor{weight(g, compute.BF16, randF32(r, d), d), weight(g, compute.F32, randF32(r, d), d), nil} {
+				fusedOps = false
+				want := g.ToF32(g.RMSNormRoPE(x, w, 1e-6, pos, rope))
+				fusedOps = true
+				if err := sameBits(g.ToF32(g.RMSNormRoPE(x, w, 1e-6, pos, rope)), want); err != nil {
+					t.Fatalf("RMSNormRoPE d=%d rope dim %d weight %v: fused differs: %v", d, rope.Dim, w, err)
+				}
+			}
+		}
+	}
+}

@@ -327,7 +327,7 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		r := z
 		h := b.RMSNorm(z, l.inNorm, eps)
 		nH, d := c.NumAttentionHeads, l.HeadDim
-		q := b.RoPE(b.RMSNorm(b.MatMul(h, l.q).Reshape(B, nH, d), l.qNorm, eps), qpos, l.rope)
+		q := compute.RMSNormRoPE(b, b.MatMul(h, l.q).Reshape(B, nH, d), l.qNorm, eps, qpos, l.rope)
 		out := b.Zeros(compute.F32, B, nH, d)
 		for ri, row := range rows {
 			v := row.Snap.views[l.Type]
@@ -339,11 +339,11 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 			}
 			b.Copy(out, ri, b.Attention(b.Slice(q, ri, ri+1), v.k, v.v, opt2))
 		}
-		z = b.Add(r, b.RMSNorm(b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, eps))
+		z = compute.AddRMSNorm(b, r, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, eps)
 		r = z
 		h = b.RMSNorm(z, l.preFFNorm, eps)
 		f := b.MatMul(b.GeluMul(b.MatMul(h, l.gate), b.MatMul(h, l.up)), l.down)
-		z = b.Mul(b.Add(r, b.RMSNorm(f, l.postFFNorm, eps)), l.scalar)
+		z = b.Mul(compute.AddRMSNorm(b, r, f, l.postFFNorm, eps), l.scalar)
 	}
 	n := b.RMSNorm(z, a.norm, eps)
 	return &StepOutput{Normed: n, Next: b.MatMul(n, a.postProj)}, nil

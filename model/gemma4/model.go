@@ -372,11 +372,11 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			layerPLE = m.pleSlice(ple, i)
 		}
 		a := m.attention(l, h, pos, rows, offsets, views, i)
-		x = b.Add(r, b.RMSNorm(a, l.postAttnNorm, float32(c.RMSNormEps)))
-		x = b.Add(x, b.RMSNorm(m.feedForward(l, x), l.postFFNorm, float32(c.RMSNormEps)))
+		x = compute.AddRMSNorm(b, r, a, l.postAttnNorm, float32(c.RMSNormEps))
+		x = compute.AddRMSNorm(b, x, m.feedForward(l, x), l.postFFNorm, float32(c.RMSNormEps))
 		if layerPLE != nil {
 			g := b.Mul(b.GeluTanh(b.MatMul(x, l.pleGate)), layerPLE)
-			x = b.Add(x, b.RMSNorm(b.MatMul(g, l.pleProj), l.plePostNorm, float32(c.RMSNormEps)))
+			x = compute.AddRMSNorm(b, x, b.MatMul(g, l.pleProj), l.plePostNorm, float32(c.RMSNormEps))
 		}
 		x = b.Mul(x, l.scalar)
 	}
@@ -469,7 +469,7 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	eps := float32(c.RMSNormEps)
 	N, nH, d := h.Dim(0), c.NumAttentionHeads, l.HeadDim
 	rope := l.rope
-	q := b.RoPE(b.RMSNorm(b.MatMul(h, l.q).Reshape(N, nH, d), l.qNorm, eps), pos, rope)
+	q := compute.RMSNormRoPE(b, b.MatMul(h, l.q).Reshape(N, nH, d), l.qNorm, eps, pos, rope)
 	var kNew, vNew *compute.Tensor
 	if !l.Shared {
 		k := b.MatMul(h, l.k).Reshape(N, l.KVHeads, d)
@@ -477,7 +477,7 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		if !l.KEqV {
 			v = b.MatMul(h, l.v).Reshape(N, l.KVHeads, d)
 		}
-		kNew = b.RoPE(b.RMSNorm(k, l.kNorm, eps), pos, rope)
+		kNew = compute.RMSNormRoPE(b, k, l.kNorm, eps, pos, rope)
 		vNew = b.RMSNorm(v, nil, eps)
 	}
 	views[i] = make([]kvView, len(rows))
@@ -521,7 +521,7 @@ func (m *Model) feedForward(l *layer, x *compute.Tensor) *compute.Tensor {
 	if !c.EnableMoEBlock {
 		return f
 	}
-	return b.Add(b.RMSNorm(f, l.postFF1, eps), b.RMSNorm(m.experts(l, x), l.postFF2, eps))
+	return compute.AddRMSNorm(b, b.RMSNorm(f, l.postFF1, eps), m.experts(l, x), l.postFF2, eps)
 }
 
 // experts routes each token to its top-k experts and sums their weighted

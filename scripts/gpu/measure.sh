@@ -10,7 +10,7 @@ out=${OUT:-gpu-logs}
 mkdir -p "$out"
 bin=bin/gpu/tandem
 [ -x "$bin" ] || { echo "measure.sh: $bin is missing; run scripts/gpu/build.sh here first" >&2; exit 2; }
-switches=(TANDEM_CUDA_MATMUL=tiled TANDEM_CUDA_ATTN=tiled TANDEM_CUDA_GRAPHS=1)
+switches=(TANDEM_CUDA_MATMUL=tiled TANDEM_CUDA_ATTN=tiled TANDEM_CUDA_GRAPHS=1 TANDEM_CUDA_FUSE=1)
 bench() { # name, env..., -- bench args...
   local name=$1; shift
   local envs=()

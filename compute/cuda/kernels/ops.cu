@@ -142,21 +142,62 @@ __device__ double block_sum_d(double v, double* sh) {
 }
 
 // rmsnorm: one block per row; w (dtype wt) may be null.
-extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps) {
-    __shared__ double sh[RBLOCK];
-    const float* xr = x + (size_t)blockIdx.x * D;
-    float* yr = out + (size_t)blockIdx.x * D;
+// row_rscale is 1/sqrt(mean(x²) + eps) of a row of D, in double, rounded
+// once; every thread of the block gets it.
+__device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, double* sh) {
     double ss = 0;
     for (int j = threadIdx.x; j < D; j += RBLOCK) ss += (double)xr[j] * (double)xr[j];
     ss = block_sum_d(ss, sh);
-    const float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+}
+
+// normed is element j of a row scaled by r and by the weight, if any.
+__device__ __forceinline__ float normed(const float* xr, int j, float r, const void* w, int wt) {
+    const float v = __fmul_rn(xr[j], r);
+    return w ? __fmul_rn(v, load(w, wt, j)) : v;
+}
+
+// rmsnorm: one block per row. With res, the row is added to res's row
+// after the norm: the bits of Add(res, RMSNorm(x)).
+extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res) {
+    __shared__ double sh[RBLOCK];
+    const float* xr = x + (size_t)blockIdx.x * D;
+    float* yr = out + (size_t)blockIdx.x * D;
+    const float r = row_rscale(xr, D, eps, sh);
+    const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
     for (int j = threadIdx.x; j < D; j += RBLOCK) {
-        const float v = __fmul_rn(xr[j], r);
-        yr[j] = w ? __fmul_rn(v, load(w, wt, j)) : v;
+        const float v = normed(xr, j, r, w, wt);
+        yr[j] = rr ? __fadd_rn(rr[j], v) : v;
     }
 }
 
 // rope: one block per (token, head) row of d values; pairs (j, j+half).
+// rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (RBLOCK threads,
+// as rmsnorm) per (token, head) row of d: rmsnorm's scale and rope's
+// rotation, the bits of the two kernels in sequence.
+extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* w, int wt, float eps,
+                                        const int* pos, const float* freq, int H, int d, int half) {
+    __shared__ double sh[RBLOCK];
+    const int t = blockIdx.x / H;
+    const float* xr = x + (size_t)blockIdx.x * d;
+    float* yr = out + (size_t)blockIdx.x * d;
+    const float r = row_rscale(xr, d, eps, sh);
+    const float p = (float)pos[t];
+    for (int j = threadIdx.x; j < half; j += RBLOCK) {
+        const float f = freq[j], x0 = normed(xr, j, r, w, wt), x1 = normed(xr, j + half, r, w, wt);
+        if (f == 0.0f) {
+            yr[j] = x0;
+            yr[j + half] = x1;
+            continue;
+        }
+        const double a = (double)__fmul_rn(p, f);
+        const float c = (float)cos(a), s = (float)sin(a);
+        yr[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+    for (int j = 2 * half + threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, w, wt);
+}
+
 extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
     const int t = blockIdx.x / H;
     const float* xr = x + (size_t)blockIdx.x * d;
