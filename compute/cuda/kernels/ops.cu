@@ -172,6 +172,20 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
 }
 
 // rope: one block per (token, head) row of d values; pairs (j, j+half).
+// rotate writes the pair (j, j + half) rotated by position p at frequency f
+// (unrotated where f is 0: partial rotary).
+__device__ __forceinline__ void rotate(float* yr, int j, int half, float x0, float x1, float p, float f) {
+    if (f == 0.0f) {
+        yr[j] = x0;
+        yr[j + half] = x1;
+        return;
+    }
+    const double a = (double)__fmul_rn(p, f);
+    const float c = (float)cos(a), s = (float)sin(a);
+    yr[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 // rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (RBLOCK threads,
 // as rmsnorm) per (token, head) row of d: rmsnorm's scale and rope's
 // rotation, the bits of the two kernels in sequence.
@@ -183,18 +197,8 @@ extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* 
     float* yr = out + (size_t)blockIdx.x * d;
     const float r = row_rscale(xr, d, eps, sh);
     const float p = (float)pos[t];
-    for (int j = threadIdx.x; j < half; j += RBLOCK) {
-        const float f = freq[j], x0 = normed(xr, j, r, w, wt), x1 = normed(xr, j + half, r, w, wt);
-        if (f == 0.0f) {
-            yr[j] = x0;
-            yr[j + half] = x1;
-            continue;
-        }
-        const double a = (double)__fmul_rn(p, f);
-        const float c = (float)cos(a), s = (float)sin(a);
-        yr[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-    }
+    for (int j = threadIdx.x; j < half; j += RBLOCK)
+        rotate(yr, j, half, normed(xr, j, r, w, wt), normed(xr, j + half, r, w, wt), p, freq[j]);
     for (int j = 2 * half + threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, w, wt);
 }
 
@@ -203,18 +207,7 @@ extern "C" __global__ void rope(float* out, const float* x, const int* pos, cons
     const float* xr = x + (size_t)blockIdx.x * d;
     float* yr = out + (size_t)blockIdx.x * d;
     const float p = (float)pos[t];
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float f = freq[j], x0 = xr[j], x1 = xr[j + half];
-        if (f == 0.0f) {
-            yr[j] = x0;
-            yr[j + half] = x1;
-            continue;
-        }
-        const double a = (double)__fmul_rn(p, f);
-        const float c = (float)cos(a), s = (float)sin(a);
-        yr[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-    }
+    for (int j = threadIdx.x; j < half; j += blockDim.x) rotate(yr, j, half, xr[j], xr[j + half], p, freq[j]);
     for (int j = 2 * half + threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j];
 }
 
