@@ -139,17 +139,22 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	pe := b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
 	soT, mpT := b.ints(slotOf), b.ints(minpos)
 	so, mp := ptrOf(soT), ptrOf(mpT)
+	parts, pp := b.emitParts(out) // the o projection's split, written as the output is
 	qv, ov := q, out
 	if G < L {
 		qv, ov = q.Reshape(L, Hq, D), out.Reshape(L, Hq, Dv)
 	}
 	for l0 := 0; l0 < L; l0 += G {
 		n := min(G, L-l0)
-		qg, og, qp := qv, ov, qpos
+		qg, og, qp, pg := qv, ov, qpos, pp
 		if G < L {
 			qg, og = b.Slice(qv, l0, l0+n), b.Slice(ov, l0, l0+n)
 			if buf, ok := qpos.(Buffer); ok {
 				qp = Buffer{ptr: buf.ptr + uintptr(4*l0), Size: buf.Size - 4*l0}
+			}
+			if buf, ok := pp.(Buffer); ok { // each part plane starts l0 rows in
+				off := 2 * l0 * Hq * Dv
+				pg = Buffer{ptr: buf.ptr + uintptr(off), Size: buf.Size - off}
 			}
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
@@ -163,7 +168,10 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256,
 			ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
 		b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(B * n), 1}, min(256, max(32, Dv)),
-			ptrOf(og), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit)
+			ptrOf(og), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit, pg, out.Len())
+	}
+	if parts != nil {
+		b.remember(out, parts)
 	}
 	b.recycle(sc, cmax, pv, pe, soT, mpT)
 	if qposT != nil {

@@ -37,16 +37,12 @@ type Backend struct {
 	stage *staging
 	k     map[string]Kernel
 
-	mu        sync.Mutex
-	ropes     map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
-	lastSplit struct {                          // see splitParts
-		x     *mem
-		n     int
-		parts *compute.Tensor
-	}
-	counters *compute.Tensor // splitCounters zeros, reset by the kernels after use
-	spunAt   time.Time       // last Spin, until the next download
-	issued   []time.Duration // see IssueTimes
+	mu       sync.Mutex
+	ropes    map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+	splits   []splitEntry                      // see splitParts
+	counters *compute.Tensor                   // splitCounters zeros, reset by the kernels after use
+	spunAt   time.Time                         // last Spin, until the next download
+	issued   []time.Duration                   // see IssueTimes
 
 	bwOnce sync.Once
 	bw     float64
@@ -331,7 +327,7 @@ func (b *Backend) Slice(t *compute.Tensor, start, end int) *compute.Tensor {
 
 // Copy implements compute.Backend with the CPU backend's conversions.
 func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
-	b.forgetSplit()
+	b.forgetWrites(dst)
 	if dst.Rank() == 0 || src.Rank() == 0 || !compute.SameShape(dst.Shape()[1:], src.Shape()[1:]) ||
 		start < 0 || start+src.Dim(0) > dst.Dim(0) {
 		panic(fmt.Sprintf("cuda: Copy %v into %v at %d", src, dst, start))
@@ -475,32 +471,72 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 // use to let the last K split of a group sum the partials.
 const splitCounters = 1 << 16
 
-// splitParts returns x's three bf16 parts (hi, mid, lo: [3][n]). The last
-// split is remembered: the q, k and v projections (and gate and up) share
-// their input, and the split need not run three times. Tensors are written
-// only when made, except through Copy and AddRows, which forget it.
+// splitEntry is a tensor's remembered split: its three bf16 parts.
+type splitEntry struct {
+	x     *mem
+	n     int
+	parts *compute.Tensor
+}
+
+// maxSplits is how many splits the backend remembers.
+const maxSplits = 8
+
+// splitParts returns x's three bf16 parts (hi, mid, lo: [3][n]). Splits are
+// remembered: the q, k and v projections (and gate and up) share their
+// input, and with fused kernels the op that made x may have written its
+// parts already. Tensors are written only when made, except through Copy
+// and AddRows, which forget what they overwrite.
 func (b *Backend) splitParts(x *compute.Tensor, n int) *compute.Tensor {
 	m := memOf(x)
 	b.mu.Lock()
-	if b.lastSplit.x == m && b.lastSplit.n == n {
-		xs := b.lastSplit.parts
-		b.mu.Unlock()
-		return xs
+	for _, e := range b.splits {
+		if e.x == m && e.n == n {
+			b.mu.Unlock()
+			return e.parts
+		}
 	}
 	b.mu.Unlock()
 	xs := b.alloc(compute.BF16, 3, n)
 	b.launch("split_bf16", grid1(n), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), n)
-	b.mu.Lock()
-	b.lastSplit.x, b.lastSplit.n, b.lastSplit.parts = m, n, xs
-	b.mu.Unlock()
+	b.remember(x, xs)
 	return xs
 }
 
-// forgetSplit drops the remembered split: a tensor is being written.
-func (b *Backend) forgetSplit() {
+// remember records parts as t's split.
+func (b *Backend) remember(t, parts *compute.Tensor) {
 	b.mu.Lock()
-	b.lastSplit.x, b.lastSplit.parts = nil, nil
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	if len(b.splits) == maxSplits {
+		b.splits = append(b.splits[:0], b.splits[1:]...)
+	}
+	b.splits = append(b.splits, splitEntry{memOf(t), t.Len(), parts})
+}
+
+// forgetWrites drops the splits of tensors that share dst's memory: it is
+// being written.
+func (b *Backend) forgetWrites(dst *compute.Tensor) {
+	blk := memOf(dst).blk
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.splits[:0]
+	for _, e := range b.splits {
+		if e.x.blk != blk {
+			kept = append(kept, e)
+		}
+	}
+	clear(b.splits[len(kept):])
+	b.splits = kept
+}
+
+// emitParts allocates the split of a producer's output when fused kernels
+// are on (the producer writes it; see emit in ops.cu), and returns it with
+// its kernel argument (a null pointer when off).
+func (b *Backend) emitParts(out *compute.Tensor) (*compute.Tensor, any) {
+	if !fusedOps || out.Len() == 0 {
+		return nil, nil
+	}
+	parts := b.alloc(compute.BF16, 3, out.Len())
+	return parts, ptrOf(parts)
 }
 
 // Spin queues a kernel that keeps the GPU busy for d, so that work queued
@@ -546,7 +582,7 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 
 // AddRows implements compute.Backend.
 func (b *Backend) AddRows(dst, src *compute.Tensor, rows []int32, scale []float32) {
-	b.forgetSplit()
+	b.forgetWrites(dst)
 	if dst.DType() != compute.F32 || src.DType() != compute.F32 || dst.Rank() == 0 || src.Rank() != 2 ||
 		src.Dim(0) != len(rows) || src.Dim(1) != dst.Dim(-1) || (scale != nil && len(scale) != len(rows)) {
 		panic(fmt.Sprintf("cuda: AddRows of %v into %v with %d rows, %d scales", src, dst, len(rows), len(scale)))
@@ -587,9 +623,19 @@ func (b *Backend) RMSNorm(x, w *compute.Tensor, eps float32) *compute.Tensor {
 	f32(x, "RMSNorm")
 	D := x.Dim(-1)
 	wp, wt := normWeight(x, w, D, "RMSNorm")
+	return b.rmsnorm(x, wp, wt, D, eps, nil)
+}
+
+// rmsnorm launches the norm of x's rows of D, plus res when given, and
+// with fused kernels on writes the result's split too.
+func (b *Backend) rmsnorm(x *compute.Tensor, wp any, wt, D int, eps float32, res any) *compute.Tensor {
 	out := b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
-		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, nil)
+		parts, pp := b.emitParts(out)
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len())
+		if parts != nil {
+			b.remember(out, parts)
+		}
 	}
 	return out
 }
@@ -624,11 +670,7 @@ func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tens
 	}
 	D := x.Dim(-1)
 	wp, wt := normWeight(x, w, D, "AddRMSNorm")
-	out := b.alloc(compute.F32, x.Shape()...)
-	if R := x.Rows(); R > 0 && D > 0 {
-		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, ptrOf(r))
-	}
-	return out
+	return b.rmsnorm(x, wp, wt, D, eps, ptrOf(r))
 }
 
 // RMSNormRoPE implements compute.Fused: one kernel normalises each head's
@@ -738,7 +780,11 @@ func (b *Backend) GeluMul(gate, up *compute.Tensor) *compute.Tensor {
 	}
 	out := b.alloc(compute.F32, gate.Shape()...)
 	if n := gate.Len(); n > 0 {
-		b.launch("gelu_mul", grid1(n), 256, ptrOf(out), ptrOf(gate), ptrOf(up), n)
+		parts, pp := b.emitParts(out)
+		b.launch("gelu_mul", grid1(n), 256, ptrOf(out), ptrOf(gate), ptrOf(up), n, pp)
+		if parts != nil {
+			b.remember(out, parts)
+		}
 	}
 	return out
 }

@@ -515,8 +515,9 @@ func TestSplitMemoForgetsWrites(t *testing.T) {
 }
 
 // The fused kernels must give the bits of the op sequences they replace:
-// AddRMSNorm (with and without a weight, rows not a multiple of the block)
-// and RMSNormRoPE (full and partial rotation, bf16 and f32 weights).
+// AddRMSNorm (with and without a weight, rows not a multiple of the block),
+// the split written by the producers of matmul inputs, and RMSNormRoPE
+// (full and partial rotation, bf16 and f32 weights).
 func TestFusedOpsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer func(on bool) { fusedOps = on }(fusedOps)
@@ -532,6 +533,32 @@ func TestFusedOpsMatch(t *testing.T) {
 			}
 		}
 	}
+	// Producers of matmul inputs write the split as they write their output
+	// (the matmul then skips split_bf16): the product must not change.
+	for _, D := range []int{1536, 300} {
+		w := weight(g, compute.BF16, randF32(r, 200*D), 200, D)
+		norm := weight(g, compute.BF16, randF32(r, D), D)
+		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
+		k, v := g.FromF32(randF32(r, 50*2*(D/4)), 50, 2, D/4), g.FromF32(randF32(r, 50*2*(D/4)), 50, 2, D/4)
+		q := g.FromF32(randF32(r, 3*4*(D/4)), 3, 4, D/4)
+		producers := map[string]func() *compute.Tensor{
+			"RMSNorm":    func() *compute.Tensor { return g.RMSNorm(x, norm, 1e-6) },
+			"AddRMSNorm": func() *compute.Tensor { return g.AddRMSNorm(res, x, norm, 1e-6) },
+			"GeluMul":    func() *compute.Tensor { return g.GeluMul(x, res) },
+			"Attention": func() *compute.Tensor {
+				return g.Attention(q, k, v, compute.AttentionOptions{Mask: compute.Causal, QueryPos: []int32{40, 41, 42}}).Reshape(3, D)
+			},
+		}
+		for name, produce := range producers {
+			fusedOps = false
+			want := g.ToF32(g.MatMul(produce(), w))
+			fusedOps = true
+			if err := sameBits(g.ToF32(g.MatMul(produce(), w)), want); err != nil {
+				t.Fatalf("MatMul of %s's output (D=%d) with the emitted split: %v", name, D, err)
+			}
+		}
+	}
+
 	const T, H = 3, 4
 	for _, d := range []int{256, 512, 64} {
 		x := g.FromF32(randF32(r, T*H*d), T, H, d)

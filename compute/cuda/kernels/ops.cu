@@ -35,6 +35,19 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// emit writes the three bf16 parts of v (hi, mid, lo: split_bf16's
+// arithmetic) at index i of parts ([3][n]) when the caller asked for them:
+// a producer of a matmul's input saves the matmul its split.
+__device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, float v) {
+    if (!parts) return;
+    const unsigned short h = f32_to_bf16(v);
+    const float r = v - __uint_as_float(((unsigned)h) << 16);
+    const unsigned short m = f32_to_bf16(r);
+    parts[i] = h;
+    parts[n + i] = m;
+    parts[2 * n + i] = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
+}
+
 __device__ __forceinline__ unsigned short f32_to_f16(float f) {
     unsigned u = __float_as_uint(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
@@ -120,9 +133,11 @@ extern "C" __global__ void unary(float* out, const float* x, int n, int op, floa
     }
 }
 
-extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, int n) {
+extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, int n, unsigned short* parts) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
-        out[i] = __fmul_rn(gelu(g[i]), u[i]);
+        const float v = __fmul_rn(gelu(g[i]), u[i]);
+        out[i] = v;
+        emit(parts, n, i, v);
     }
 }
 
@@ -159,15 +174,18 @@ __device__ __forceinline__ float normed(const float* xr, int j, float r, const v
 
 // rmsnorm: one block per row. With res, the row is added to res's row
 // after the norm: the bits of Add(res, RMSNorm(x)).
-extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res) {
+extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res,
+                                   unsigned short* parts, size_t n) {
     __shared__ double sh[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
     float* yr = out + (size_t)blockIdx.x * D;
     const float r = row_rscale(xr, D, eps, sh);
     const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
     for (int j = threadIdx.x; j < D; j += RBLOCK) {
-        const float v = normed(xr, j, r, w, wt);
-        yr[j] = rr ? __fadd_rn(rr[j], v) : v;
+        float v = normed(xr, j, r, w, wt);
+        if (rr) v = __fadd_rn(rr[j], v);
+        yr[j] = v;
+        emit(parts, n, (size_t)blockIdx.x * D + j, v);
     }
 }
 
@@ -577,14 +595,17 @@ extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, co
 
 // attn_combine: grid (Hq, B·L). Sums the splits in order and normalises; a
 // query that sees no key gets zeros.
-extern "C" __global__ void attn_combine(float* out, const float* pv, const double* pe, int Hq, int Dv, int nsplit) {
+extern "C" __global__ void attn_combine(float* out, const float* pv, const double* pe, int Hq, int Dv, int nsplit,
+                                        unsigned short* parts, size_t n) {
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     double e = 0;
     for (int i = 0; i < nsplit; i++) e += pe[bh * nsplit + i];
     for (int j = threadIdx.x; j < Dv; j += blockDim.x) {
         float acc = 0.0f;
         for (int i = 0; i < nsplit; i++) acc = __fadd_rn(acc, pv[(bh * nsplit + i) * Dv + j]);
-        out[bh * Dv + j] = e > 0 ? (float)((double)acc / e) : 0.0f;
+        const float v = e > 0 ? (float)((double)acc / e) : 0.0f;
+        out[bh * Dv + j] = v;
+        emit(parts, n, bh * Dv + j, v);
     }
 }
 
