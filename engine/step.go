@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"time"
 
+	"tandem/compute"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/spec"
@@ -50,11 +52,18 @@ func (e *Engine) step() {
 		return
 	}
 	in := make([]gemma4.Row, len(rows))
+	site := make([]byte, 0, 4*len(rows)+4)
+	site = append(site, "step"...)
 	for i := range rows {
 		rows[i].T = rows[i].r.cache.Len()
 		in[i] = gemma4.Row{Tokens: rows[i].tokens, Cache: rows[i].r.cache}
+		site = strconv.AppendInt(append(site, ','), int64(len(rows[i].tokens)), 10)
 	}
+	// Steps of one shape (rows × tokens) are recorded as one graph where
+	// the backend records (CUDA graphs).
+	end := compute.Record(e.m.Backend(), string(site))
 	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+	end()
 	if err != nil {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
 		return

@@ -20,6 +20,9 @@ var graphsEnabled = os.Getenv("TANDEM_CUDA_GRAPHS") == "1"
 
 const captureModeRelaxed = 2 // CU_STREAM_CAPTURE_MODE_RELAXED: allocation is allowed while capturing
 
+// maxGraphs bounds the executable graphs kept, one per site.
+const maxGraphs = 64
+
 // graphState is the device thread's record of graphs.
 type graphState struct {
 	execs map[string]uintptr // instantiated graph per site
@@ -124,6 +127,14 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 		}
 	}
 	if exec == 0 {
+		if len(dev.graphs.execs) >= maxGraphs {
+			// Many shapes (a serving engine's batches): start over rather
+			// than hold an executable graph for each.
+			for s, e := range dev.graphs.execs {
+				dev.d.cuGraphExecDestroy(e)
+				delete(dev.graphs.execs, s)
+			}
+		}
 		if dev.d.cuGraphInstantiateWithFlags(&exec, g, 0) != 0 {
 			return false
 		}
