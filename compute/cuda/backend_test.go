@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -573,5 +574,29 @@ func TestFusedOpsMatch(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMatMulForProfiler runs one matmul shape a few times for a profiler
+// to look at (scripts/gpu/measure.sh ncu): TANDEM_PROFILE_SHAPE=NxKxM, e.g.
+// 21504x5376x1. Skipped without it.
+func TestMatMulForProfiler(t *testing.T) {
+	shape := os.Getenv("TANDEM_PROFILE_SHAPE")
+	if shape == "" {
+		t.Skip("TANDEM_PROFILE_SHAPE not set")
+	}
+	var N, K, M int
+	if _, err := fmt.Sscanf(shape, "%dx%dx%d", &N, &K, &M); err != nil || N < 1 || K < 1 || M < 1 {
+		t.Fatalf("TANDEM_PROFILE_SHAPE=%q: want NxKxM", shape)
+	}
+	g := backendOrSkip(t)
+	r := rand.New(rand.NewPCG(17, 18))
+	w := weight(g, compute.BF16, randF32(r, N*K), N, K)
+	x := g.FromF32(randF32(r, M*K), M, K)
+	for range 5 {
+		g.MatMul(x, w)
+	}
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,7 +3,9 @@
 # with the switches for code not yet validated there (docs/gpu.md, "Written,
 # not yet run on a GPU"), each in its own process (the switches are read at
 # start-up). Reports go to $OUT (or ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|ncu]...   (default: e2b 31b)
+# ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
+# Compute (--clock-control none, as the device notes ask).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-logs}
@@ -35,6 +37,15 @@ for w in "${want[@]}"; do
       args=(--preset gemma4-31b --contexts 4k --tokens 8)
       bench "prefill-default" -- "${args[@]}"
       bench "prefill-switches" "${switches[@]}" -- "${args[@]}"
+      ;;
+    ncu)
+      for shape in 21504x5376x1 5376x21504x1 262144x5376x1; do
+        echo "== ncu $shape"
+        (cd compute/cuda && TANDEM_PROFILE_SHAPE=$shape ncu --clock-control none -k regex:matmul_rows -c 2 \
+          --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+          ../../bin/gpu/cuda.test -test.run ForProfiler) >"$out/ncu-$shape.txt" 2>&1
+        grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued" "$out/ncu-$shape.txt" | head -12
+      done
       ;;
     *) echo "measure.sh: unknown run $w" >&2; exit 2 ;;
   esac
