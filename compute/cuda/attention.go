@@ -131,7 +131,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	G := L
 	if B == 1 {
 		perQuery := Hq * (4*(S+nscore+nsplit*Dv) + 8*nsplit)
-		G = max(1, min(L, attnScratchBytes/perQuery))
+		// Also at most 65535 queries per launch: the grid's y limit.
+		G = max(1, min(L, attnScratchBytes/perQuery, 65535))
 	}
 	sc := b.alloc(compute.F32, B*G*Hq*S)
 	cmax := b.alloc(compute.F32, B*G*Hq*nscore)

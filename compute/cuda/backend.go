@@ -428,7 +428,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	}
 	name := mma1Kernel
 	switch {
-	case M <= rowsMaxM:
+	case M <= min(rowsMaxM, 5): // three tile rows per activation row fit five rows
 		name = rowsKernel
 	case M > 16:
 		name = mma8Kernel
@@ -445,6 +445,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 		if splits > 1 && gx*gz > splitCounters {
 			b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(out), ptrOf(out), nil, M, N, K, chunk)
 			b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
+			b.recycle(out)
 			return
 		}
 		b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk)
@@ -458,6 +459,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 		b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,
 			ptrOf(xs), ptrOf(w), ptrOf(out), ptrOf(out), nil, M, N, K, chunk, al)
 		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
+		b.recycle(out)
 		return
 	}
 	b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,

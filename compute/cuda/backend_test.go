@@ -469,9 +469,14 @@ func TestMatMulVariantsMatch(t *testing.T) {
 					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
 				for _, v := range variants {
-					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, v == "matmul_tiled"
-					if strings.HasPrefix(v, "matmul_rows") {
+					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, false
+					switch {
+					case strings.HasPrefix(v, "matmul_rows"):
 						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
+					case v == "matmul_tiled":
+						// The tiled kernel is chosen by its switch; shapes it
+						// cannot take (odd K) fall back to matmul_mma8n.
+						mma1Kernel, mma8Kernel, tiledMatMul = "matmul_mma1", "matmul_mma8n", true
 					}
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {
