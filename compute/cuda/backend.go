@@ -41,6 +41,7 @@ type Backend struct {
 	ropes    map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
 	splits   []splitEntry                      // see splitParts
 	counters *compute.Tensor                   // splitCounters zeros, reset by the kernels after use
+	sites    map[string]bool                   // recording sites seen (BeginRecord)
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
 
@@ -82,6 +83,21 @@ func New(ordinal int) (*Backend, error) {
 // Profiling runs unrecorded.
 func (b *Backend) BeginRecord(site string) {
 	if !b.dev.Graphs() || b.dev.profiling.Load() {
+		return
+	}
+	// A site is recorded from its second step on: capturing and
+	// instantiating a graph costs more than launching its ops once, and
+	// many shapes (a long prompt's chunks) come once.
+	b.mu.Lock()
+	if b.sites == nil {
+		b.sites = map[string]bool{}
+	}
+	seen := b.sites[site]
+	if !seen && len(b.sites) < 4096 {
+		b.sites[site] = true
+	}
+	b.mu.Unlock()
+	if !seen {
 		return
 	}
 	// The staging ring must not wrap inside a recording (wrapping waits
@@ -480,8 +496,12 @@ type splitEntry struct {
 	parts *compute.Tensor
 }
 
-// maxSplits is how many splits the backend remembers.
-const maxSplits = 8
+// maxSplits and maxSplitBytes bound the splits the backend remembers (a
+// prefill chunk's split is tens of megabytes).
+const (
+	maxSplits     = 8
+	maxSplitBytes = 256 << 20
+)
 
 // splitParts returns x's three bf16 parts (hi, mid, lo: [3][n]). Splits are
 // remembered: the q, k and v projections (and gate and up) share their
@@ -508,10 +528,16 @@ func (b *Backend) splitParts(x *compute.Tensor, n int) *compute.Tensor {
 func (b *Backend) remember(t, parts *compute.Tensor) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.splits) == maxSplits {
-		b.splits = append(b.splits[:0], b.splits[1:]...)
-	}
 	b.splits = append(b.splits, splitEntry{memOf(t), t.Len(), parts})
+	total := 0
+	for _, e := range b.splits {
+		total += 6 * e.n
+	}
+	for len(b.splits) > 1 && (len(b.splits) > maxSplits || total > maxSplitBytes) {
+		total -= 6 * b.splits[0].n
+		b.splits[0] = splitEntry{}
+		b.splits = b.splits[1:]
+	}
 }
 
 // forgetWrites drops the splits of tensors that share dst's memory: it is

@@ -96,6 +96,8 @@ func (dev *Device) loop(ordinal int, ready chan<- error) {
 	}
 	for f := range dev.work {
 		if f == nil {
+			dev.endCapture() // run what a recording left open
+			dev.dropGraphs()
 			return
 		}
 		f()
@@ -107,26 +109,17 @@ func (dev *Device) do(f func() error) error {
 	if dev.closed.Load() {
 		return errClosed
 	}
-	dev.flush()
 	done := make(chan error, 1)
+	name := ""
 	if dev.profiling.Load() {
-		name := callerName(1)
-		dev.work <- func() {
-			dev.endCapture()
-			if dev.prof != nil {
-				done <- dev.prof.call(name, f)
-				return
-			}
-			done <- f()
-		}
-		return <-done
+		name = callerName(1)
 	}
-	dev.work <- func() {
+	dev.send(func() {
 		// A synchronous call cannot join a capture: launch what was
 		// recorded so far first.
 		dev.endCapture()
-		done <- f()
-	}
+		done <- dev.timed(name, f)
+	})
 	return <-done
 }
 
@@ -136,10 +129,21 @@ func (dev *Device) doKeep(f func() error) error {
 	if dev.closed.Load() {
 		return errClosed
 	}
-	dev.flush()
 	done := make(chan error, 1)
-	dev.work <- func() { done <- f() }
+	name := ""
+	if dev.profiling.Load() {
+		name = callerName(1)
+	}
+	dev.send(func() { done <- dev.timed(name, f) })
 	return <-done
+}
+
+// timed runs f, recording it in the profile when one is running.
+func (dev *Device) timed(name string, f func() error) error {
+	if dev.prof != nil && name != "" {
+		return dev.prof.call(name, f)
+	}
+	return f()
 }
 
 var errClosed = errors.New("cuda: the device is closed")
@@ -147,9 +151,8 @@ var errClosed = errors.New("cuda: the device is closed")
 // Close stops the device's thread; later calls fail (cleanups of tensors
 // that outlive the device become no-ops).
 func (dev *Device) Close() {
-	dev.flush()
 	if dev.closed.CompareAndSwap(false, true) {
-		dev.work <- nil
+		dev.send(nil)
 	}
 }
 
@@ -310,27 +313,38 @@ func (dev *Device) post(f func() error) {
 	if dev.closed.Load() {
 		return
 	}
+	// dev.mu is held across taking a batch and sending it, so batches
+	// (and the calls sent after a flush) reach the thread in issue order
+	// even when several goroutines use the device.
 	dev.mu.Lock()
+	defer dev.mu.Unlock()
 	dev.pending = append(dev.pending, f)
-	var batch []func() error
 	if len(dev.pending) >= postBatch {
-		batch, dev.pending = dev.pending, nil
-	}
-	dev.mu.Unlock()
-	if batch != nil {
-		dev.work <- func() { dev.runAll(batch) }
+		dev.flushLocked()
 	}
 }
 
 // flush hands the posted calls not yet sent to the device thread.
 func (dev *Device) flush() {
 	dev.mu.Lock()
-	batch := dev.pending
-	dev.pending = nil
-	dev.mu.Unlock()
-	if len(batch) > 0 {
+	defer dev.mu.Unlock()
+	dev.flushLocked()
+}
+
+func (dev *Device) flushLocked() {
+	if batch := dev.pending; len(batch) > 0 {
+		dev.pending = nil
 		dev.work <- func() { dev.runAll(batch) }
 	}
+}
+
+// send hands the posted calls and then f to the device's thread, in that
+// order whatever other goroutines do.
+func (dev *Device) send(f func()) {
+	dev.mu.Lock()
+	defer dev.mu.Unlock()
+	dev.flushLocked()
+	dev.work <- f
 }
 
 func (dev *Device) runAll(batch []func() error) {

@@ -46,9 +46,9 @@ func (dev *Device) beginRecord(site string) {
 	if !dev.Graphs() || dev.closed.Load() {
 		return
 	}
-	dev.flush()
-	dev.work <- func() {
-		if dev.graphs.rec != nil || dev.asyncErr != nil {
+	dev.send(func() {
+		dev.endCapture() // one a panicking step left open
+		if dev.asyncErr != nil {
 			return
 		}
 		if dev.d.cuStreamBeginCapture(dev.stream, captureModeRelaxed) != 0 {
@@ -56,7 +56,7 @@ func (dev *Device) beginRecord(site string) {
 			return
 		}
 		dev.graphs.rec = &recording{site: site}
-	}
+	})
 }
 
 // endRecord ends a recording and launches it.
@@ -64,8 +64,15 @@ func (dev *Device) endRecord() {
 	if !dev.Graphs() || dev.closed.Load() {
 		return
 	}
-	dev.flush()
-	dev.work <- dev.endCapture
+	dev.send(dev.endCapture)
+}
+
+// dropGraphs destroys the executable graphs. Device thread only.
+func (dev *Device) dropGraphs() {
+	for site, exec := range dev.graphs.execs {
+		dev.d.cuGraphExecDestroy(exec)
+		delete(dev.graphs.execs, site)
+	}
 }
 
 // runCall runs one posted call; while capturing it is also kept for a
@@ -119,8 +126,12 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 	}
 	exec := dev.graphs.execs[site]
 	if exec != 0 {
-		var info [64]byte // CUgraphExecUpdateResultInfo
-		if dev.d.cuGraphExecUpdate(exec, g, unsafe.Pointer(&info[0])) != 0 {
+		var info struct { // CUgraphExecUpdateResultInfo
+			result           int32
+			_                int32
+			errNode, errFrom uintptr
+		}
+		if dev.d.cuGraphExecUpdate(exec, g, unsafe.Pointer(&info)) != 0 {
 			dev.d.cuGraphExecDestroy(exec)
 			exec = 0
 			delete(dev.graphs.execs, site)
@@ -130,10 +141,7 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 		if len(dev.graphs.execs) >= maxGraphs {
 			// Many shapes (a serving engine's batches): start over rather
 			// than hold an executable graph for each.
-			for s, e := range dev.graphs.execs {
-				dev.d.cuGraphExecDestroy(e)
-				delete(dev.graphs.execs, s)
-			}
+			dev.dropGraphs()
 		}
 		if dev.d.cuGraphInstantiateWithFlags(&exec, g, 0) != 0 {
 			return false

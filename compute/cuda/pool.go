@@ -105,8 +105,12 @@ func (p *pool) retry(size int) (Buffer, error) {
 	return buf, nil
 }
 
-// release frees every cached block.
+// release frees every cached block. Recycled scratch may still be in use
+// by queued work, so the device is drained first.
 func (p *pool) release() {
+	if p.dev != nil {
+		p.dev.wait()
+	}
 	p.mu.Lock()
 	free := p.free
 	p.free, p.cached = map[int][]uintptr{}, 0
