@@ -104,37 +104,29 @@ func (dev *Device) loop(ordinal int, ready chan<- error) {
 	}
 }
 
-// do runs f on the device's thread.
-func (dev *Device) do(f func() error) error {
-	if dev.closed.Load() {
-		return errClosed
-	}
-	done := make(chan error, 1)
-	name := ""
-	if dev.profiling.Load() {
-		name = callerName(1)
-	}
-	dev.send(func() {
-		// A synchronous call cannot join a capture: launch what was
-		// recorded so far first.
-		dev.endCapture()
-		done <- dev.timed(name, f)
-	})
-	return <-done
-}
+// do runs f on the device's thread. A synchronous call cannot join a
+// capture, so a recording in progress is launched first.
+func (dev *Device) do(f func() error) error { return dev.run(f, true) }
 
 // doKeep is do for calls a capture allows (allocation, in relaxed mode):
 // a recording in progress goes on.
-func (dev *Device) doKeep(f func() error) error {
+func (dev *Device) doKeep(f func() error) error { return dev.run(f, false) }
+
+func (dev *Device) run(f func() error, endCapture bool) error {
 	if dev.closed.Load() {
 		return errClosed
 	}
 	done := make(chan error, 1)
 	name := ""
 	if dev.profiling.Load() {
-		name = callerName(1)
+		name = callerName(2) // do's or doKeep's caller
 	}
-	dev.send(func() { done <- dev.timed(name, f) })
+	dev.send(func() {
+		if endCapture {
+			dev.endCapture()
+		}
+		done <- dev.timed(name, f)
+	})
 	return <-done
 }
 
