@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"tandem/compute"
 )
 
 // A recycled block goes back to its size class at once and only once, and
@@ -33,5 +35,42 @@ func TestPoolRecycle(t *testing.T) {
 	p.recycle(w)
 	if len(p.free[4096]) != 0 {
 		t.Fatalf("an exact allocation was recycled")
+	}
+}
+
+// The split memo keeps at most maxSplits entries and maxSplitBytes of
+// parts, evicting the oldest, and forgets exactly the tensors whose memory
+// a write touches (views of the same allocation included).
+func TestSplitMemoBounds(t *testing.T) {
+	b := &Backend{}
+	tensor := func(blk *block, n int) *compute.Tensor {
+		return compute.NewTensor(compute.F32, []int{n}, &mem{ptr: blk.ptr, blk: blk})
+	}
+	var ts []*compute.Tensor
+	for i := range maxSplits + 2 {
+		blk := &block{ptr: uintptr(0x1000 * (i + 1)), size: 4096}
+		ts = append(ts, tensor(blk, 16))
+		b.remember(ts[i], tensor(blk, 48))
+	}
+	if len(b.splits) != maxSplits || b.splits[0].x != memOf(ts[2]) {
+		t.Fatalf("%d entries, oldest %p; want %d, the third tensor's", len(b.splits), b.splits[0].x, maxSplits)
+	}
+	// A write through another view of ts[5]'s allocation forgets it, and
+	// only it.
+	view := tensor(memOf(ts[5]).blk, 4)
+	b.forgetWrites(view)
+	for _, e := range b.splits {
+		if e.x == memOf(ts[5]) {
+			t.Fatal("the written tensor's split survived")
+		}
+	}
+	if len(b.splits) != maxSplits-1 {
+		t.Fatalf("%d entries after one write, want %d", len(b.splits), maxSplits-1)
+	}
+	// A split over the byte budget evicts everything older.
+	big := &block{ptr: 0x100000, size: 1}
+	b.remember(tensor(big, maxSplitBytes/6), tensor(big, 1))
+	if len(b.splits) != 1 {
+		t.Fatalf("%d entries after a split of the whole budget, want 1", len(b.splits))
 	}
 }
