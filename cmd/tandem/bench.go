@@ -214,6 +214,10 @@ func newBench() *cobra.Command {
 				})
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
+			if onGPU && g.Device().Graphs() {
+				launched, fallbacks := g.Device().GraphStats()
+				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs, %d ran op by op after a failed capture\n", launched, fallbacks)
+			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
 			if a != nil {
