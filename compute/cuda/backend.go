@@ -52,8 +52,8 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope"},
-	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "split_bf16", "sum_splits",
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16"},
+	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
 
@@ -454,32 +454,23 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	if K%8 == 0 && memOf(w).ptr%16 == 0 {
 		al = 1
 	}
-	gx := (N + 63) / 64
+	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
+	// the mma kernels the alignment flag too; grid (column groups of 64,
+	// splits, row tiles of 64 for the tiled kernel).
+	grid := [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}
+	tail := []any{M, N, K, chunk, al}
 	if M > 16 && tiledMatMul && al == 1 {
-		gz := (M + 63) / 64
-		grid := [3]uint32{uint32(gx), uint32(splits), uint32(gz)}
-		if splits > 1 && gx*gz > splitCounters {
-			b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(out), ptrOf(out), nil, M, N, K, chunk)
-			b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
-			b.recycle(out)
-			return
-		}
-		b.launch("matmul_tiled", grid, 256, ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk)
-		if out != y {
-			b.recycle(out)
-		}
-		return
+		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
-	if splits > 1 && gx > splitCounters {
-		// More column groups than counters: sum the splits separately.
-		b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,
-			ptrOf(xs), ptrOf(w), ptrOf(out), ptrOf(out), nil, M, N, K, chunk, al)
+	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
+	separate := splits > 1 && int(grid[0]*grid[2]) > splitCounters
+	if separate { // more tiles than counters: sum the splits in a kernel of their own
+		yArg, counters = ptrOf(out), nil
+	}
+	b.launch(name, grid, 256, append([]any{ptrOf(xs), ptrOf(w), yArg, ptrOf(out), counters}, tail...)...)
+	if separate {
 		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
-		b.recycle(out)
-		return
 	}
-	b.launch(name, [3]uint32{uint32(gx), uint32(splits), 1}, 256,
-		ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(out), ptrOf(b.counters), M, N, K, chunk, al)
 	if out != y {
 		b.recycle(out)
 	}
@@ -519,7 +510,7 @@ func (b *Backend) splitParts(x *compute.Tensor, n int) *compute.Tensor {
 	}
 	b.mu.Unlock()
 	xs := b.alloc(compute.BF16, 3, n)
-	b.launch("split_bf16", grid1(n), 256, ptrOf(b.Index(xs, 0)), ptrOf(b.Index(xs, 1)), ptrOf(b.Index(xs, 2)), ptrOf(x), n)
+	b.launch("split_bf16", grid1(n), 256, ptrOf(xs), ptrOf(x), n)
 	b.remember(x, xs)
 	return xs
 }

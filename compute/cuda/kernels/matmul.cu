@@ -185,25 +185,8 @@ extern "C" __global__ void matmul_f16_warp(const float* __restrict__ x, const un
 // not change its arithmetic: a tensor core computes each output element
 // from its own row and column. Rows beyond M are zeros.
 
-__device__ __forceinline__ unsigned short bf16_rn(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-// split_bf16: hi = bf16(x), mid = bf16(x − hi), lo = bf16(x − hi − mid);
-// the subtractions are exact.
-extern "C" __global__ void split_bf16(unsigned short* hi, unsigned short* mid, unsigned short* lo, const float* x, int n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
-        const float v = x[i];
-        const unsigned short h = bf16_rn(v);
-        const float r = v - bf16(h);
-        const unsigned short m = bf16_rn(r);
-        hi[i] = h;
-        mid[i] = m;
-        lo[i] = bf16_rn(r - bf16(m));
-    }
-}
+// The activations' three bf16 parts are written by split_bf16 (ops.cu), or
+// by the op that produced them (emit in ops.cu): one definition of the split.
 
 // load8bf reads bf16 elements k..k+7 of a row of length K (zeros past K or
 // when !ok), with one 16-byte load when aligned.

@@ -48,6 +48,14 @@ __device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, 
     parts[2 * n + i] = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
 }
 
+// split_bf16 writes the three bf16 parts of x ([3][n]: hi = bf16(x),
+// mid = bf16(x − hi), lo = bf16(x − hi − mid); the subtractions are exact)
+// for the tensor-core matmul (matmul.cu).
+extern "C" __global__ void split_bf16(unsigned short* parts, const float* x, int n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x)
+        emit(parts, n, i, x[i]);
+}
+
 __device__ __forceinline__ unsigned short f32_to_f16(float f) {
     unsigned u = __float_as_uint(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
