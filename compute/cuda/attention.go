@@ -13,13 +13,13 @@ const (
 	attnTile  = 8    // QT in ops.cu
 )
 
-// TANDEM_CUDA_ATTN=tiled selects the query-tiled attention kernels for
-// passes with more than one query per row, and bounds one call's scratch to
-// attnScratchBytes by running a long row's queries in groups. Both are
-// written and pinned bitwise to the per-query path by TestBatchInvariance
-// but have not yet run on a GPU, so they are off by default.
+// Passes with more than one query per row run the query-tiled attention
+// kernels, and one call's scratch is bounded to attnScratchBytes by running
+// a long row's queries in groups; both are pinned bitwise to the per-query
+// path by TestBatchInvariance. TANDEM_CUDA_ATTN=untiled runs every query
+// alone with unbounded scratch, for comparisons.
 var (
-	tiledAttention   = os.Getenv("TANDEM_CUDA_ATTN") == "tiled"
+	tiledAttention   = os.Getenv("TANDEM_CUDA_ATTN") != "untiled"
 	attnScratchBytes = math.MaxInt
 )
 

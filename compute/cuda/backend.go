@@ -78,8 +78,9 @@ func New(ordinal int) (*Backend, error) {
 	return b, nil
 }
 
-// BeginRecord implements compute.Recorder: with TANDEM_CUDA_GRAPHS=1 the
-// ops until EndRecord are captured into a CUDA graph (see graph.go).
+// BeginRecord implements compute.Recorder: the ops until EndRecord are
+// captured into a CUDA graph (see graph.go; TANDEM_CUDA_GRAPHS=0 turns
+// graphs off).
 // Profiling runs unrecorded.
 func (b *Backend) BeginRecord(site string) {
 	if !b.dev.Graphs() || b.dev.profiling.Load() {
@@ -309,6 +310,25 @@ func (b *Backend) ToF32(t *compute.Tensor) []float32 {
 	return out
 }
 
+// Prefetch implements compute.Prefetcher.
+func (b *Backend) Prefetch(t *compute.Tensor) func() []uint32 {
+	if t.DType().Size() != 4 {
+		panic(fmt.Sprintf("cuda: Prefetch of %v", t))
+	}
+	n := t.Len()
+	if n == 0 {
+		return func() []uint32 { return []uint32{} }
+	}
+	wait := b.dev.DownloadAsync(ptrOf(t), 4*n)
+	return func() []uint32 {
+		out := make([]uint32, n)
+		if err := wait(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), 4*n)); err != nil {
+			panic(err)
+		}
+		return out
+	}
+}
+
 // ToI32 implements compute.Backend.
 func (b *Backend) ToI32(t *compute.Tensor) []int32 {
 	if t.DType() != compute.I32 {
@@ -397,13 +417,14 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	return y
 }
 
-// TANDEM_CUDA_MATMUL=warp runs the CUDA-core kernel for bf16 weights too,
-// for comparisons; =tiled runs matmul_tiled for M > 16 (the shared-memory
-// kernel: written and pinned bitwise to matmul_mma8 by a test, not yet run
-// on a GPU, so off by default).
+// M > 16 (prefill) runs matmul_tiled, the shared-memory kernel (pinned
+// bitwise to matmul_mma8 by TestMatMulVariantsMatch; 9-10× its speed at
+// M = 128 on the H200). For comparisons, TANDEM_CUDA_MATMUL=warp runs the
+// CUDA-core kernel for bf16 weights too and =mma8 the streaming kernel for
+// M > 16.
 var (
 	warpMatMul  = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
-	tiledMatMul = os.Getenv("TANDEM_CUDA_MATMUL") == "tiled"
+	tiledMatMul = os.Getenv("TANDEM_CUDA_MATMUL") != "mma8"
 )
 
 // The tensor-core kernels by M: the rows kernel up to rowsMaxM (three tile
@@ -421,7 +442,7 @@ var (
 
 // splitWarps is how many warps splitK aims for. It is part of the
 // arithmetic (the K split sets the summation order), never chosen per call.
-var splitWarps = 4096
+var splitWarps = 16384
 
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
@@ -599,6 +620,19 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 	return out
 }
 
+// GatherAt implements compute.Backend.
+func (b *Backend) GatherAt(table, ids *compute.Tensor) *compute.Tensor {
+	if table.Rank() != 2 || ids.DType() != compute.I32 || ids.Rank() != 1 {
+		panic(fmt.Sprintf("cuda: GatherAt from %v with ids %v", table, ids))
+	}
+	n, D := ids.Dim(0), table.Dim(1)
+	out := b.alloc(compute.F32, n, D)
+	if n > 0 && D > 0 {
+		b.launch("gather", [3]uint32{uint32(n), 1, 1}, 256, ptrOf(out), ptrOf(table), dtCode(table.DType()), ptrOf(ids), D)
+	}
+	return out
+}
+
 // AddRows implements compute.Backend.
 func (b *Backend) AddRows(dst, src *compute.Tensor, rows []int32, scale []float32) {
 	b.forgetWrites(dst)
@@ -645,13 +679,18 @@ func (b *Backend) RMSNorm(x, w *compute.Tensor, eps float32) *compute.Tensor {
 	return b.rmsnorm(x, wp, wt, D, eps, nil)
 }
 
+// rowCache lets rmsnorm hold rows of up to 6144 elements in registers
+// (one memory round trip instead of one per 256 elements per pass; the
+// same bits). Tests turn it off to compare.
+var rowCache = 1
+
 // rmsnorm launches the norm of x's rows of D, plus res when given, and
 // with fused kernels on writes the result's split too.
 func (b *Backend) rmsnorm(x *compute.Tensor, wp any, wt, D int, eps float32, res any) *compute.Tensor {
 	out := b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
 		parts, pp := b.emitParts(out)
-		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len())
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len(), rowCache)
 		if parts != nil {
 			b.remember(out, parts)
 		}
@@ -671,10 +710,10 @@ func normWeight(x, w *compute.Tensor, D int, op string) (any, int) {
 	return ptrOf(w), dtCode(w.DType())
 }
 
-// fusedOps turns on the fused kernels (TANDEM_CUDA_FUSE=1): written and
-// pinned bitwise to the op sequences they replace by TestFusedOpsMatch,
-// not yet run on a GPU, so off by default.
-var fusedOps = os.Getenv("TANDEM_CUDA_FUSE") == "1"
+// fusedOps turns on the fused kernels, pinned bitwise to the op sequences
+// they replace by TestFusedOpsMatch; TANDEM_CUDA_FUSE=0 runs the sequences
+// instead, for comparisons.
+var fusedOps = os.Getenv("TANDEM_CUDA_FUSE") != "0"
 
 // AddRMSNorm implements compute.Fused: rmsnorm adds the residual row as
 // it writes.

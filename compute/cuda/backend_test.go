@@ -370,7 +370,8 @@ func TestMatMulSpeed(t *testing.T) {
 		name string
 		set  func()
 	}
-	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel = "matmul_mma8" }}, {"mma8n", func() { mma8Kernel = "matmul_mma8n" }},
+	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel, tiledMatMul = "matmul_mma8", false }},
+		{"mma8n", func() { mma8Kernel, tiledMatMul = "matmul_mma8n", false }},
 		{"mma8tiled", func() { tiledMatMul = true }}}
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
@@ -378,7 +379,7 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, v := range rowsVariants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
 	}
-	for _, n := range []int{8192, 16384} {
+	for _, n := range []int{4096, 32768} {
 		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
 	defer restoreMatMul()()
@@ -576,6 +577,34 @@ func TestFusedOpsMatch(t *testing.T) {
 				fusedOps = true
 				if err := sameBits(g.ToF32(g.RMSNormRoPE(x, w, 1e-6, pos, rope)), want); err != nil {
 					t.Fatalf("RMSNormRoPE d=%d rope dim %d weight %v: fused differs: %v", d, rope.Dim, w, err)
+				}
+			}
+		}
+	}
+}
+
+// rmsnorm's register-cached rows must give the bits of its loop: rows
+// under, at and over the cache's 6144 elements, with and without a weight
+// and a residual.
+func TestRMSNormCacheMatch(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(c int) { rowCache = c }(rowCache)
+	defer func(on bool) { fusedOps = on }(fusedOps)
+	fusedOps = true
+	r := rand.New(rand.NewPCG(19, 20))
+	for _, D := range []int{300, 1536, 5376, 6144, 6145} {
+		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
+		for _, w := range []*compute.Tensor{nil, weight(g, compute.BF16, randF32(r, D), D)} {
+			ops := map[string]func() *compute.Tensor{
+				"RMSNorm":    func() *compute.Tensor { return g.RMSNorm(x, w, 1e-6) },
+				"AddRMSNorm": func() *compute.Tensor { return g.AddRMSNorm(res, x, w, 1e-6) },
+			}
+			for name, op := range ops {
+				rowCache = 0
+				want := g.ToF32(op())
+				rowCache = 1
+				if err := sameBits(g.ToF32(op()), want); err != nil {
+					t.Fatalf("%s D=%d weight %v: cached rows differ: %v", name, D, w != nil, err)
 				}
 			}
 		}

@@ -14,9 +14,9 @@ import (
 // what was captured so far, so any sequence of ops is allowed; if capture
 // or launch fails, the recorded calls run directly, so nothing is lost.
 //
-// Written without a GPU to run on (TANDEM_CUDA_GRAPHS=1 turns it on; the
+// On by default; TANDEM_CUDA_GRAPHS=0 launches every op directly (the
 // tests in graph_test.go compare recorded steps with direct ones).
-var graphsEnabled = os.Getenv("TANDEM_CUDA_GRAPHS") == "1"
+var graphsEnabled = os.Getenv("TANDEM_CUDA_GRAPHS") != "0"
 
 const captureModeRelaxed = 2 // CU_STREAM_CAPTURE_MODE_RELAXED: allocation is allowed while capturing
 

@@ -182,13 +182,49 @@ __device__ __forceinline__ float normed(const float* xr, int j, float r, const v
 
 // rmsnorm: one block per row. With res, the row is added to res's row
 // after the norm: the bits of Add(res, RMSNorm(x)).
+//
+// A decode step's rows are single blocks, so a row's time is its chain of
+// memory round trips: rows up to RCACHE·RBLOCK elements are loaded into
+// registers all at once (x, the weight and the residual), which leaves one
+// round trip instead of one per RBLOCK elements per pass. The sums are the
+// same, thread by thread and in the same order, so the bits are too
+// (cache = 0 takes the loop for any D, for the test that says so).
+#define RCACHE 24
 extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res,
-                                   unsigned short* parts, size_t n) {
+                                   unsigned short* parts, size_t n, int cache) {
     __shared__ double sh[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
     float* yr = out + (size_t)blockIdx.x * D;
-    const float r = row_rscale(xr, D, eps, sh);
     const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
+    if (cache && D <= RCACHE * RBLOCK) {
+        float xv[RCACHE], wv[RCACHE], rv[RCACHE];
+#pragma unroll
+        for (int u = 0; u < RCACHE; u++) {
+            const int j = threadIdx.x + u * RBLOCK;
+            const bool in = j < D;
+            xv[u] = in ? xr[j] : 0.0f;
+            wv[u] = in && w ? load(w, wt, j) : 1.0f;
+            rv[u] = in && rr ? rr[j] : 0.0f;
+        }
+        double ss = 0;
+#pragma unroll
+        for (int u = 0; u < RCACHE; u++)
+            if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
+        ss = block_sum_d(ss, sh);
+        const float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+#pragma unroll
+        for (int u = 0; u < RCACHE; u++) {
+            const int j = threadIdx.x + u * RBLOCK;
+            if (j >= D) break;
+            float v = __fmul_rn(xv[u], r);
+            if (w) v = __fmul_rn(v, wv[u]);
+            if (rr) v = __fadd_rn(rv[u], v);
+            yr[j] = v;
+            emit(parts, n, (size_t)blockIdx.x * D + j, v);
+        }
+        return;
+    }
+    const float r = row_rscale(xr, D, eps, sh);
     for (int j = threadIdx.x; j < D; j += RBLOCK) {
         float v = normed(xr, j, r, w, wt);
         if (rr) v = __fadd_rn(rr[j], v);
