@@ -46,6 +46,11 @@ type Backend interface {
 	MatMul(x, w *Tensor) *Tensor
 	// Gather picks rows of table [V, D] (any float dtype) → [len(ids), D] F32.
 	Gather(table *Tensor, ids []int32) *Tensor
+	// GatherAt is Gather with the ids in an I32 tensor [n] on the backend,
+	// such as a token an Argmax chose that the host has not read. The ids
+	// are not checked (that would mean reading them): callers guarantee
+	// they lie in [0, V).
+	GatherAt(table, ids *Tensor) *Tensor
 	// AddRows accumulates dst[rows[i]] += scale[i] · src[i] for each i in
 	// order; src is [len(rows), D], dst is [R, D]. MoE combines expert
 	// outputs with it; a fixed visiting order keeps each row's sum invariant.
@@ -153,6 +158,15 @@ func ProportionalRoPE(dim int, theta float64, fraction float64) *RoPE {
 // the bytes free and in total now. Callers size caches from it.
 type MemoryInfo interface {
 	MemInfo() (free, total uint64, err error)
+}
+
+// Prefetcher is implemented by backends whose ops run asynchronously
+// (CUDA). Prefetch queues a copy of t (a small F32 or I32 tensor) to the
+// host behind the work issued so far and returns the function that waits
+// for that copy alone and returns t's elements as bits, so the host can
+// issue more work (the next decode step) before it reads the result.
+type Prefetcher interface {
+	Prefetch(t *Tensor) (wait func() []uint32)
 }
 
 // Recorder is implemented by backends that can record the ops of a step

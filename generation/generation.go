@@ -88,6 +88,9 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 		}
 		res.Decode = time.Since(start)
 	}()
+	if pf, ok := b.(compute.Prefetcher); ok && opt.Sample.ArgmaxOnly() && m.DeviceTokens() {
+		return res, decodeAhead(ctx, m, cache, seq, logits, pf, onToken)
+	}
 	for {
 		tok, done := seq.Next(b.ToF32(logits))
 		if onToken != nil {
@@ -108,6 +111,88 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 			return res, err
 		}
 		logits = out.Logits
+	}
+}
+
+// decodeAhead is greedy decoding that stays one step ahead of the host, for
+// backends whose ops run asynchronously. Each step's token is picked on the
+// device (TopK 1: the maximum, lowest index on ties, as sample.Argmax) and
+// the next step is issued with it before the host reads it, so the device
+// never idles while the host reads a token, emits it and issues the next
+// step; reading a token waits for its own step only. The tokens are plain
+// greedy's. A NaN logit is where the device's pick (NaN wins) and the
+// host's (NaN never wins) part: that step's token is sampled on the host
+// and the step issued ahead is rolled back. When a stop token ends the
+// sequence, the step issued after it is wasted device work.
+func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *compute.Tensor,
+	pf compute.Prefetcher, onToken func(int32)) error {
+	b := m.Backend()
+	// A pick is a step's logits and its device-chosen token, on its way to
+	// the host; read must be called once (it frees the readback).
+	type pick struct {
+		logits, idx *compute.Tensor
+		val, which  func() []uint32
+	}
+	choose := func(logits *compute.Tensor) pick {
+		v, i := b.TopK(logits, 1)
+		return pick{logits: logits, idx: i.Reshape(1), val: pf.Prefetch(v), which: pf.Prefetch(i)}
+	}
+	read := func(p *pick) (float32, int32) {
+		return math.Float32frombits(p.val()[0]), int32(p.which()[0])
+	}
+	step := func(row gemma4.Row) (*pick, error) {
+		end := compute.Record(b, "decode")
+		out, err := m.Forward([]gemma4.Row{row}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
+		end()
+		if err != nil {
+			return nil, err
+		}
+		p := choose(out.Logits)
+		return &p, nil
+	}
+	first := choose(logits)
+	cur := &first
+	for {
+		var next *pick
+		if seq.Left() > 1 && ctx.Err() == nil {
+			p, err := step(gemma4.Row{Next: cur.idx, Cache: cache})
+			if err != nil {
+				read(cur)
+				return err
+			}
+			next = p
+		}
+		v, tok := read(cur)
+		if v != v {
+			tok = seq.Sample(b.ToF32(cur.logits))
+			if next != nil {
+				read(next)
+				next = nil
+				if err := cache.Truncate(cache.Len() - 1); err != nil {
+					return err
+				}
+			}
+		}
+		done := seq.Emit(tok)
+		if onToken != nil {
+			onToken(tok)
+		}
+		err := ctx.Err()
+		if done || err != nil {
+			if next != nil {
+				read(next)
+			}
+			if done {
+				return nil
+			}
+			return err
+		}
+		if next == nil {
+			if next, err = step(gemma4.Row{Tokens: []int32{tok}, Cache: cache}); err != nil {
+				return err
+			}
+		}
+		cur = next
 	}
 }
 

@@ -40,6 +40,13 @@ const MaxPenalty = 2
 // Greedy reports whether p picks the most likely token deterministically.
 func (p Params) Greedy() bool { return p.Temperature == 0 }
 
+// ArgmaxOnly reports whether the token p picks depends on the logits alone:
+// greedy with no penalty, so a device can pick it without the history.
+func (p Params) ArgmaxOnly() bool {
+	return p.Greedy() && (p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1) &&
+		p.FrequencyPenalty == 0 && p.PresencePenalty == 0
+}
+
 // Validate rejects settings that have no meaning.
 func (p Params) Validate() error {
 	var errs []error

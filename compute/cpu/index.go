@@ -28,6 +28,15 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 	return out
 }
 
+// GatherAt implements compute.Backend: Gather with the ids read from an
+// I32 tensor (an id outside [0, V) panics here too).
+func (b *Backend) GatherAt(table, ids *compute.Tensor) *compute.Tensor {
+	if ids.DType() != compute.I32 || ids.Rank() != 1 {
+		panic(fmt.Sprintf("cpu: GatherAt with ids %v", ids))
+	}
+	return b.Gather(table, i32s(ids))
+}
+
 // AddRows implements compute.Backend: dst[rows[i]] += scale[i]·src[i] for i
 // in increasing order, each element as dst + float32(scale·src) (dst + src
 // when scale is nil). dst is F32 [R, D] and is updated in place; src is F32

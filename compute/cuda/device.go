@@ -30,6 +30,7 @@ type Device struct {
 	closed        atomic.Bool
 	mu            sync.Mutex
 	pending       []func() error // posted, not yet handed to the thread
+	rb            *readback      // pinned slots for DownloadAsync
 }
 
 // Open makes device ordinal's primary context current on a dedicated,
@@ -45,6 +46,7 @@ func Open(ordinal int) (*Device, error) {
 	if err := <-ready; err != nil {
 		return nil, err
 	}
+	dev.rb = newReadback(dev)
 	return dev, nil
 }
 

@@ -32,6 +32,7 @@ type driverAPI struct {
 	cuMemcpyHtoDAsync        func(dst uintptr, src unsafe.Pointer, n uint64, stream uintptr) result
 	cuMemcpyDtoD             func(dst, src uintptr, n uint64) result
 	cuMemcpyDtoDAsync        func(dst, src uintptr, n uint64, stream uintptr) result
+	cuMemcpyDtoHAsync        func(dst unsafe.Pointer, src uintptr, n uint64, stream uintptr) result
 	cuModuleLoadData         func(mod *uintptr, image unsafe.Pointer) result
 	cuModuleGetFunction      func(fn *uintptr, mod uintptr, name string) result
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
@@ -41,6 +42,7 @@ type driverAPI struct {
 	cuEventRecord            func(ev, stream uintptr) result
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
 	cuEventDestroy           func(ev uintptr) result
+	cuEventSynchronize       func(ev uintptr) result
 	// Graphs (optional: nil when the driver lacks them).
 	cuStreamCreate              func(s *uintptr, flags uint32) result
 	cuStreamBeginCapture        func(s uintptr, mode int32) result
@@ -88,7 +90,8 @@ func loadDriver() (*driverAPI, error) {
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
 			"cuFuncGetAttribute": &d.cuFuncGetAttribute, "cuEventCreate": &d.cuEventCreate, "cuEventRecord": &d.cuEventRecord,
-			"cuEventDestroy_v2": &d.cuEventDestroy,
+			"cuEventDestroy_v2": &d.cuEventDestroy, "cuEventSynchronize": &d.cuEventSynchronize,
+			"cuMemcpyDtoHAsync_v2": &d.cuMemcpyDtoHAsync,
 		} {
 			if _, err := purego.Dlsym(h, name); err != nil {
 				driverErr = fmt.Errorf("cuda: the driver library lacks %s: %v", name, err)

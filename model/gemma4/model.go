@@ -1,6 +1,7 @@
 package gemma4
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -300,7 +301,28 @@ const (
 // its cache.
 type Row struct {
 	Tokens []int32
-	Cache  *kvcache.Cache
+	// Next, when set, is the row's one new token as an I32 tensor [1] on
+	// the backend, in place of Tokens: a token the device chose (an Argmax
+	// of this model's logits) that the host has not read yet, so the step
+	// can be issued before the last one has finished. It must be the only
+	// row, and the token must lie in the vocabulary (see DeviceTokens).
+	Next  *compute.Tensor
+	Cache *kvcache.Cache
+}
+
+// count is how many new tokens the row has.
+func (r Row) count() int {
+	if r.Next != nil {
+		return 1
+	}
+	return len(r.Tokens)
+}
+
+// DeviceTokens reports whether Forward takes a Row.Next token from any
+// Argmax of this model's logits: every table looked up by token id has a
+// row for each logit.
+func (m *Model) DeviceTokens() bool {
+	return m.pleEmbed == nil || m.pleEmbed.Dim(0) >= m.embed.Dim(0)
 }
 
 // ForwardOptions controls what Forward returns.
@@ -337,14 +359,26 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	b := m.b
 	var ids, pos []int32
 	offsets := []int{0}
+	var next *compute.Tensor
 	for i, r := range rows {
-		if len(r.Tokens) == 0 {
+		if r.Next != nil {
+			if len(rows) != 1 || len(r.Tokens) > 0 || r.Next.DType() != compute.I32 || r.Next.Len() != 1 {
+				return nil, fmt.Errorf("forward: a device token (%v) must be a lone row's only token", r.Next)
+			}
+			if !m.DeviceTokens() {
+				return nil, errors.New("forward: this model's per-layer embedding is smaller than its vocabulary, so it cannot take device tokens")
+			}
+			next = r.Next
+			pos = append(pos, int32(r.Cache.Len()))
+			ids = append(ids, 0) // a placeholder: only the count is read
+		}
+		if r.count() == 0 {
 			return nil, fmt.Errorf("forward: row %d has no tokens", i)
 		}
-		if len(r.Tokens) > r.Cache.MaxStep() {
-			return nil, fmt.Errorf("forward: row %d has %d tokens, its cache allows %d per step", i, len(r.Tokens), r.Cache.MaxStep())
+		if r.count() > r.Cache.MaxStep() {
+			return nil, fmt.Errorf("forward: row %d has %d tokens, its cache allows %d per step", i, r.count(), r.Cache.MaxStep())
 		}
-		if end := r.Cache.Len() + len(r.Tokens); end > c.MaxPositionEmbeddings {
+		if end := r.Cache.Len() + r.count(); end > c.MaxPositionEmbeddings {
 			return nil, fmt.Errorf("forward: row %d would reach position %d, beyond max_position_embeddings %d", i, end, c.MaxPositionEmbeddings)
 		}
 		for j, t := range r.Tokens {
@@ -357,10 +391,16 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		offsets = append(offsets, len(ids))
 	}
 
-	x := b.Scale(b.Gather(m.embed, ids), m.embedScale) // [N, H]
-	var ple *compute.Tensor                            // [N, layers, P]
+	lookup := func(table *compute.Tensor) *compute.Tensor {
+		if next != nil {
+			return b.GatherAt(table, next)
+		}
+		return b.Gather(table, ids)
+	}
+	x := b.Scale(lookup(m.embed), m.embedScale) // [N, H]
+	var ple *compute.Tensor                     // [N, layers, P]
 	if c.HasPLE() {
-		ple = m.perLayerInputs(ids, x)
+		ple = m.perLayerInputs(lookup(m.pleEmbed), x)
 	}
 	views := make([][]kvView, len(m.layers))
 	for i := range m.layers {
@@ -381,7 +421,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		x = b.Mul(x, l.scalar)
 	}
 	for _, r := range rows {
-		r.Cache.Advance(len(r.Tokens))
+		r.Cache.Advance(r.count())
 	}
 	out := &Output{Hidden: b.RMSNorm(x, m.norm, float32(c.RMSNormEps)), Offsets: offsets}
 	switch opt.Logits {
@@ -430,12 +470,13 @@ func (m *Model) lmHead(h *compute.Tensor) *compute.Tensor {
 }
 
 // perLayerInputs computes PLE (spec §1.3): (RMSNorm(proj(h0)·H^-½) +
-// embed_per_layer(ids)·√P) · 2^-½, as [N, layers·P].
-func (m *Model) perLayerInputs(ids []int32, h0 *compute.Tensor) *compute.Tensor {
+// embed_per_layer(ids)·√P) · 2^-½, as [N, layers·P], from the ids' rows
+// of the per-layer embedding.
+func (m *Model) perLayerInputs(rows, h0 *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
-	N, L, P := len(ids), c.NumHiddenLayers, c.HiddenSizePerLayer
-	tok := b.Scale(b.Gather(m.pleEmbed, ids), m.pleScale)
+	N, L, P := rows.Dim(0), c.NumHiddenLayers, c.HiddenSizePerLayer
+	tok := b.Scale(rows, m.pleScale)
 	ctx := b.Scale(b.MatMul(h0, m.pleProj), float32(1/math.Sqrt(float64(c.HiddenSize))))
 	ctx = b.RMSNorm(ctx.Reshape(N*L, P), m.pleNorm, float32(c.RMSNormEps)).Reshape(N, L*P)
 	return b.Scale(b.Add(ctx, tok), float32(1/math.Sqrt2))
