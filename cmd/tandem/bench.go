@@ -143,12 +143,13 @@ func newBench() *cobra.Command {
 				}
 				prompt := randomPrompt(m, c, 1)
 				opt := generation.Options{MaxTokens: tokens}
-				res, err := generation.Generate(ctx, m, prompt, opt, nil)
+				var plainAt tokenTimes
+				res, err := generation.Generate(ctx, m, prompt, opt, plainAt.add)
 				if err != nil {
 					return err
 				}
 				row := benchRow{Context: c, BytesPerToken: bytes,
-					PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: float64(len(res.Tokens)-1) / res.Decode.Seconds(),
+					PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
 					RooflineTokS: roof / float64(bytes)}
 				row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
 				if a != nil {
@@ -157,11 +158,12 @@ func newBench() *cobra.Command {
 						return err
 					}
 					so := spec.Options{Options: opt, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
-					sres, err := spec.Generate(ctx, m, d, prompt, so, nil)
+					var specAt tokenTimes
+					sres, err := spec.Generate(ctx, m, d, prompt, so, specAt.add)
 					if err != nil {
 						return err
 					}
-					row.SpecTokS = float64(len(sres.Tokens)-1) / sres.Decode.Seconds()
+					row.SpecTokS = specAt.rate(sres.Decode)
 					row.Acceptance = sres.Stats.AcceptanceRate()
 					row.TokensPerPass = sres.Stats.MeanAcceptLength()
 					row.Speedup = row.SpecTokS / row.DecodeTokS
@@ -215,8 +217,9 @@ func newBench() *cobra.Command {
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
 			if onGPU && g.Device().Graphs() {
-				launched, fallbacks := g.Device().GraphStats()
-				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs, %d ran op by op after a failed capture\n", launched, fallbacks)
+				s := g.Device().GraphStats()
+				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs (%d instantiated; %.0f ms building them in all), %d ran op by op after a failed capture\n",
+					s.Launched, s.Instantiated, ms(s.Build), s.Fallbacks)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
@@ -233,6 +236,9 @@ func newBench() *cobra.Command {
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if w := warmup(tokens); w > 0 {
+				fmt.Fprintf(out, "decode rates leave out the first %d of %d tokens (the steps that capture graphs and make first allocations)\n", w, tokens)
 			}
 			for _, r := range rows {
 				if r.DraftMs+r.VerifyMs > 0 {
@@ -274,6 +280,33 @@ func newBench() *cobra.Command {
 }
 
 // parseCount reads 128, 4k or 32k.
+// tokenTimes records when each token of a generation arrived.
+type tokenTimes []time.Time
+
+func (t *tokenTimes) add(int32) { *t = append(*t, time.Now()) }
+
+// rate is the steady decode rate in tokens/s: the tokens after the first
+// warmup(n) (the first token comes from the prefill; the first steps
+// capture their graphs and make their first allocations) over the time
+// they took. Too few tokens give the whole decode's rate (decode: the time
+// from the first token to the last).
+func (t tokenTimes) rate(decode time.Duration) float64 {
+	n := len(t)
+	w := warmup(n)
+	if w == 0 {
+		return float64(n-1) / decode.Seconds()
+	}
+	return float64(n-1-w) / t[n-1].Sub(t[w]).Seconds()
+}
+
+// warmup is how many of n tokens' arrivals the steady rate leaves out.
+func warmup(n int) int {
+	if n < 8 {
+		return 0
+	}
+	return min(8, n/4)
+}
+
 func parseCount(s string) (int, error) {
 	mult := 1
 	if rest, ok := strings.CutSuffix(strings.ToLower(s), "k"); ok {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestGenerateWithDraft protects the speculative CLI: --draft and its
@@ -95,4 +97,31 @@ func TestBench(t *testing.T) {
 	wantError(t, err, "--contexts")
 	_, _, err = execute(t, "bench", "--preset", "gemma4-nope", "--contexts", "8")
 	wantError(t, err, "gemma4-nope")
+}
+
+// The steady decode rate leaves out the first tokens (graph capture, first
+// allocations) once there are enough of them, and is the plain average
+// otherwise.
+func TestSteadyRate(t *testing.T) {
+	at := func(ms ...int) tokenTimes {
+		var tt tokenTimes
+		base := time.Unix(0, 0)
+		for _, m := range ms {
+			tt = append(tt, base.Add(time.Duration(m)*time.Millisecond))
+		}
+		return tt
+	}
+	for _, c := range []struct {
+		name   string
+		times  tokenTimes
+		decode time.Duration
+		want   float64
+	}{
+		{"too few: the whole decode", at(0, 500, 510), 510 * time.Millisecond, 2 / 0.51},
+		{"slow first steps left out", at(0, 500, 900, 910, 920, 930, 940, 950, 960, 970), 970 * time.Millisecond, 100},
+	} {
+		if got := c.times.rate(c.decode); math.Abs(got-c.want) > 1e-6*c.want {
+			t.Errorf("%s: rate %v, want %v", c.name, got, c.want)
+		}
+	}
 }

@@ -23,6 +23,12 @@ var (
 	attnScratchBytes = math.MaxInt
 )
 
+// attnTileMin is the fewest queries per row the tiled kernels take: a
+// verify pass's few queries run faster as separate blocks (on the H200 the
+// 31B shape's four verify queries took 95 µs per layer tiled, the single
+// decode query 40 µs), a prefill chunk's many faster tiled.
+var attnTileMin = 16
+
 func init() {
 	if tiledAttention {
 		attnScratchBytes = 256 << 20
@@ -159,7 +165,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			}
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
-		if tiledAttention && n > 1 {
+		if tiledAttention && n >= attnTileMin {
 			// QT (ops.cu) queries of a row per block: keys and values are
 			// read once per tile instead of once per query.
 			scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((n+attnTile-1)/attnTile)

@@ -277,7 +277,10 @@ func TestBatchInvariance(t *testing.T) {
 	// A scratch budget of 1 byte or 150 KiB makes the verify pass go
 	// through in query groups of one and of two or three.
 	const Hq, Hkv = 4, 2
-	defer func(on bool, budget int) { tiledAttention, attnScratchBytes = on, budget }(tiledAttention, attnScratchBytes)
+	defer func(on bool, budget, min int) {
+		tiledAttention, attnScratchBytes, attnTileMin = on, budget, min
+	}(tiledAttention, attnScratchBytes, attnTileMin)
+	attnTileMin = 2 // tile every group of two queries or more
 	for _, c := range []struct {
 		tiled  bool
 		budget int

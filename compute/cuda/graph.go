@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"os"
+	"time"
 	"unsafe"
 )
 
@@ -27,9 +28,15 @@ const maxGraphs = 64
 type graphState struct {
 	execs map[string]uintptr // instantiated graph per site
 	rec   *recording         // non-nil while capturing
-	// Launched and Fallbacks count recordings launched as graphs and
-	// recordings that had to run directly.
-	launched, fallbacks int
+	stats GraphStats
+}
+
+// GraphStats counts what became of recordings.
+type GraphStats struct {
+	Launched     int           // recordings launched as graphs
+	Fallbacks    int           // recordings that ran op by op after a failed capture or launch
+	Instantiated int           // graphs instantiated (a new site, or an update refused)
+	Build        time.Duration // ending captures, updating and instantiating: host time on the device thread
 }
 
 type recording struct {
@@ -52,7 +59,7 @@ func (dev *Device) beginRecord(site string) {
 			return
 		}
 		if dev.d.cuStreamBeginCapture(dev.stream, captureModeRelaxed) != 0 {
-			dev.graphs.fallbacks++
+			dev.graphs.stats.Fallbacks++
 			return
 		}
 		dev.graphs.rec = &recording{site: site}
@@ -98,6 +105,8 @@ func (dev *Device) endCapture() {
 		return
 	}
 	dev.graphs.rec = nil
+	start := time.Now()
+	defer func() { dev.graphs.stats.Build += time.Since(start) }()
 	var g uintptr
 	ok := dev.d.cuStreamEndCapture(dev.stream, &g) == 0 && rec.err == nil
 	if ok && g != 0 {
@@ -107,10 +116,10 @@ func (dev *Device) endCapture() {
 		dev.d.cuGraphDestroy(g)
 	}
 	if ok {
-		dev.graphs.launched++
+		dev.graphs.stats.Launched++
 		return
 	}
-	dev.graphs.fallbacks++
+	dev.graphs.stats.Fallbacks++
 	for _, f := range rec.calls {
 		if err := f(); err != nil && dev.asyncErr == nil {
 			dev.asyncErr = err
@@ -146,17 +155,18 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 		if dev.d.cuGraphInstantiateWithFlags(&exec, g, 0) != 0 {
 			return false
 		}
+		dev.graphs.stats.Instantiated++
 		dev.graphs.execs[site] = exec
 	}
 	return dev.d.cuGraphLaunch(exec, dev.stream) == 0
 }
 
-// GraphStats reports how many recordings ran as graphs and how many ran
-// directly after a capture or launch failed.
-func (dev *Device) GraphStats() (launched, fallbacks int) {
+// GraphStats reports what became of the recordings so far.
+func (dev *Device) GraphStats() GraphStats {
+	var s GraphStats
 	dev.do(func() error {
-		launched, fallbacks = dev.graphs.launched, dev.graphs.fallbacks
+		s = dev.graphs.stats
 		return nil
 	})
-	return launched, fallbacks
+	return s
 }

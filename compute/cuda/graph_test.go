@@ -63,8 +63,8 @@ func TestGraphsMatchDirect(t *testing.T) {
 		}
 	}
 	// A site is recorded from its second step on.
-	launched, fallbacks := g.dev.GraphStats()
-	if launched < 5 || fallbacks != 0 {
-		t.Fatalf("%d recordings launched as graphs, %d ran directly; want at least 5 and none", launched, fallbacks)
+	s := g.dev.GraphStats()
+	if s.Launched < 5 || s.Fallbacks != 0 {
+		t.Fatalf("%d recordings launched as graphs, %d ran directly; want at least 5 and none", s.Launched, s.Fallbacks)
 	}
 }
