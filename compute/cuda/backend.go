@@ -54,7 +54,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_rows_u8", "matmul_rows_pf", "matmul_tiled"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -432,22 +432,13 @@ var (
 // mma8Kernel (eight 16-row tiles per weight load) beyond. All give the
 // same bits; the variables let tests compare variants. The defaults stream
 // weights past L1 with a 256-byte L2 prefetch, which doubled M = 1
-// bandwidth on the H200 (docs/gpu.md). TANDEM_CUDA_ROWS names another
-// rows kernel (matmul_rows_u8, matmul_rows_pf) for comparisons.
+// bandwidth on the H200 (docs/gpu.md).
 var (
 	rowsMaxM   = 5
-	rowsKernel = rowsKernelFrom(os.Getenv("TANDEM_CUDA_ROWS"))
+	rowsKernel = "matmul_rows"
 	mma1Kernel = "matmul_mma1n"
 	mma8Kernel = "matmul_mma8n"
 )
-
-func rowsKernelFrom(name string) string {
-	switch name {
-	case "matmul_rows_u8", "matmul_rows_pf", "matmul_rows_plain":
-		return name
-	}
-	return "matmul_rows"
-}
 
 // splitWarps is how many warps splitK aims for. It is part of the
 // arithmetic (the K split sets the summation order), never chosen per call.

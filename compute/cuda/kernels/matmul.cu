@@ -376,11 +376,7 @@ MMA_KERNEL(matmul_mma8n, 8, 1, true)
 // (Splitting the activations inside the kernel instead of in split_bf16
 // was tried: every warp then redoes the split, and the kernel ran at half
 // the bandwidth.)
-//
-// PF loads the next K step's weights before this step's mmas (software
-// pipelining: twice the weight registers, the loads of one step in flight
-// during the last step's wait); it does not change the arithmetic.
-template <int U, bool NC, bool PF>
+template <int U, bool NC>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned) {
     __shared__ float tile[8][16][9];
@@ -396,17 +392,9 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const unsigned short* x0 = xs + (ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
     const unsigned short* x1 = xs + (ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint4 nxt[U];
-    if (PF) wload_step<U, NC>(nxt, wr, k0, t, k1, wok, al);
     for (int kb = k0; kb < k1; kb += 32 * U) {
         uint4 cur[U];
-        if (PF) {
-#pragma unroll
-            for (int u = 0; u < U; u++) cur[u] = nxt[u];
-            if (kb + 32 * U < k1) wload_step<U, NC>(nxt, wr, kb + 32 * U, t, k1, wok, al);
-        } else {
-            wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
-        }
+        wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
@@ -430,22 +418,16 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     }
 }
 
-// BLOCKS blocks per multiprocessor: 4 caps a thread at 64 registers.
-#define ROWS_KERNEL(name, U, NC, PF, BLOCKS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(256, BLOCKS) name(const unsigned short* xs, const unsigned short* w, \
-                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,          \
-                                    int aligned) {                                                                  \
-        matmul_rows<U, NC, PF>(xs, w, part, M, N, K, kchunk, aligned);                                              \
-        finish_splits(y, part, counters, M, N);                                                                     \
+// At most 64 registers: four blocks per multiprocessor.
+#define ROWS_KERNEL(name, U, NC)                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
+                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
+                                    int aligned) {                                                             \
+        matmul_rows<U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                             \
+        finish_splits(y, part, counters, M, N);                                                                \
     }
-ROWS_KERNEL(matmul_rows, 4, true, false, 4)
-ROWS_KERNEL(matmul_rows_plain, 4, false, false, 4) // plain loads, for comparison
-// Candidates with more weight bytes in flight per warp (ncu: the 31B MLP
-// shapes stall on their loads at 43% of DRAM bandwidth): eight chunks per
-// step, and four chunks loaded a step ahead; three blocks per
-// multiprocessor leave them 80 registers.
-ROWS_KERNEL(matmul_rows_u8, 8, true, false, 3)
-ROWS_KERNEL(matmul_rows_pf, 4, true, true, 3)
+ROWS_KERNEL(matmul_rows, 4, true)
+ROWS_KERNEL(matmul_rows_plain, 4, false) // plain loads, for comparison
 
 // ---------------------------------------------------------------------------
 // matmul_tiled: the same arithmetic for M > 16 (prefill, long verifies) with
