@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures the published shapes on the GPU machine, with the defaults and
-# with the switches for code not yet validated there (docs/gpu.md, "Written,
-# not yet run on a GPU"), each in its own process (the switches are read at
-# start-up). Reports go to $OUT (or ./gpu-logs), one file per run.
+# with the switches of docs/gpu.md ("Switches") turned off, each in its own
+# process (the switches are read at start-up). Reports go to $OUT (or
+# ./gpu-logs), one file per run.
 # Usage: scripts/gpu/measure.sh [e2b|31b|prefill|ncu]...   (default: e2b 31b)
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
 # Compute (--clock-control none, as the device notes ask).
@@ -12,7 +12,7 @@ out=${OUT:-gpu-logs}
 mkdir -p "$out"
 bin=bin/gpu/tandem
 [ -x "$bin" ] || { echo "measure.sh: $bin is missing; run scripts/gpu/build.sh here first" >&2; exit 2; }
-switches=(TANDEM_CUDA_MATMUL=tiled TANDEM_CUDA_ATTN=tiled TANDEM_CUDA_GRAPHS=1 TANDEM_CUDA_FUSE=1)
+off=(TANDEM_CUDA_MATMUL=mma8 TANDEM_CUDA_ATTN=untiled TANDEM_CUDA_GRAPHS=0 TANDEM_CUDA_FUSE=0)
 bench() { # name, env..., -- bench args...
   local name=$1; shift
   local envs=()
@@ -29,14 +29,14 @@ want=("$@")
 for w in "${want[@]}"; do
   case $w in
     e2b | 31b)
-      args=(--preset "gemma4-$w" --draft auto --synthetic-acceptance 0.8 --contexts 128 --tokens 32 --kernel-profile)
+      args=(--preset "gemma4-$w" --draft auto --synthetic-acceptance 0.8 --contexts 128 --tokens 96 --kernel-profile)
       bench "$w-default" -- "${args[@]}"
-      bench "$w-switches" "${switches[@]}" -- "${args[@]}"
+      bench "$w-off" "${off[@]}" -- "${args[@]}"
       ;;
     prefill) # a long prompt on the 31B shape: prefill, and decode after it
-      args=(--preset gemma4-31b --contexts 4k --tokens 8)
+      args=(--preset gemma4-31b --contexts 4k --tokens 16)
       bench "prefill-default" -- "${args[@]}"
-      bench "prefill-switches" "${switches[@]}" -- "${args[@]}"
+      bench "prefill-off" "${off[@]}" -- "${args[@]}"
       ;;
     ncu)
       for shape in 21504x5376x1 5376x21504x1 262144x5376x1; do
