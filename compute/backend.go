@@ -45,6 +45,8 @@ type Backend interface {
 	// MatMul computes x·wᵀ: x [..., K] F32, w [N, K] → [..., N] F32.
 	MatMul(x, w *Tensor) *Tensor
 	// Gather picks rows of table [V, D] (any float dtype) → [len(ids), D] F32.
+	// An I32 table gives I32 rows (an index table, such as a drafter's
+	// cluster ordering).
 	Gather(table *Tensor, ids []int32) *Tensor
 	// GatherAt is Gather with the ids in an I32 tensor [n] on the backend,
 	// such as a token an Argmax chose that the host has not read. The ids
@@ -85,6 +87,12 @@ type Backend interface {
 	// Argmax returns the index of each row's largest value (lowest index on
 	// ties) as I32 [rows].
 	Argmax(x *Tensor) *Tensor
+	// ArgmaxKeyed returns, for each row of x [..., D] (F32), the key
+	// (keys: I32, x's shape) of the row's largest value, ties going to the
+	// smaller key, as I32 [rows]. NaN never wins; a row of NaN gives its
+	// first key. (A drafter's head picks among a subset of the vocabulary
+	// this way, keys being token ids.)
+	ArgmaxKeyed(x, keys *Tensor) *Tensor
 	// TopK returns each row's k largest values in descending order, ties by
 	// lower index first, as values F32 [..., k] and indices I32 [..., k].
 	TopK(x *Tensor, k int) (values, indices *Tensor)

@@ -3,44 +3,13 @@ package generation
 import (
 	"context"
 	"errors"
-	"math"
 	"slices"
 	"testing"
 
-	"tandem/compute"
+	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
 )
-
-// aheadBackend is the CPU backend with Prefetch, which sends Generate down
-// decodeAhead's path (the CUDA backend's) on the CPU. Its reads are
-// immediate; nanAt makes the nth value read (counting from 0) a NaN, as a
-// NaN logit would, which must send that step to the host.
-type aheadBackend struct {
-	compute.Backend
-	nanAt    map[int]bool
-	values   int
-	prefetch int
-}
-
-func (b *aheadBackend) Prefetch(t *compute.Tensor) func() []uint32 {
-	b.prefetch++
-	var bits []uint32
-	if t.DType() == compute.I32 {
-		for _, v := range b.ToI32(t) {
-			bits = append(bits, uint32(v))
-		}
-	} else {
-		for _, v := range b.ToF32(t) {
-			bits = append(bits, math.Float32bits(v))
-		}
-		if b.nanAt[b.values] {
-			bits[0] = math.Float32bits(float32(math.NaN()))
-		}
-		b.values++
-	}
-	return func() []uint32 { return bits }
-}
 
 // Greedy decoding one step ahead (device-chosen tokens, the next step
 // issued before the token is read) must give plain greedy decoding's
@@ -57,7 +26,7 @@ func TestDecodeAheadMatchesGreedy(t *testing.T) {
 	if err := p.Generate(dir, gemma4.GenerateOptions{Seed: 7}); err != nil {
 		t.Fatal(err)
 	}
-	ab := &aheadBackend{Backend: cpu.New(0)}
+	ab := &computetest.Prefetching{Backend: cpu.New(0)}
 	ahead, err := gemma4.Load(dir, ab)
 	if err != nil {
 		t.Fatal(err)
@@ -84,16 +53,13 @@ func TestDecodeAheadMatchesGreedy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want := generate(t, plain, ids, tt.opt)
-			ab.nanAt, ab.values, ab.prefetch = map[int]bool{}, 0, 0
-			for _, i := range tt.nanAt {
-				ab.nanAt[i] = true
-			}
+			ab.Reset(tt.nanAt...)
 			var seen []int32
 			got, err := Generate(context.Background(), ahead, ids, tt.opt, func(tok int32) { seen = append(seen, tok) })
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ab.prefetch == 0 {
+			if ab.Calls == 0 {
 				t.Fatal("Generate did not decode ahead")
 			}
 			if !slices.Equal(got.Tokens, want.Tokens) || got.StopReason != want.StopReason {
@@ -118,14 +84,14 @@ func TestDecodeAheadMatchesGreedy(t *testing.T) {
 		}
 	})
 	t.Run("penalties keep the host path", func(t *testing.T) {
-		ab.prefetch = 0
+		ab.Reset()
 		opt := Options{MaxTokens: 5}
 		opt.Sample.RepetitionPenalty = 1.3
 		got := generate(t, ahead, ids, opt)
 		if want := generate(t, plain, ids, opt); !slices.Equal(got.Tokens, want.Tokens) {
 			t.Fatalf("tokens %v, want %v", got.Tokens, want.Tokens)
 		}
-		if ab.prefetch != 0 {
+		if ab.Calls != 0 {
 			t.Fatal("a penalised request was decoded ahead")
 		}
 	})

@@ -41,6 +41,36 @@ func (d *Assistant) Propose(r Round) (Proposal, error) {
 	return ps[0], nil
 }
 
+// ProposeAt drafts greedily on the backend: r.K drafter steps, each
+// embedding the token the last one chose there, with no read by the host in
+// between. The drafts come back as an I32 tensor [r.K]; they are the
+// tokens Propose drafts greedily (the same ops; only the reads differ).
+func (d *Assistant) ProposeAt(r Round) (*compute.Tensor, error) {
+	if !d.Sample.Greedy() {
+		return nil, fmt.Errorf("spec: drafting on the device is greedy only")
+	}
+	a, b := d.A, d.A.Backend()
+	row := gemma4.DraftRow{Token: r.Pending, Hidden: r.Hidden, Snap: r.Snap}
+	var drafts *compute.Tensor
+	for j := range r.K {
+		end := compute.Record(b, fmt.Sprintf("draft-at%d", min(j, 1)))
+		out, err := a.Step([]gemma4.DraftRow{row}, d.Opt)
+		if err != nil {
+			end()
+			return nil, err
+		}
+		tok := a.ArgmaxAt(out.Normed)
+		end()
+		if drafts == nil {
+			drafts = tok
+		} else {
+			drafts = b.Concat(drafts, tok)
+		}
+		row = gemma4.DraftRow{Next: tok, Hidden: out.Next, Snap: r.Snap}
+	}
+	return drafts, nil
+}
+
 // ProposeBatch drafts for many sequences at once: step j runs the drafter
 // once over every sequence that asked for more than j drafts. ds[i] drafts
 // rs[i] with its own sampling settings and random stream; all must wrap the

@@ -91,6 +91,22 @@ type Verdict struct {
 // verify row i (pending, then drafts 1..i as inputs). It records the round
 // in st and emits the tokens into seq.
 func (j Judge) Round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32) Verdict {
+	return j.round(seq, st, prop, row, nil)
+}
+
+// RoundPicked is Round with each verify row's argmax already picked (on
+// the device): pick(i) is sample.Argmax of row i's logits. It is for
+// sequences whose token depends on the logits alone
+// (Params.ArgmaxOnly), which the greedy walk and the synthetic coin then
+// decide from the picks.
+func (j Judge) RoundPicked(seq *generation.Seq, st *Stats, prop Proposal, pick func(int) int32) Verdict {
+	if !seq.Params().ArgmaxOnly() {
+		panic("spec: RoundPicked for a sequence whose sampling needs the logits")
+	}
+	return j.round(seq, st, prop, nil, pick)
+}
+
+func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32, pick func(int) int32) Verdict {
 	k := len(prop.Tokens)
 	var v Verdict
 	switch {
@@ -99,7 +115,16 @@ func (j Judge) Round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 		for v.Accepted < k && rng.Uniform() < j.SyntheticAcceptance {
 			v.Accepted++
 		}
-		v.Next = sample.Argmax(row(v.Accepted))
+		if pick != nil {
+			v.Next = pick(v.Accepted)
+		} else {
+			v.Next = sample.Argmax(row(v.Accepted))
+		}
+	case pick != nil:
+		for v.Accepted < k && prop.Tokens[v.Accepted] == pick(v.Accepted) {
+			v.Accepted++
+		}
+		v.Next = pick(v.Accepted)
 	case seq.Params().Greedy():
 		v.Next, v.Accepted = greedyWalk(seq, prop, row)
 	default:

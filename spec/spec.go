@@ -13,11 +13,14 @@ package spec
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"tandem/compute"
 	"tandem/generation"
+	"tandem/kvcache"
 	"tandem/model/gemma4"
+	"tandem/sample"
 )
 
 // MaxDraftTokens bounds the draft depth: deeper rounds only add drafter and
@@ -100,6 +103,14 @@ type Drafter interface {
 	Propose(r Round) (Proposal, error)
 }
 
+// A DeviceDrafter can also draft on the backend (greedily), leaving its
+// drafts there as an I32 tensor [r.K] for the verify to take unread.
+// Assistant is one.
+type DeviceDrafter interface {
+	Drafter
+	ProposeAt(r Round) (*compute.Tensor, error)
+}
+
 // Generate decodes up to MaxTokens tokens after prompt with drafter d.
 // onToken, if set, sees each token as it is emitted.
 func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, opt Options, onToken func(int32)) (*Result, error) {
@@ -134,6 +145,15 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		res.Decode = time.Since(start)
 	}()
 	judge := Judge{Synthetic: opt.Synthetic, SyntheticAcceptance: opt.SyntheticAcceptance}
+	// Greedy rounds stay on the device where they can (deviceRound): the
+	// host then reads once per round instead of after every draft and the
+	// verify.
+	dd, onDevice := d.(DeviceDrafter)
+	pf, async := b.(compute.Prefetcher)
+	onDevice = onDevice && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens()
+	if a, ok := d.(*Assistant); ok && !a.Sample.Greedy() {
+		onDevice = false
+	}
 	tok, done := seq.Next(b.ToF32(logits))
 	if onToken != nil {
 		onToken(tok)
@@ -144,6 +164,20 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		}
 		pending := seq.History[len(seq.History)-1]
 		kr := Depth(seq, k)
+		if onDevice {
+			r := Round{Pending: pending, Hidden: hidden, Snap: m.Snapshot(cache), History: seq.History, Prompt: seq.Prompt, K: kr}
+			v, h, err := deviceRound(m, dd, pf, cache, seq, judge, &res.Stats, r)
+			if err != nil {
+				return res, err
+			}
+			if onToken != nil {
+				for _, tok := range v.Emitted {
+					onToken(tok)
+				}
+			}
+			done, hidden = seq.Done, h
+			continue
+		}
 		var prop Proposal
 		if kr > 0 {
 			t0 := time.Now()
@@ -182,4 +216,61 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		hidden = b.Slice(out.Hidden, v.Accepted, v.Accepted+1)
 	}
 	return res, nil
+}
+
+// deviceRound runs one greedy round on the device: the drafter's steps,
+// each taking the token the last one chose, the verify pass over the
+// pending token and the drafts, and each verify row's argmax (TopK 1, the
+// lowest index on ties, as sample.Argmax), with one read by the host at
+// the end. A NaN logit is where the device's argmax and the host's part,
+// so a row whose pick is NaN is decided from its logits on the host. It
+// returns the verdict and the next round's hidden state. DraftTime counts
+// only issuing the drafts; the wait for them is in VerifyTime.
+func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache *kvcache.Cache, seq *generation.Seq,
+	judge Judge, st *Stats, r Round) (Verdict, *compute.Tensor, error) {
+	b := m.Backend()
+	t0 := time.Now()
+	toks := b.FromI32([]int32{r.Pending}, 1)
+	if r.K > 0 {
+		drafts, err := d.ProposeAt(r)
+		if err != nil {
+			return Verdict{}, nil, err
+		}
+		if drafts.Len() != r.K {
+			return Verdict{}, nil, fmt.Errorf("spec: drafter proposed %d tokens, asked for %d", drafts.Len(), r.K)
+		}
+		toks = b.Concat(toks, drafts)
+	}
+	st.DraftTime += time.Since(t0)
+	t0 = time.Now()
+	T := cache.Len()
+	end := compute.Record(b, fmt.Sprintf("verify-at%d", r.K+1))
+	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+	if err != nil {
+		end()
+		return Verdict{}, nil, err
+	}
+	vals, idx := b.TopK(m.Logits(out.Hidden), 1)
+	end()
+	readToks, readVals, readIdx := pf.Prefetch(toks), pf.Prefetch(vals), pf.Prefetch(idx)
+	tokBits, valBits, idxBits := readToks(), readVals(), readIdx()
+	prop := Proposal{Tokens: make([]int32, r.K)}
+	for i := range prop.Tokens {
+		prop.Tokens[i] = int32(tokBits[i+1])
+	}
+	rows := VerifyRows(m, out.Hidden, 0, r.K+1)
+	pick := func(i int) int32 {
+		if v := math.Float32frombits(valBits[i]); v != v {
+			return sample.Argmax(rows(i))
+		}
+		return int32(idxBits[i])
+	}
+	v := judge.RoundPicked(seq, st, prop, pick)
+	st.VerifyTime += time.Since(t0)
+	if !seq.Done {
+		if err := cache.Truncate(T + v.Accepted + 1); err != nil {
+			return v, nil, err
+		}
+	}
+	return v, b.Slice(out.Hidden, v.Accepted, v.Accepted+1), nil
 }

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"tandem/compute"
 	"tandem/compute/computetest"
+	"tandem/compute/cpu"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -22,7 +24,12 @@ var presets = []string{"gemma4-tiny-e2b", "gemma4-tiny-e4b", "gemma4-tiny-26b-a4
 // pair loads a tiny target and its assistant, bound.
 func pair(t testing.TB, preset string) (*gemma4.Model, *gemma4.Assistant) {
 	t.Helper()
-	b := computetest.Backend(t)
+	return pairOn(t, preset, computetest.Backend(t))
+}
+
+// pairOn is pair on backend b.
+func pairOn(t testing.TB, preset string, b compute.Backend) (*gemma4.Model, *gemma4.Assistant) {
+	t.Helper()
 	load := func(name string) string {
 		p, err := gemma4.LookupPreset(name)
 		if err != nil {
@@ -420,5 +427,59 @@ func TestSyntheticAcceptance(t *testing.T) {
 		spec.Options{Options: generation.Options{MaxTokens: 5}, DraftTokens: 2, Synthetic: true, SyntheticAcceptance: 1.5}, nil)
 	if err == nil || !strings.Contains(err.Error(), "synthetic acceptance") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// Greedy rounds kept on the device (drafts chosen and fed on the backend,
+// the verify's argmaxes picked there, one read per round) must decide
+// exactly as rounds read on the host: the same tokens as plain decoding,
+// the same rounds and acceptances, for both drafter heads, any depth, the
+// synthetic coin, and rows sent back to the host by a NaN pick. The
+// backend here is the CPU with prefetching, which takes the device path.
+func TestDeviceRoundsMatchHostRounds(t *testing.T) {
+	for _, preset := range presets {
+		t.Run(preset, func(t *testing.T) {
+			m, a := pairOn(t, preset, cpu.New(0))
+			pb := &computetest.Prefetching{Backend: cpu.New(0)}
+			dm, da := pairOn(t, preset, pb)
+			p := prompt(40, m.Config.Text.VocabSize, 4)
+			opt := generation.Options{MaxTokens: 40}
+			want := plain(t, m, p, opt).Tokens
+			for _, tc := range []struct {
+				k         int
+				synthetic float64 // < 0: the greedy walk
+				nanAt     []int
+			}{
+				{1, -1, nil}, {3, -1, nil}, {7, -1, nil},
+				{3, -1, []int{0, 2, 3}},
+				{3, 0.7, nil}, {3, 0.7, []int{1}},
+			} {
+				so := spec.Options{Options: opt, DraftTokens: tc.k, Synthetic: tc.synthetic >= 0, SyntheticAcceptance: tc.synthetic}
+				host, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, opt.Sample), p, so, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pb.Reset(tc.nanAt...)
+				var seen []int32
+				dev, err := spec.Generate(context.Background(), dm, assistant(t, da, gemma4.DraftOptions{}, opt.Sample), p, so,
+					func(tok int32) { seen = append(seen, tok) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("k=%d synthetic %v NaN at %v", tc.k, tc.synthetic, tc.nanAt)
+				if pb.Calls < 3*dev.Stats.Rounds {
+					t.Fatalf("%s: %d prefetches for %d rounds: the rounds did not run on the device", name, pb.Calls, dev.Stats.Rounds)
+				}
+				if !slices.Equal(dev.Tokens, host.Tokens) || !slices.Equal(seen, dev.Tokens) {
+					t.Fatalf("%s: device rounds gave %v (onToken %v), host rounds %v", name, dev.Tokens, seen, host.Tokens)
+				}
+				if tc.synthetic < 0 && !slices.Equal(dev.Tokens, want) {
+					t.Fatalf("%s: speculative %v, plain %v", name, dev.Tokens, want)
+				}
+				if hs, ds := host.Stats, dev.Stats; hs.Rounds != ds.Rounds || hs.Accepted != ds.Accepted || hs.Drafted != ds.Drafted {
+					t.Fatalf("%s: device stats %+v, host stats %+v", name, ds, hs)
+				}
+			}
+		})
 	}
 }

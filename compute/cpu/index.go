@@ -19,6 +19,14 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 			panic(fmt.Sprintf("cpu: Gather id %d out of range for %v", id, table))
 		}
 	}
+	if table.DType() == compute.I32 {
+		ts := i32s(table)
+		out := make([]int32, len(ids)*D)
+		for i, id := range ids {
+			copy(out[i*D:(i+1)*D], ts[int(id)*D:int(id+1)*D])
+		}
+		return compute.NewTensor(compute.I32, []int{len(ids), D}, out)
+	}
 	out, os := newF32(len(ids), D)
 	b.parallelFor(len(ids), D, func(lo, hi int) {
 		for i := lo; i < hi; i++ {

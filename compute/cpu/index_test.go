@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"tandem/compute"
@@ -25,6 +26,26 @@ func TestGatherWidensRows(t *testing.T) {
 			requireSameBits(t, "Gather", b.ToF32(got), want)
 		})
 	}
+	t.Run("I32 table", func(t *testing.T) {
+		tab := make([]int32, V*D)
+		for i := range tab {
+			tab[i] = int32(i*7 - 100)
+		}
+		got := b.Gather(b.FromI32(tab, V, D), ids)
+		if !compute.SameShape(got.Shape(), []int{len(ids), D}) || got.DType() != compute.I32 {
+			t.Fatalf("Gather gave %v", got)
+		}
+		var want []int32
+		for _, id := range ids {
+			want = append(want, tab[int(id)*D:(int(id)+1)*D]...)
+		}
+		if !slices.Equal(b.ToI32(got), want) {
+			t.Fatal("Gather of an I32 table changed its rows")
+		}
+		if at := b.ToI32(b.GatherAt(b.FromI32(tab, V, D), b.FromI32(ids, len(ids)))); !slices.Equal(at, want) {
+			t.Fatal("GatherAt of an I32 table differs from Gather")
+		}
+	})
 	mustPanic(t, "id out of range", "out of range", func() { b.Gather(b.Zeros(compute.BF16, V, D), []int32{V}) })
 	mustPanic(t, "negative id", "out of range", func() { b.Gather(b.Zeros(compute.F32, V, D), []int32{-1}) })
 }

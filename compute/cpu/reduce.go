@@ -58,6 +58,29 @@ func (b *Backend) Argmax(x *compute.Tensor) *compute.Tensor {
 	return compute.NewTensor(compute.I32, []int{R}, out)
 }
 
+// ArgmaxKeyed implements compute.Backend.
+func (b *Backend) ArgmaxKeyed(x, keys *compute.Tensor) *compute.Tensor {
+	xs := f32s(x)
+	if keys.DType() != compute.I32 || !compute.SameShape(x.Shape(), keys.Shape()) || x.Rank() == 0 ||
+		(x.Dim(-1) == 0 && x.Rows() > 0) {
+		panic(fmt.Sprintf("cpu: ArgmaxKeyed of %v by %v", x, keys))
+	}
+	ks := i32s(keys)
+	D, R := x.Dim(-1), x.Rows()
+	out := make([]int32, R)
+	for r := range R {
+		v, k := xs[r*D:(r+1)*D], ks[r*D:(r+1)*D]
+		best := -1
+		for j, f := range v {
+			if f == f && (best < 0 || f > v[best] || (f == v[best] && k[j] < k[best])) {
+				best = j
+			}
+		}
+		out[r] = k[max(best, 0)]
+	}
+	return compute.NewTensor(compute.I32, []int{R}, out)
+}
+
 func argmaxRow(x []float32) int {
 	best := 0
 	for i, v := range x {

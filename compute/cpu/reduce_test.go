@@ -83,6 +83,35 @@ func TestArgmaxTiesAndNaN(t *testing.T) {
 	}
 }
 
+func TestArgmaxKeyed(t *testing.T) {
+	b := New(1)
+	nan := float32(math.NaN())
+	negZero := float32(math.Copysign(0, -1))
+	for _, c := range []struct {
+		name string
+		row  []float32
+		keys []int32
+		want int32
+	}{
+		{"single", []float32{3}, []int32{42}, 42},
+		{"largest", []float32{1, 5, 2}, []int32{9, 8, 7}, 8},
+		{"tie_to_smaller_key", []float32{5, 1, 5, 5}, []int32{30, 1, 10, 20}, 10},
+		{"signed_zeros_tie", []float32{0, negZero, -1}, []int32{6, 5, 1}, 5},
+		{"nan_never_wins", []float32{nan, 1, nan, 2}, []int32{1, 2, 3, 4}, 4},
+		{"all_nan_gives_first_key", []float32{nan, nan}, []int32{7, 3}, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := b.ToI32(b.ArgmaxKeyed(b.FromF32(c.row, 1, len(c.row)), b.FromI32(c.keys, 1, len(c.keys))))
+			if len(got) != 1 || got[0] != c.want {
+				t.Fatalf("ArgmaxKeyed(%v, %v) = %v, want [%d]", c.row, c.keys, got, c.want)
+			}
+		})
+	}
+	mustPanic(t, "keys of another shape", "ArgmaxKeyed", func() {
+		b.ArgmaxKeyed(b.Zeros(compute.F32, 2, 3), b.Zeros(compute.I32, 3, 2))
+	})
+}
+
 func TestArgmaxManyRows(t *testing.T) {
 	b := New(3)
 	const R, D = 64, 5000

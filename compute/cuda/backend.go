@@ -52,7 +52,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
@@ -611,11 +611,29 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 			panic(fmt.Sprintf("cuda: Gather id %d out of range for %v", id, table))
 		}
 	}
-	out := b.alloc(compute.F32, len(ids), D)
-	if len(ids) > 0 && D > 0 {
-		idx := b.ints(ids)
-		b.launch("gather", [3]uint32{uint32(len(ids)), 1, 1}, 256, ptrOf(out), ptrOf(table), dtCode(table.DType()), ptrOf(idx), D)
-		b.recycle(idx)
+	if len(ids) == 0 || D == 0 {
+		return b.gather(table, len(ids), nil)
+	}
+	idx := b.ints(ids)
+	out := b.gather(table, len(ids), ptrOf(idx))
+	b.recycle(idx)
+	return out
+}
+
+// gather launches the gather of n rows of table by the ids at device
+// address ids: an I32 table's rows are copied as I32, a float table's
+// widened to F32.
+func (b *Backend) gather(table *compute.Tensor, n int, ids any) *compute.Tensor {
+	D := table.Dim(1)
+	dt, code := compute.F32, 3 // DT_I32 in ops.cu
+	if table.DType() == compute.I32 {
+		dt = compute.I32
+	} else {
+		code = dtCode(table.DType())
+	}
+	out := b.alloc(dt, n, D)
+	if n > 0 && D > 0 {
+		b.launch("gather", [3]uint32{uint32(n), 1, 1}, 256, ptrOf(out), ptrOf(table), code, ids, D)
 	}
 	return out
 }
@@ -625,12 +643,7 @@ func (b *Backend) GatherAt(table, ids *compute.Tensor) *compute.Tensor {
 	if table.Rank() != 2 || ids.DType() != compute.I32 || ids.Rank() != 1 {
 		panic(fmt.Sprintf("cuda: GatherAt from %v with ids %v", table, ids))
 	}
-	n, D := ids.Dim(0), table.Dim(1)
-	out := b.alloc(compute.F32, n, D)
-	if n > 0 && D > 0 {
-		b.launch("gather", [3]uint32{uint32(n), 1, 1}, 256, ptrOf(out), ptrOf(table), dtCode(table.DType()), ptrOf(ids), D)
-	}
-	return out
+	return b.gather(table, ids.Dim(0), ptrOf(ids))
 }
 
 // AddRows implements compute.Backend.
@@ -867,6 +880,21 @@ func (b *Backend) Argmax(x *compute.Tensor) *compute.Tensor {
 	out := b.alloc(compute.I32, R)
 	if R > 0 {
 		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, nil, ptrOf(out), ptrOf(x), x.Dim(-1), 1)
+	}
+	return out
+}
+
+// ArgmaxKeyed implements compute.Backend.
+func (b *Backend) ArgmaxKeyed(x, keys *compute.Tensor) *compute.Tensor {
+	f32(x, "ArgmaxKeyed")
+	if keys.DType() != compute.I32 || !compute.SameShape(x.Shape(), keys.Shape()) || x.Rank() == 0 ||
+		(x.Dim(-1) == 0 && x.Rows() > 0) {
+		panic(fmt.Sprintf("cuda: ArgmaxKeyed of %v by %v", x, keys))
+	}
+	R := x.Rows()
+	out := b.alloc(compute.I32, R)
+	if R > 0 {
+		b.launch("argmax_keyed", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), ptrOf(keys), x.Dim(-1))
 	}
 	return out
 }

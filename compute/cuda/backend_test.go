@@ -179,6 +179,27 @@ var opCases = []opCase{
 		v, i := be.TopK(t, 6)
 		return []*compute.Tensor{be.Argmax(t), v, i}
 	}},
+	{"ArgmaxKeyed-GatherI32", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		const R, D = 5, 1300
+		x, keys := randF32(r, R*D), make([]int32, R*D)
+		for i := range keys {
+			keys[i] = int32(r.IntN(1 << 20))
+		}
+		x[3], x[900], keys[3], keys[900] = 9, 9, 70, 60 // a tie: the smaller key wins
+		x[D+4] = float32(math.NaN())                    // NaN never wins
+		for j := range D {                              // a row of NaN: its first key
+			x[2*D+j] = float32(math.NaN())
+		}
+		x[3*D+1], x[3*D+2], keys[3*D+1], keys[3*D+2] = 0, float32(math.Copysign(0, -1)), 5, 4 // −0 ties +0
+		for j := range D {
+			if j != 1 && j != 2 {
+				x[3*D+j] = -1
+			}
+		}
+		table := be.FromI32(keys[:40*7], 40, 7)
+		return []*compute.Tensor{be.ArgmaxKeyed(be.FromF32(x, R, D), be.FromI32(keys, R, D)),
+			be.Gather(table, []int32{39, 0, 5}), be.GatherAt(table, be.FromI32([]int32{2, 2, 38}, 3))}
+	}},
 	{"Copy", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
 		src := be.FromF32(randF32(r, 3*20), 3, 20)
 		bf, h, f := be.Zeros(compute.BF16, 5, 20), be.Zeros(compute.F16, 5, 20), be.Zeros(compute.F32, 5, 20)

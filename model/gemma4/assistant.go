@@ -29,6 +29,7 @@ type Assistant struct {
 	// Centroid ("ordered embeddings") head.
 	centroids *compute.Tensor // [C, h]
 	ordering  []int32         // [C·vpc]: cluster c's canonical token ids are ordering[c·vpc:(c+1)·vpc]
+	orderingT *compute.Tensor // ordering on the backend, [C, vpc] I32
 
 	target *Model
 }
@@ -121,6 +122,11 @@ func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend, opt
 	}
 	if err := ld.finish(); err != nil {
 		return nil, err
+	}
+	if a.centroids != nil {
+		C := cfg.NumCentroids
+		vpc := c.VocabSize / C
+		a.orderingT = b.FromI32(a.ordering[:C*vpc], C, vpc)
 	}
 	return a, nil
 }
@@ -274,7 +280,11 @@ type DraftOptions struct {
 
 // DraftRow is one sequence's drafting state for a step.
 type DraftRow struct {
-	Token  int32           // the token to embed
+	Token int32 // the token to embed
+	// Next, when set, is the token as an I32 tensor [1] on the backend, in
+	// place of Token: a draft ArgmaxAt chose that the host has not read.
+	// It must lie in the vocabulary.
+	Next   *compute.Tensor
 	Hidden *compute.Tensor // [1, Ht]: the target's post-norm hidden (first step) or the drafter's own
 	Snap   Snapshot
 }
@@ -302,8 +312,14 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	ids := make([]int32, B)
 	qpos, keyPos := make([]int32, B), make([]int32, B)
 	hs := b.Zeros(compute.F32, B, a.Config.BackboneHiddenSize)
+	var next *compute.Tensor
 	for i, r := range rows {
-		if r.Token < 0 || int(r.Token) >= c.VocabSize {
+		if r.Next != nil {
+			if B != 1 || r.Next.DType() != compute.I32 || r.Next.Len() != 1 {
+				return nil, fmt.Errorf("draft: a device token (%v) must be a lone row's", r.Next)
+			}
+			next = r.Next.Reshape(1)
+		} else if r.Token < 0 || int(r.Token) >= c.VocabSize {
 			return nil, fmt.Errorf("draft: row %d token %d outside the vocabulary [0, %d)", i, r.Token, c.VocabSize)
 		}
 		if r.Snap.Len < 1 {
@@ -320,7 +336,12 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		}
 		b.Copy(hs, i, r.Hidden)
 	}
-	e := b.Scale(b.Gather(t.embed, ids), t.embedScale)
+	var e *compute.Tensor
+	if next != nil {
+		e = b.Scale(b.GatherAt(t.embed, next), t.embedScale)
+	} else {
+		e = b.Scale(b.Gather(t.embed, ids), t.embedScale)
+	}
 	z := b.MatMul(b.Concat(e, hs), a.preProj)
 	for i := range a.layers {
 		l := &a.layers[i]
@@ -380,22 +401,36 @@ func (a *Assistant) Logits(n *compute.Tensor) *compute.Tensor {
 // fast path: the argmax over the selected clusters' tokens only, never
 // materialising the full vocabulary.
 func (a *Assistant) Argmax(n *compute.Tensor) []int32 {
+	return a.b.ToI32(a.ArgmaxAt(n))
+}
+
+// ArgmaxAt is Argmax left on the backend, as I32 [B]: a draft token the
+// next drafter step (DraftRow.Next) or the verify (Row.Next) can take
+// before the host reads it. The centroid head's pick is computed on the
+// backend too: per row, the top-k clusters, their tokens through the
+// ordering table, those tokens' logits, and the largest, ties going to
+// the lower token id as a full-vocabulary argmax would.
+func (a *Assistant) ArgmaxAt(n *compute.Tensor) *compute.Tensor {
+	b := a.b
 	if a.centroids == nil {
-		return a.b.ToI32(a.b.Argmax(a.b.MatMul(n, a.head)))
+		return b.Argmax(b.MatMul(n, a.head))
 	}
-	sel, ids := a.selected(n)
-	B := n.Dim(0)
-	per := len(sel) / B
-	out := make([]int32, B)
+	cfg := a.Config
+	B, k := n.Dim(0), cfg.CentroidTopK
+	_, top := b.TopK(b.MatMul(n, a.centroids), k) // [B, k]
+	var out *compute.Tensor
 	for r := range B {
-		best := r * per
-		for j := r * per; j < (r+1)*per; j++ {
-			// Ties go to the lower token id, as a full-vocabulary argmax would.
-			if sel[j] > sel[best] || (sel[j] == sel[best] && ids[j] < ids[best]) {
-				best = j
-			}
+		ids := b.GatherAt(a.orderingT, b.Slice(top, r, r+1).Reshape(k)) // [k, vpc]
+		ids = ids.Reshape(1, ids.Len())
+		// One row at a time, with the row's own tokens: the logits are
+		// then those selected computes, bit for bit.
+		sel := b.MatMul(b.Slice(n, r, r+1), b.GatherAt(a.head, ids.Reshape(ids.Len())))
+		pick := b.ArgmaxKeyed(sel, ids)
+		if out == nil {
+			out = pick
+		} else {
+			out = b.Concat(out, pick)
 		}
-		out[r] = ids[best]
 	}
 	return out
 }

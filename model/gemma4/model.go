@@ -301,11 +301,12 @@ const (
 // its cache.
 type Row struct {
 	Tokens []int32
-	// Next, when set, is the row's one new token as an I32 tensor [1] on
-	// the backend, in place of Tokens: a token the device chose (an Argmax
-	// of this model's logits) that the host has not read yet, so the step
-	// can be issued before the last one has finished. It must be the only
-	// row, and the token must lie in the vocabulary (see DeviceTokens).
+	// Next, when set, holds the row's new tokens as an I32 tensor [n] on
+	// the backend, in place of Tokens: tokens the device chose (an Argmax
+	// of this model's logits, a drafter's picks) that the host has not read
+	// yet, so the step can be issued before the last one has finished. It
+	// must be the only row, and the tokens must lie in the vocabulary (see
+	// DeviceTokens).
 	Next  *compute.Tensor
 	Cache *kvcache.Cache
 }
@@ -313,7 +314,7 @@ type Row struct {
 // count is how many new tokens the row has.
 func (r Row) count() int {
 	if r.Next != nil {
-		return 1
+		return r.Next.Len()
 	}
 	return len(r.Tokens)
 }
@@ -362,15 +363,17 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	var next *compute.Tensor
 	for i, r := range rows {
 		if r.Next != nil {
-			if len(rows) != 1 || len(r.Tokens) > 0 || r.Next.DType() != compute.I32 || r.Next.Len() != 1 {
-				return nil, fmt.Errorf("forward: a device token (%v) must be a lone row's only token", r.Next)
+			if len(rows) != 1 || len(r.Tokens) > 0 || r.Next.DType() != compute.I32 || r.Next.Rank() > 1 {
+				return nil, fmt.Errorf("forward: device tokens (%v) must be a lone row's only tokens", r.Next)
 			}
 			if !m.DeviceTokens() {
 				return nil, errors.New("forward: this model's per-layer embedding is smaller than its vocabulary, so it cannot take device tokens")
 			}
-			next = r.Next
-			pos = append(pos, int32(r.Cache.Len()))
-			ids = append(ids, 0) // a placeholder: only the count is read
+			next = r.Next.Reshape(r.Next.Len())
+			for j := range r.Next.Len() {
+				pos = append(pos, int32(r.Cache.Len()+j))
+				ids = append(ids, 0) // a placeholder: only the count is read
+			}
 		}
 		if r.count() == 0 {
 			return nil, fmt.Errorf("forward: row %d has no tokens", i)

@@ -84,10 +84,17 @@ extern "C" __global__ void convert(void* dst, int dd, const void* src, int sd, i
     }
 }
 
+#define DT_I32 3 // gather only: an index table, copied bit for bit
+
 // gather: out[i] = table[ids[i]] widened; grid.x = len(ids).
 extern "C" __global__ void gather(float* out, const void* table, int dt, const int* ids, int D) {
     const size_t row = (size_t)ids[blockIdx.x] * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) out[(size_t)blockIdx.x * D + j] = load(table, dt, row + j);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        if (dt == DT_I32)
+            ((int*)out)[(size_t)blockIdx.x * D + j] = ((const int*)table)[row + j];
+        else
+            out[(size_t)blockIdx.x * D + j] = load(table, dt, row + j);
+    }
 }
 
 // add_rows: dst[rows[i]] += scale[i]·src[i] for i in order, one thread per
@@ -325,6 +332,45 @@ __device__ void block_best(float* v, int* i, float* shv, int* shi) {
     *v = shv[0];
     *i = shi[0];
     __syncthreads();
+}
+
+// keyed_above reports whether (a, key ka, position ia) ranks above (b, kb,
+// ib) for argmax_keyed: a number above NaN (NaN never wins), a larger value,
+// ties by the smaller key; position −1 is no candidate. The order is total
+// on numbers with distinct keys, so the reduction's shape cannot matter.
+__device__ __forceinline__ bool keyed_above(float a, int ka, int ia, float b, int kb, int ib) {
+    if (ib < 0) return ia >= 0;
+    if (ia < 0) return false;
+    const bool an = a != a, bn = b != b;
+    if (an || bn) return !an && bn;
+    return a > b || (a == b && ka < kb);
+}
+
+// argmax_keyed: one block per row; out[row] is the key of the row's best
+// value (the row's first key when every value is NaN).
+extern "C" __global__ void argmax_keyed(int* out, const float* x, const int* keys, int D) {
+    __shared__ float shv[RBLOCK];
+    __shared__ int shk[RBLOCK], shi[RBLOCK];
+    const float* xr = x + (size_t)blockIdx.x * D;
+    const int* kr = keys + (size_t)blockIdx.x * D;
+    float v = 0.0f;
+    int k = 0, i = -1;
+    for (int j = threadIdx.x; j < D; j += RBLOCK)
+        if (keyed_above(xr[j], kr[j], j, v, k, i)) v = xr[j], k = kr[j], i = j;
+    shv[threadIdx.x] = v;
+    shk[threadIdx.x] = k;
+    shi[threadIdx.x] = i;
+    __syncthreads();
+    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+        const int t = threadIdx.x;
+        if (t < s && keyed_above(shv[t + s], shk[t + s], shi[t + s], shv[t], shk[t], shi[t])) {
+            shv[t] = shv[t + s];
+            shk[t] = shk[t + s];
+            shi[t] = shi[t + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = shi[0] < 0 || shv[0] != shv[0] ? kr[0] : shk[0];
 }
 
 // topk: one block per row; k rounds, each picking the best element ranking

@@ -1,0 +1,56 @@
+package computetest
+
+import (
+	"math"
+
+	"tandem/compute"
+)
+
+// Prefetching wraps a backend that lacks compute.Prefetcher (the CPU) with
+// one whose reads are immediate, which sends generation and speculation
+// down their device-resident paths (the GPU's) on any backend. NaNAt makes
+// the F32 prefetches it names (counting from 0) read as NaN in their first
+// element, and the next I32 prefetch read another index there, as a TopK
+// that met a NaN logit would report, to exercise those paths' host
+// fallbacks.
+type Prefetching struct {
+	compute.Backend
+	NaNAt map[int]bool
+	// Values and Calls count the F32 prefetches and all prefetches.
+	Values, Calls int
+	poison        bool // the next I32 prefetch reads a wrong first index
+}
+
+// Prefetch implements compute.Prefetcher.
+func (b *Prefetching) Prefetch(t *compute.Tensor) func() []uint32 {
+	b.Calls++
+	var bits []uint32
+	if t.DType() == compute.I32 {
+		for _, v := range b.ToI32(t) {
+			bits = append(bits, uint32(v))
+		}
+		if b.poison && len(bits) > 0 {
+			bits[0] ^= 1
+			b.poison = false
+		}
+	} else {
+		for _, v := range b.ToF32(t) {
+			bits = append(bits, math.Float32bits(v))
+		}
+		if b.NaNAt[b.Values] && len(bits) > 0 {
+			bits[0] = math.Float32bits(float32(math.NaN()))
+			b.poison = true
+		}
+		b.Values++
+	}
+	return func() []uint32 { return bits }
+}
+
+// Reset clears the counters and sets the prefetches to poison.
+func (b *Prefetching) Reset(nanAt ...int) {
+	b.Values, b.Calls, b.poison = 0, 0, false
+	b.NaNAt = map[int]bool{}
+	for _, i := range nanAt {
+		b.NaNAt[i] = true
+	}
+}
