@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"time"
 
 	"tandem/compute"
@@ -150,10 +151,11 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	judge := Judge{Synthetic: opt.Synthetic, SyntheticAcceptance: opt.SyntheticAcceptance}
 	// Greedy rounds stay on the device where they can (deviceRound): the
 	// host then reads once per round instead of after every draft and the
-	// verify.
+	// verify. TANDEM_SPEC_ROUNDS=host keeps them on the host, for
+	// comparisons.
 	dd, onDevice := d.(DeviceDrafter)
 	pf, async := b.(compute.Prefetcher)
-	onDevice = onDevice && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens()
+	onDevice = onDevice && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens() && os.Getenv("TANDEM_SPEC_ROUNDS") != "host"
 	if a, ok := d.(*Assistant); ok && !a.Sample.Greedy() {
 		onDevice = false
 	}
