@@ -53,8 +53,8 @@ type Stats struct {
 	Accepted int `json:"accepted"`
 	// AcceptedAt[i] counts rounds whose draft i+1 was accepted; DraftedAt[i]
 	// rounds that proposed a draft i+1.
-	AcceptedAt []int         `json:"accepted_at"`
-	DraftedAt  []int         `json:"drafted_at"`
+	AcceptedAt []int `json:"accepted_at"`
+	DraftedAt  []int `json:"drafted_at"`
 	// DraftTime is the time in the drafter's calls and VerifyTime the rest
 	// of the rounds. Rounds kept on the device only issue the drafts in
 	// the drafter's calls; waiting for them falls in VerifyTime.
