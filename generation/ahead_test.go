@@ -62,6 +62,9 @@ func TestDecodeAheadMatchesGreedy(t *testing.T) {
 			if ab.Calls == 0 {
 				t.Fatal("Generate did not decode ahead")
 			}
+			if ab.Waiting != 0 {
+				t.Fatalf("%d prefetches never waited for", ab.Waiting)
+			}
 			if !slices.Equal(got.Tokens, want.Tokens) || got.StopReason != want.StopReason {
 				t.Fatalf("ahead: %v (%s), plain: %v (%s)", got.Tokens, got.StopReason, want.Tokens, want.StopReason)
 			}
@@ -81,6 +84,9 @@ func TestDecodeAheadMatchesGreedy(t *testing.T) {
 		})
 		if !errors.Is(err, context.Canceled) || res == nil || !slices.Equal(res.Tokens, free[:3]) {
 			t.Fatalf("err %v, result %+v: want context.Canceled after %v", err, res, free[:3])
+		}
+		if ab.Waiting != 0 {
+			t.Fatalf("%d prefetches never waited for", ab.Waiting)
 		}
 	})
 	t.Run("penalties keep the host path", func(t *testing.T) {

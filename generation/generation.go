@@ -154,13 +154,9 @@ func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq
 	cur := &first
 	for {
 		var next *pick
+		var aheadErr error // reported once cur's token is emitted, as the host loop would
 		if seq.Left() > 1 && ctx.Err() == nil {
-			p, err := step(gemma4.Row{Next: cur.idx, Cache: cache})
-			if err != nil {
-				read(cur)
-				return err
-			}
-			next = p
+			next, aheadErr = step(gemma4.Row{Next: cur.idx, Cache: cache})
 		}
 		v, tok := read(cur)
 		if v != v {
@@ -176,6 +172,9 @@ func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq
 		done := seq.Emit(tok)
 		if onToken != nil {
 			onToken(tok)
+		}
+		if aheadErr != nil && !done {
+			return aheadErr
 		}
 		err := ctx.Err()
 		if done || err != nil {

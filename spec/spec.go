@@ -167,44 +167,21 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		pending := seq.History[len(seq.History)-1]
-		kr := Depth(seq, k)
-		if onDevice {
-			r := Round{Pending: pending, Hidden: hidden, Snap: m.Snapshot(cache), History: seq.History, Prompt: seq.Prompt, K: kr}
-			v, h, err := deviceRound(m, dd, pf, cache, seq, judge, &res.Stats, r)
-			if err != nil {
-				return res, err
-			}
-			if onToken != nil {
-				for _, tok := range v.Emitted {
-					onToken(tok)
-				}
-			}
-			done, hidden = seq.Done, h
-			continue
+		r := Round{Pending: seq.History[len(seq.History)-1], Hidden: hidden, History: seq.History, Prompt: seq.Prompt, K: Depth(seq, k)}
+		if r.K > 0 {
+			r.Snap = m.Snapshot(cache)
 		}
-		var prop Proposal
-		if kr > 0 {
-			t0 := time.Now()
-			prop, err = d.Propose(Round{Pending: pending, Hidden: hidden, Snap: m.Snapshot(cache), History: seq.History, Prompt: seq.Prompt, K: kr})
-			if err != nil {
-				return res, err
-			}
-			if len(prop.Tokens) != kr {
-				return res, fmt.Errorf("spec: drafter proposed %d tokens, asked for %d", len(prop.Tokens), kr)
-			}
-			res.Stats.DraftTime += time.Since(t0)
-		}
-		t0 := time.Now()
 		T := cache.Len()
-		end := compute.Record(b, fmt.Sprintf("verify%d", kr+1))
-		out, err := m.Forward([]gemma4.Row{{Tokens: append([]int32{pending}, prop.Tokens...), Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
-		end()
+		var v Verdict
+		var verified *compute.Tensor // the verify pass's hidden states
+		if onDevice {
+			v, verified, err = deviceRound(m, dd, pf, cache, seq, judge, &res.Stats, r)
+		} else {
+			v, verified, err = hostRound(m, d, seq, cache, judge, &res.Stats, r)
+		}
 		if err != nil {
 			return res, err
 		}
-		v := judge.Round(seq, &res.Stats, prop, VerifyRows(m, out.Hidden, 0, kr+1))
-		res.Stats.VerifyTime += time.Since(t0)
 		if onToken != nil {
 			for _, tok := range v.Emitted {
 				onToken(tok)
@@ -218,9 +195,39 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		if err := cache.Truncate(T + v.Accepted + 1); err != nil {
 			return res, err
 		}
-		hidden = b.Slice(out.Hidden, v.Accepted, v.Accepted+1)
+		hidden = b.Slice(verified, v.Accepted, v.Accepted+1)
 	}
 	return res, nil
+}
+
+// hostRound runs one round reading on the host: the drafter's proposal,
+// the verify pass, and the judge on the verify rows' logits. It returns the
+// verdict and the verify pass's hidden states.
+func hostRound(m *gemma4.Model, d Drafter, seq *generation.Seq, cache *kvcache.Cache, judge Judge, st *Stats,
+	r Round) (Verdict, *compute.Tensor, error) {
+	b := m.Backend()
+	var prop Proposal
+	if r.K > 0 {
+		t0 := time.Now()
+		var err error
+		if prop, err = d.Propose(r); err != nil {
+			return Verdict{}, nil, err
+		}
+		if len(prop.Tokens) != r.K {
+			return Verdict{}, nil, fmt.Errorf("spec: drafter proposed %d tokens, asked for %d", len(prop.Tokens), r.K)
+		}
+		st.DraftTime += time.Since(t0)
+	}
+	t0 := time.Now()
+	end := compute.Record(b, fmt.Sprintf("verify%d", r.K+1))
+	out, err := m.Forward([]gemma4.Row{{Tokens: append([]int32{r.Pending}, prop.Tokens...), Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+	end()
+	if err != nil {
+		return Verdict{}, nil, err
+	}
+	v := judge.Round(seq, st, prop, VerifyRows(m, out.Hidden, 0, r.K+1))
+	st.VerifyTime += time.Since(t0)
+	return v, out.Hidden, nil
 }
 
 // deviceRound runs one greedy round on the device: the drafter's steps,
@@ -229,7 +236,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 // lowest index on ties, as sample.Argmax), with one read by the host at
 // the end. A NaN logit is where the device's argmax and the host's part,
 // so a row whose pick is NaN is decided from its logits on the host. It
-// returns the verdict and the next round's hidden state. DraftTime counts
+// returns the verdict and the verify pass's hidden states. DraftTime counts
 // only issuing the drafts; the wait for them is in VerifyTime.
 func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache *kvcache.Cache, seq *generation.Seq,
 	judge Judge, st *Stats, r Round) (Verdict, *compute.Tensor, error) {
@@ -248,7 +255,6 @@ func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache 
 	}
 	st.DraftTime += time.Since(t0)
 	t0 = time.Now()
-	T := cache.Len()
 	end := compute.Record(b, fmt.Sprintf("verify-at%d", r.K+1))
 	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
 	if err != nil {
@@ -272,10 +278,5 @@ func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache 
 	}
 	v := judge.RoundPicked(seq, st, prop, pick)
 	st.VerifyTime += time.Since(t0)
-	if !seq.Done {
-		if err := cache.Truncate(T + v.Accepted + 1); err != nil {
-			return v, nil, err
-		}
-	}
-	return v, b.Slice(out.Hidden, v.Accepted, v.Accepted+1), nil
+	return v, out.Hidden, nil
 }

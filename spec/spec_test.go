@@ -467,6 +467,9 @@ func TestDeviceRoundsMatchHostRounds(t *testing.T) {
 					t.Fatal(err)
 				}
 				name := fmt.Sprintf("k=%d synthetic %v NaN at %v", tc.k, tc.synthetic, tc.nanAt)
+				if pb.Waiting != 0 {
+					t.Fatalf("%s: %d prefetches never waited for", name, pb.Waiting)
+				}
 				if pb.Calls < 3*dev.Stats.Rounds {
 					t.Fatalf("%s: %d prefetches for %d rounds: the rounds did not run on the device", name, pb.Calls, dev.Stats.Rounds)
 				}

@@ -279,7 +279,6 @@ func newBench() *cobra.Command {
 	return cmd
 }
 
-// parseCount reads 128, 4k or 32k.
 // tokenTimes records when each token of a generation arrived.
 type tokenTimes []time.Time
 
@@ -307,6 +306,7 @@ func warmup(n int) int {
 	return min(8, n/4)
 }
 
+// parseCount reads 128, 4k or 32k.
 func parseCount(s string) (int, error) {
 	mult := 1
 	if rest, ok := strings.CutSuffix(strings.ToLower(s), "k"); ok {

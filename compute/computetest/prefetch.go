@@ -16,9 +16,11 @@ import (
 type Prefetching struct {
 	compute.Backend
 	NaNAt map[int]bool
-	// Values and Calls count the F32 prefetches and all prefetches.
-	Values, Calls int
-	poison        bool // the next I32 prefetch reads a wrong first index
+	// Values and Calls count the F32 prefetches and all prefetches;
+	// Waiting counts those not yet waited for (a caller must wait for
+	// each once: a second wait panics).
+	Values, Calls, Waiting int
+	poison                 bool // the next I32 prefetch reads a wrong first index
 }
 
 // Prefetch implements compute.Prefetcher.
@@ -43,12 +45,21 @@ func (b *Prefetching) Prefetch(t *compute.Tensor) func() []uint32 {
 		}
 		b.Values++
 	}
-	return func() []uint32 { return bits }
+	b.Waiting++
+	waited := false
+	return func() []uint32 {
+		if waited {
+			panic("computetest: a prefetch waited for twice")
+		}
+		waited = true
+		b.Waiting--
+		return bits
+	}
 }
 
 // Reset clears the counters and sets the prefetches to poison.
 func (b *Prefetching) Reset(nanAt ...int) {
-	b.Values, b.Calls, b.poison = 0, 0, false
+	b.Values, b.Calls, b.Waiting, b.poison = 0, 0, 0, false
 	b.NaNAt = map[int]bool{}
 	for _, i := range nanAt {
 		b.NaNAt[i] = true

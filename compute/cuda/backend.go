@@ -284,14 +284,20 @@ func (b *Backend) download(dst unsafe.Pointer, n int, t *compute.Tensor) {
 	if n == 0 {
 		return
 	}
+	b.noteIssued()
+	if err := b.dev.Download(unsafe.Slice((*byte)(dst), n), ptrOf(t)); err != nil {
+		panic(err)
+	}
+}
+
+// noteIssued records, after a Spin, how long the host took to issue the
+// work up to its first read of a result (IssueTimes).
+func (b *Backend) noteIssued() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if !b.spunAt.IsZero() {
 		b.issued = append(b.issued, time.Since(b.spunAt))
 		b.spunAt = time.Time{}
-	}
-	b.mu.Unlock()
-	if err := b.dev.Download(unsafe.Slice((*byte)(dst), n), ptrOf(t)); err != nil {
-		panic(err)
 	}
 }
 
@@ -310,11 +316,14 @@ func (b *Backend) ToF32(t *compute.Tensor) []float32 {
 	return out
 }
 
+var _ compute.Prefetcher = (*Backend)(nil)
+
 // Prefetch implements compute.Prefetcher.
 func (b *Backend) Prefetch(t *compute.Tensor) func() []uint32 {
 	if t.DType().Size() != 4 {
 		panic(fmt.Sprintf("cuda: Prefetch of %v", t))
 	}
+	b.noteIssued()
 	n := t.Len()
 	if n == 0 {
 		return func() []uint32 { return []uint32{} }

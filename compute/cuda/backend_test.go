@@ -609,7 +609,8 @@ func TestFusedOpsMatch(t *testing.T) {
 
 // rmsnorm's register-cached rows must give the bits of its loop: rows
 // under, at and over the cache's 6144 elements, with and without a weight
-// and a residual.
+// and a residual, and so must the split they write for the next matmul
+// (compared through a product that takes it).
 func TestRMSNormCacheMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer func(c int) { rowCache = c }(rowCache)
@@ -623,12 +624,17 @@ func TestRMSNormCacheMatch(t *testing.T) {
 				"RMSNorm":    func() *compute.Tensor { return g.RMSNorm(x, w, 1e-6) },
 				"AddRMSNorm": func() *compute.Tensor { return g.AddRMSNorm(res, x, w, 1e-6) },
 			}
+			proj := weight(g, compute.BF16, randF32(r, 16*D), 16, D)
 			for name, op := range ops {
 				rowCache = 0
 				want := g.ToF32(op())
+				wantProd := g.ToF32(g.MatMul(op(), proj))
 				rowCache = 1
 				if err := sameBits(g.ToF32(op()), want); err != nil {
 					t.Fatalf("%s D=%d weight %v: cached rows differ: %v", name, D, w != nil, err)
+				}
+				if err := sameBits(g.ToF32(g.MatMul(op(), proj)), wantProd); err != nil {
+					t.Fatalf("%s D=%d weight %v: the split cached rows write differs: %v", name, D, w != nil, err)
 				}
 			}
 		}

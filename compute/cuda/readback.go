@@ -13,7 +13,12 @@ const (
 	readSlots = 64
 )
 
-// readback hands out the pinned slots asynchronous downloads land in.
+// readback hands out the pinned slots asynchronous downloads land in. A
+// slot may be handed out again while an earlier copy into it is still
+// queued (its waiter gave up on an error): that is safe because every copy
+// goes to the device's one stream in issue order, so the new copy, and
+// the event its waiter waits for, come after the old one. Moving readbacks
+// to another stream, or freeing the pinned memory, would break that.
 type readback struct {
 	mu   sync.Mutex
 	base unsafe.Pointer // nil when pinned memory could not be had
@@ -65,6 +70,7 @@ const eventDisableTiming = 2 // CU_EVENT_DISABLE_TIMING
 // (work issued later keeps running) and writes the bytes into dst. The
 // returned function must be called once. Copies larger than a slot, or
 // made while every slot is held, are done synchronously now instead.
+// Calls of wait after the first return an error and touch nothing.
 func (dev *Device) DownloadAsync(b Buffer, n int) (wait func(dst []byte) error) {
 	now := func() func([]byte) error {
 		buf := make([]byte, n)
@@ -103,8 +109,17 @@ func (dev *Device) DownloadAsync(b Buffer, n int) (wait func(dst []byte) error) 
 		}
 		queued = dev.d.check("cuEventRecord", dev.d.cuEventRecord(ev, dev.stream))
 	})
+	var once sync.Once
 	return func(dst []byte) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return fmt.Errorf("cuda: a download waited for twice")
+		}
 		defer dev.rb.release(slot)
+		if len(dst) < n {
+			return fmt.Errorf("cuda: download of %d bytes into %d", n, len(dst))
+		}
 		// The closures run on the device thread in order, so queued and
 		// ev are set by the time this one runs.
 		return dev.do(func() error {

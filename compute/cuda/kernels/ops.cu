@@ -222,12 +222,13 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
 #pragma unroll
         for (int u = 0; u < RCACHE; u++) {
             const int j = threadIdx.x + u * RBLOCK;
-            if (j >= D) break;
-            float v = __fmul_rn(xv[u], r);
-            if (w) v = __fmul_rn(v, wv[u]);
-            if (rr) v = __fadd_rn(rv[u], v);
-            yr[j] = v;
-            emit(parts, n, (size_t)blockIdx.x * D + j, v);
+            if (j < D) {
+                float v = __fmul_rn(xv[u], r);
+                if (w) v = __fmul_rn(v, wv[u]);
+                if (rr) v = __fadd_rn(rv[u], v);
+                yr[j] = v;
+                emit(parts, n, (size_t)blockIdx.x * D + j, v);
+            }
         }
         return;
     }
