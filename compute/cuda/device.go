@@ -31,6 +31,7 @@ type Device struct {
 	mu            sync.Mutex
 	pending       []func() error // posted, not yet handed to the thread
 	rb            *readback      // pinned slots for DownloadAsync
+	stopped       bool           // the thread has been sent its stop; under mu
 }
 
 // Open makes device ordinal's primary context current on a dedicated,
@@ -123,12 +124,14 @@ func (dev *Device) run(f func() error, endCapture bool) error {
 	if dev.profiling.Load() {
 		name = callerName(2) // do's or doKeep's caller
 	}
-	dev.send(func() {
+	if !dev.send(func() {
 		if endCapture {
 			dev.endCapture()
 		}
 		done <- dev.timed(name, f)
-	})
+	}) {
+		return errClosed
+	}
 	return <-done
 }
 
@@ -326,6 +329,10 @@ func (dev *Device) flush() {
 }
 
 func (dev *Device) flushLocked() {
+	if dev.stopped { // the thread is gone: posted calls are dropped
+		dev.pending = nil
+		return
+	}
 	if batch := dev.pending; len(batch) > 0 {
 		dev.pending = nil
 		dev.work <- func() { dev.runAll(batch) }
@@ -333,12 +340,19 @@ func (dev *Device) flushLocked() {
 }
 
 // send hands the posted calls and then f to the device's thread, in that
-// order whatever other goroutines do.
-func (dev *Device) send(f func()) {
+// order whatever other goroutines do. After Close has sent the thread its
+// stop (a nil f) nothing more is sent, and send reports false: a call that
+// raced Close fails instead of waiting forever for a thread that is gone.
+func (dev *Device) send(f func()) bool {
 	dev.mu.Lock()
 	defer dev.mu.Unlock()
+	if dev.stopped {
+		return false
+	}
 	dev.flushLocked()
 	dev.work <- f
+	dev.stopped = f == nil
+	return true
 }
 
 func (dev *Device) runAll(batch []func() error) {
