@@ -418,7 +418,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		x = compute.AddRMSNorm(b, r, a, l.postAttnNorm, float32(c.RMSNormEps))
 		x = compute.AddRMSNorm(b, x, m.feedForward(l, x), l.postFFNorm, float32(c.RMSNormEps))
 		if layerPLE != nil {
-			g := b.Mul(b.GeluTanh(b.MatMul(x, l.pleGate)), layerPLE)
+			g := b.GeluMul(b.MatMul(x, l.pleGate), layerPLE) // GeluTanh(gate)·ple, one op
 			x = compute.AddRMSNorm(b, x, b.MatMul(g, l.pleProj), l.plePostNorm, float32(c.RMSNormEps))
 		}
 		x = b.Mul(x, l.scalar)
@@ -489,6 +489,9 @@ func (m *Model) perLayerInputs(rows, h0 *compute.Tensor) *compute.Tensor {
 func (m *Model) pleSlice(ple *compute.Tensor, i int) *compute.Tensor {
 	c := &m.Config.Text
 	N, L, P := ple.Dim(0), c.NumHiddenLayers, c.HiddenSizePerLayer
+	if N == 1 { // a decode step: the layer's values are contiguous, a view
+		return m.b.Slice(ple.Reshape(L, P), i, i+1)
+	}
 	rows := make([]int32, N)
 	for n := range rows {
 		rows[n] = int32(n*L + i)
