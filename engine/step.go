@@ -10,6 +10,7 @@ import (
 	"tandem/compute"
 	"tandem/generation"
 	"tandem/model/gemma4"
+	"tandem/sample"
 	"tandem/spec"
 )
 
@@ -22,6 +23,19 @@ type row struct {
 	// logits[j] is the target's logits at the row's j-th sampled position:
 	// the last (prompt's last chunk, plain decoding) or verify row j.
 	logits [][]float32
+	// picks[j], for a request whose token depends on the argmax alone, is
+	// that position's argmax picked on the device (−1 where the logits
+	// hold a NaN: the host decides from logits[j] then).
+	picks []int32
+}
+
+// pickAt is position j's argmax: the device's pick, or sample.Argmax of
+// the position's logits where there is none.
+func (w *row) pickAt(j int, logits func(int) []float32) int32 {
+	if p := w.picks[j]; p >= 0 {
+		return p
+	}
+	return sample.Argmax(logits(j))
 }
 
 // step runs one scheduler step: drafts for every decoding request (the
@@ -145,15 +159,34 @@ func (e *Engine) draftAll(rows []row) error {
 // picks it; every sampling round, whose acceptance draws a random number
 // the walk must draw itself). The head is batch-invariant, so every row
 // gets the bits it would get alone.
+//
+// Requests whose token depends on the argmax alone (greedy without
+// penalties or logprobs) read no logits: every position they may sample,
+// verify rows included, goes through one more head pass whose argmaxes are
+// picked on the device, and the host reads one number per position instead
+// of a vocabulary of logits.
 func (e *Engine) logits(rows []row, out *gemma4.Output) {
-	var idx []int32
+	var idx, pidx []int32
 	var slots []*[]float32
+	var pslots []*int32
 	for i := range rows {
 		w := &rows[i]
 		r := w.r
+		pickOnly := r.seq.Params().ArgmaxOnly() && !r.logprobs
 		switch {
 		case r.prefilling() && r.fed+len(w.tokens) < len(r.req.Prompt):
 			continue // a middle chunk: nothing to sample
+		case pickOnly:
+			first, n := out.Offsets[i+1]-1, 1 // the last position
+			if !r.prefilling() && r.draft != nil {
+				first, n = out.Offsets[i], len(w.prop.Tokens)+1 // every verify row
+			}
+			w.logits, w.picks = make([][]float32, n), make([]int32, n)
+			for j := range n {
+				pidx = append(pidx, int32(first+j))
+				pslots = append(pslots, &w.picks[j])
+			}
+			continue
 		case r.prefilling() || r.draft == nil:
 			w.logits = make([][]float32, 1)
 			idx = append(idx, int32(out.Offsets[i+1]-1))
@@ -163,12 +196,13 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 		}
 		slots = append(slots, &w.logits[0])
 	}
+	e.pick(out, pidx, pslots)
 	e.head(out, idx, slots)
 	idx, slots = idx[:0], slots[:0]
 	for i := range rows {
 		w := &rows[i]
 		k := len(w.prop.Tokens)
-		if k == 0 {
+		if k == 0 || w.picks != nil {
 			continue
 		}
 		if w.r.seq.Params().Greedy() && w.r.seq.Sample(w.logits[0]) != w.prop.Tokens[0] {
@@ -196,6 +230,24 @@ func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32) {
 	}
 }
 
+// pick runs the LM head over hidden rows idx of out, picks each row's
+// argmax on the device (TopK 1: the lowest index on ties, as sample.Argmax)
+// and stores it in *slots[j], or −1 where the row holds a NaN (where the
+// device's pick and sample.Argmax part).
+func (e *Engine) pick(out *gemma4.Output, idx []int32, slots []*int32) {
+	if len(idx) == 0 {
+		return
+	}
+	b := e.m.Backend()
+	vals, ids := b.TopK(e.m.Logits(b.Gather(out.Hidden, idx)), 1)
+	vs, is := b.ToF32(vals), b.ToI32(ids)
+	for j, s := range slots {
+		if *s = is[j]; vs[j] != vs[j] {
+			*s = -1
+		}
+	}
+}
+
 // settle applies a step's outcome to row i's request: it advances the
 // prompt, or samples, or walks the verify rows; emits the tokens; and ends
 // the request when its sequence is done.
@@ -216,12 +268,20 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 				r.hidden = b.Gather(out.Hidden, []int32{int32(out.Offsets[i+1] - 1)})
 			}
 		}
-		lg := w.logits[0]
-		tok, _ := r.seq.Next(lg)
-		emitted = []int32{tok}
-		if r.logprobs {
-			lps = append(lps, logprobOf(lg, tok, r.top))
+		var tok int32
+		if w.picks != nil {
+			tok = w.pickAt(0, func(int) []float32 {
+				return spec.VerifyRows(e.m, out.Hidden, out.Offsets[i+1]-1, 1)(0)
+			})
+			r.seq.Emit(tok)
+		} else {
+			lg := w.logits[0]
+			tok, _ = r.seq.Next(lg)
+			if r.logprobs {
+				lps = append(lps, logprobOf(lg, tok, r.top))
+			}
 		}
+		emitted = []int32{tok}
 	default:
 		k := len(w.prop.Tokens)
 		lazy := spec.VerifyRows(e.m, out.Hidden, out.Offsets[i], k+1)
@@ -232,7 +292,12 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 			}
 			return w.logits[j]
 		}
-		v := spec.Judge{}.Round(r.seq, &r.stats, w.prop, rowLogits)
+		var v spec.Verdict
+		if w.picks != nil {
+			v = spec.Judge{}.RoundPicked(r.seq, &r.stats, w.prop, func(j int) int32 { return w.pickAt(j, rowLogits) })
+		} else {
+			v = spec.Judge{}.Round(r.seq, &r.stats, w.prop, rowLogits)
+		}
 		emitted = v.Emitted
 		if r.logprobs {
 			for j, tok := range v.Emitted {
