@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -54,7 +55,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_rows_async", "matmul_rows_async2", "matmul_tiled"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -441,13 +442,24 @@ var (
 // mma8Kernel (eight 16-row tiles per weight load) beyond. All give the
 // same bits; the variables let tests compare variants. The defaults stream
 // weights past L1 with a 256-byte L2 prefetch, which doubled M = 1
-// bandwidth on the H200 (docs/gpu.md).
+// bandwidth on the H200 (docs/gpu.md). TANDEM_CUDA_ROWS names another
+// rows kernel for comparisons: matmul_rows_async or matmul_rows_async2
+// (weights streamed through shared memory; written without a GPU, pinned
+// bitwise by TestMatMulVariantsMatch, not yet measured).
 var (
 	rowsMaxM   = 5
-	rowsKernel = "matmul_rows"
+	rowsKernel = rowsKernelFrom(os.Getenv("TANDEM_CUDA_ROWS"))
 	mma1Kernel = "matmul_mma1n"
 	mma8Kernel = "matmul_mma8n"
 )
+
+func rowsKernelFrom(name string) string {
+	switch name {
+	case "matmul_rows_async", "matmul_rows_async2", "matmul_rows_plain":
+		return name
+	}
+	return "matmul_rows"
+}
 
 // splitWarps is how many warps splitK aims for. It is part of the
 // arithmetic (the K split sets the summation order), never chosen per call.
@@ -491,6 +503,9 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	tail := []any{M, N, K, chunk, al}
 	if M > 16 && tiledMatMul && al == 1 {
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
+	}
+	if strings.HasPrefix(name, "matmul_rows_async") && al == 0 {
+		name = "matmul_rows" // the async kernels copy 16-byte weight chunks
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
 	separate := splits > 1 && int(grid[0]*grid[2]) > splitCounters

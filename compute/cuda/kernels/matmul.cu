@@ -538,6 +538,96 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
 }
 
+// ---------------------------------------------------------------------------
+// matmul_rows_async<U, S>: matmul_rows with its weights streamed through
+// shared memory. Each lane copies its own 16-byte chunks S − 1 K steps ahead
+// (cp.async), so a warp keeps (S − 1)·U·512 bytes of weights in flight
+// without holding them in registers (matmul_rows holds U·512 and waits for
+// them every step; Nsight Compute showed its warps stalled on those loads).
+// A lane reads back only the chunks it copied itself, so cp.async.wait_group
+// alone orders the copy and the read. The mmas, their order and the final
+// sums are matmul_rows', so the bits are too. Needs K % 8 == 0 and 16-byte
+// aligned weights; the launcher takes matmul_rows otherwise.
+template <int U, int S>
+__device__ __forceinline__ void rows_async_issue(uint4 (*ring)[U][32], int s, int steps, const unsigned short* wr, int k0, int k1,
+                                                 int lane, int t, bool wok) {
+    if (s < steps) {
+        const int kb = k0 + s * 32 * U;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = kb + 32 * u + 8 * t;
+            const bool ok = wok && k < k1;
+            cp16(&ring[s % S][u][lane], ok ? wr + k : wr, ok);
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory"); // empty past the last step: the group count stays regular
+}
+
+template <int U, int S>
+__device__ void matmul_rows_async(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
+                                  int M, int N, int K, int kchunk) {
+    __shared__ __align__(16) uint4 ring[8][S][U][32];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
+    if (n0 >= N) return;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    const bool wok = n0 + g < N;
+    const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
+    const int i1 = g + 8;
+    const bool ok0 = g < 3 * M, ok1 = i1 < 3 * M;
+    const unsigned short* x0 = xs + (ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
+    const unsigned short* x1 = xs + (ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
+    const int steps = k1 > k0 ? (k1 - k0 + 32 * U - 1) / (32 * U) : 0;
+    uint4 (*mine)[U][32] = ring[wid];
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) rows_async_issue<U, S>(mine, s, steps, wr, k0, k1, lane, t, wok);
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < steps; s++) {
+        rows_async_issue<U, S>(mine, s + S - 1, steps, wr, k0, k1, lane, t, wok);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory"); // step s has landed
+        const int kb = k0 + s * 32 * U;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = kb + 32 * u + 8 * t;
+            const bool kin = k < k1;
+            const uint4 q = mine[s % S][u][lane];
+            const uint4 a0 = load8bf(x0, k, k1, ok0 && kin, true);
+            const uint4 a1 = load8bf(x1, k, k1, ok1 && kin, true);
+            mma_part(c, q, a0, a1);
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncwarp();
+    // The warp's ring is free now: it holds the tile of matmul_rows' final
+    // sums (16 tile rows × 8 columns, padded to 9).
+    float* tile = (float*)&mine[0][0][0];
+    tile[g * 9 + 2 * t] = c[0];
+    tile[g * 9 + 2 * t + 1] = c[1];
+    tile[i1 * 9 + 2 * t] = c[2];
+    tile[i1 * 9 + 2 * t + 1] = c[3];
+    __syncwarp();
+    float* o = out + (size_t)blockIdx.y * M * N;
+    for (int e = lane; e < 8 * M; e += 32) {
+        const int r = e >> 3, j = e & 7;
+        if (n0 + j < N)
+            o[(size_t)r * N + n0 + j] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
+    }
+}
+
+// BLOCKS blocks per multiprocessor, as the shared memory allows (40 KB and
+// 36 KB of ring a block; a block's static shared memory stops at 48 KB, the
+// split counter included); the aligned flag is taken for the common
+// signature.
+#define ROWS_ASYNC_KERNEL(name, U, S, BLOCKS)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, BLOCKS) name(const unsigned short* xs, const unsigned short* w, \
+                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,          \
+                                    int aligned) {                                                                  \
+        matmul_rows_async<U, S>(xs, w, part, M, N, K, kchunk);                                                      \
+        finish_splits(y, part, counters, M, N);                                                                     \
+    }
+ROWS_ASYNC_KERNEL(matmul_rows_async, 2, 5, 5)  // 4 KB of weights in flight per warp
+ROWS_ASYNC_KERNEL(matmul_rows_async2, 1, 9, 5) // 4 KB per warp in 512-byte steps
+
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
