@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -216,4 +217,29 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // loadUnbound loads another copy of the assistant, not bound to anything.
 func loadUnbound() (*gemma4.Assistant, error) {
 	return gemma4.LoadAssistant(draftDir, target.Backend())
+}
+
+// A position's device pick is used as is; a position without one (its
+// logits hold a NaN) is decided by sample.Argmax of its logits, which
+// never picks the NaN.
+func TestPickAtFallsBackOnNaN(t *testing.T) {
+	nan := float32(math.NaN())
+	w := &row{picks: []int32{-1, 7}}
+	read := 0
+	logits := func(j int) []float32 {
+		read++
+		if j != 0 {
+			t.Fatalf("logits of position %d read, which has a pick", j)
+		}
+		return []float32{1, 5, nan, 5}
+	}
+	if got := w.pickAt(0, logits); got != 1 {
+		t.Errorf("position 0 (NaN): got %d, want 1", got)
+	}
+	if got := w.pickAt(1, logits); got != 7 {
+		t.Errorf("position 1: got %d, want its pick 7", got)
+	}
+	if read != 1 {
+		t.Errorf("logits read %d times, want once", read)
+	}
 }

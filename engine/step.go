@@ -162,9 +162,9 @@ func (e *Engine) draftAll(rows []row) error {
 //
 // Requests whose token depends on the argmax alone (greedy without
 // penalties or logprobs) read no logits: every position they may sample,
-// verify rows included, goes through one more head pass whose argmaxes are
-// picked on the device, and the host reads one number per position instead
-// of a vocabulary of logits.
+// verify rows included, joins pass one, and their argmaxes are picked on
+// the device, so the host reads one number per position instead of a
+// vocabulary of logits.
 func (e *Engine) logits(rows []row, out *gemma4.Output) {
 	var idx, pidx []int32
 	var slots []*[]float32
@@ -196,8 +196,7 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 		}
 		slots = append(slots, &w.logits[0])
 	}
-	e.pick(out, pidx, pslots)
-	e.head(out, idx, slots)
+	e.head(out, idx, slots, pidx, pslots)
 	idx, slots = idx[:0], slots[:0]
 	for i := range rows {
 		w := &rows[i]
@@ -213,37 +212,35 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 			slots = append(slots, &w.logits[j])
 		}
 	}
-	e.head(out, idx, slots)
+	e.head(out, idx, slots, nil, nil)
 }
 
-// head runs the LM head over hidden rows idx of out and stores row j's
-// logits in *slots[j].
-func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32) {
-	if len(idx) == 0 {
+// head runs the LM head over hidden rows idx and then pidx of out, in one
+// pass. Row idx[j]'s logits go to *slots[j]. Row pidx[j]'s argmax is picked
+// on the device (TopK 1: the lowest index on ties, as sample.Argmax) and
+// goes to *pslots[j], or −1 where the row holds a NaN (where the device's
+// pick and sample.Argmax part).
+func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx []int32, pslots []*int32) {
+	n := len(idx)
+	if n+len(pidx) == 0 {
 		return
 	}
 	b := e.m.Backend()
 	V := e.m.Config.Text.VocabSize
-	all := b.ToF32(e.m.Logits(b.Gather(out.Hidden, idx)))
-	for j, s := range slots {
-		*s = all[j*V : (j+1)*V : (j+1)*V]
+	all := e.m.Logits(b.Gather(out.Hidden, append(slices.Clip(idx), pidx...)))
+	if len(pidx) > 0 {
+		vals, ids := b.TopK(b.Slice(all, n, n+len(pidx)), 1)
+		vs, is := b.ToF32(vals), b.ToI32(ids)
+		for j, s := range pslots {
+			if *s = is[j]; vs[j] != vs[j] {
+				*s = -1
+			}
+		}
 	}
-}
-
-// pick runs the LM head over hidden rows idx of out, picks each row's
-// argmax on the device (TopK 1: the lowest index on ties, as sample.Argmax)
-// and stores it in *slots[j], or −1 where the row holds a NaN (where the
-// device's pick and sample.Argmax part).
-func (e *Engine) pick(out *gemma4.Output, idx []int32, slots []*int32) {
-	if len(idx) == 0 {
-		return
-	}
-	b := e.m.Backend()
-	vals, ids := b.TopK(e.m.Logits(b.Gather(out.Hidden, idx)), 1)
-	vs, is := b.ToF32(vals), b.ToI32(ids)
-	for j, s := range slots {
-		if *s = is[j]; vs[j] != vs[j] {
-			*s = -1
+	if n > 0 {
+		lg := b.ToF32(b.Slice(all, 0, n))
+		for j, s := range slots {
+			*s = lg[j*V : (j+1)*V : (j+1)*V]
 		}
 	}
 }
@@ -286,9 +283,11 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 		k := len(w.prop.Tokens)
 		lazy := spec.VerifyRows(e.m, out.Hidden, out.Offsets[i], k+1)
 		rowLogits := func(j int) []float32 {
-			if w.logits[j] == nil { // not expected: logits computed what the walk reads
+			if w.logits[j] == nil {
 				w.logits[j] = lazy(j)
-				e.lateHeads++
+				if w.picks == nil { // not expected: logits computed what the walk reads
+					e.lateHeads++
+				} // (picks leave logits to the rows a NaN sends to the host)
 			}
 			return w.logits[j]
 		}

@@ -3,6 +3,7 @@ package cuda
 import (
 	_ "embed"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strings"
@@ -457,6 +458,9 @@ func rowsKernelFrom(name string) string {
 	switch name {
 	case "matmul_rows_async", "matmul_rows_async2", "matmul_rows_plain":
 		return name
+	case "", "matmul_rows":
+	default:
+		slog.Warn("TANDEM_CUDA_ROWS names no rows kernel; using matmul_rows", "value", name)
 	}
 	return "matmul_rows"
 }

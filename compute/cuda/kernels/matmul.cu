@@ -548,6 +548,13 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
 // alone orders the copy and the read. The mmas, their order and the final
 // sums are matmul_rows', so the bits are too. Needs K % 8 == 0 and 16-byte
 // aligned weights; the launcher takes matmul_rows otherwise.
+// cp16_l2 is cp16 with a 256-byte L2 prefetch, as wchunk's streamed loads
+// (weights are read once per step).
+__device__ __forceinline__ void cp16_l2(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+
 template <int U, int S>
 __device__ __forceinline__ void rows_async_issue(uint4 (*ring)[U][32], int s, int steps, const unsigned short* wr, int k0, int k1,
                                                  int lane, int t, bool wok) {
@@ -557,7 +564,7 @@ __device__ __forceinline__ void rows_async_issue(uint4 (*ring)[U][32], int s, in
         for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
             const bool ok = wok && k < k1;
-            cp16(&ring[s % S][u][lane], ok ? wr + k : wr, ok);
+            cp16_l2(&ring[s % S][u][lane], ok ? wr + k : wr, ok);
         }
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory"); // empty past the last step: the group count stays regular
