@@ -28,8 +28,7 @@ type Assistant struct {
 
 	// Centroid ("ordered embeddings") head.
 	centroids *compute.Tensor // [C, h]
-	ordering  []int32         // [C·vpc]: cluster c's canonical token ids are ordering[c·vpc:(c+1)·vpc]
-	orderingT *compute.Tensor // ordering on the backend, [C, vpc] I32
+	ordering  *compute.Tensor // [C, vpc] I32: row c is cluster c's canonical token ids
 
 	target *Model
 }
@@ -118,15 +117,14 @@ func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend, opt
 		if err != nil && ld.err == nil {
 			ld.err = err
 		}
-		a.ordering = ord
+		if err == nil {
+			C := cfg.NumCentroids
+			vpc := c.VocabSize / C
+			a.ordering = b.FromI32(ord[:C*vpc], C, vpc)
+		}
 	}
 	if err := ld.finish(); err != nil {
 		return nil, err
-	}
-	if a.centroids != nil {
-		C := cfg.NumCentroids
-		vpc := c.VocabSize / C
-		a.orderingT = b.FromI32(a.ordering[:C*vpc], C, vpc)
 	}
 	return a, nil
 }
@@ -415,16 +413,10 @@ func (a *Assistant) ArgmaxAt(n *compute.Tensor) *compute.Tensor {
 	if a.centroids == nil {
 		return b.Argmax(b.MatMul(n, a.head))
 	}
-	cfg := a.Config
-	B, k := n.Dim(0), cfg.CentroidTopK
-	_, top := b.TopK(b.MatMul(n, a.centroids), k) // [B, k]
+	top := a.topClusters(n)
 	var out *compute.Tensor
-	for r := range B {
-		ids := b.GatherAt(a.orderingT, b.Slice(top, r, r+1).Reshape(k)) // [k, vpc]
-		ids = ids.Reshape(1, ids.Len())
-		// One row at a time, with the row's own tokens: the logits are
-		// then those selected computes, bit for bit.
-		sel := b.MatMul(b.Slice(n, r, r+1), b.GatherAt(a.head, ids.Reshape(ids.Len())))
+	for r := range n.Dim(0) {
+		ids, sel := a.selectedRow(n, top, r)
 		pick := b.ArgmaxKeyed(sel, ids)
 		if out == nil {
 			out = pick
@@ -435,27 +427,37 @@ func (a *Assistant) ArgmaxAt(n *compute.Tensor) *compute.Tensor {
 	return out
 }
 
+// topClusters is each row's top-k centroids, [B, k] I32.
+func (a *Assistant) topClusters(n *compute.Tensor) *compute.Tensor {
+	_, top := a.b.TopK(a.b.MatMul(n, a.centroids), a.Config.CentroidTopK)
+	return top
+}
+
+// selectedRow is row r's centroid-head selection, on the backend: the
+// canonical token ids of its top clusters (top, from topClusters) and those
+// tokens' logits, both [1, k·vpc]. One row at a time, with the row's own
+// tokens, so the logits do not depend on the other rows.
+func (a *Assistant) selectedRow(n, top *compute.Tensor, r int) (ids, sel *compute.Tensor) {
+	b := a.b
+	k := top.Dim(-1)
+	ids = b.GatherAt(a.ordering, b.Slice(top, r, r+1).Reshape(k)) // [k, vpc]
+	ids = ids.Reshape(ids.Len())
+	sel = b.MatMul(b.Slice(n, r, r+1), b.GatherAt(a.head, ids))
+	return ids.Reshape(1, ids.Len()), sel
+}
+
 // selected computes the centroid head's logits over the top-k clusters'
 // tokens: per row, top-k centroids, their canonical token ids, and those
 // tokens' logits, as [B·k·vpc] values and ids.
 func (a *Assistant) selected(n *compute.Tensor) ([]float32, []int32) {
 	b := a.b
-	cfg := a.Config
-	B := n.Dim(0)
-	vpc := cfg.Text.VocabSize / cfg.NumCentroids
-	_, top := b.TopK(b.MatMul(n, a.centroids), cfg.CentroidTopK)
-	clusters := b.ToI32(top)
-	per := cfg.CentroidTopK * vpc
-	ids := make([]int32, 0, B*per)
-	vals := make([]float32, 0, B*per)
-	for r := range B {
-		row := ids[len(ids):]
-		for _, cl := range clusters[r*cfg.CentroidTopK : (r+1)*cfg.CentroidTopK] {
-			row = append(row, a.ordering[int(cl)*vpc:(int(cl)+1)*vpc]...)
-		}
-		ids = append(ids, row...)
-		lg := b.ToF32(b.MatMul(b.Slice(n, r, r+1), b.Gather(a.head, row)))
-		vals = append(vals, lg...)
+	top := a.topClusters(n)
+	var vals []float32
+	var ids []int32
+	for r := range n.Dim(0) {
+		rowIDs, sel := a.selectedRow(n, top, r)
+		ids = append(ids, b.ToI32(rowIDs)...)
+		vals = append(vals, b.ToF32(sel)...)
 	}
 	return vals, ids
 }
