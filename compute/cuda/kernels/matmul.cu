@@ -376,6 +376,42 @@ MMA_KERNEL(matmul_mma8n, 8, 1, true)
 // (Splitting the activations inside the kernel instead of in split_bf16
 // was tried: every warp then redoes the split, and the kernel ran at half
 // the bandwidth.)
+//
+// rows_act points a lane at its tile rows g and g + 8: part p of activation
+// row r sits in tile row 3r + p (null and !ok past the 3M rows).
+struct rows_act {
+    const unsigned short *x0, *x1;
+    bool ok0, ok1;
+};
+__device__ __forceinline__ rows_act rows_act_of(const unsigned short* xs, int M, int K, int g) {
+    const int i1 = g + 8;
+    rows_act a;
+    a.ok0 = g < 3 * M;
+    a.ok1 = i1 < 3 * M;
+    a.x0 = xs + (a.ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
+    a.x1 = xs + (a.ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
+    return a;
+}
+
+// rows_store writes a warp's 8 columns for every row from its accumulator
+// (c[0..1]: tile row g, columns 2t and 2t+1; c[2..3]: tile row g + 8)
+// through tile, the warp's 16 × 9 floats of shared memory: each output is
+// its row's three parts summed (lo + mid) + hi.
+__device__ __forceinline__ void rows_store(float* tile, const float c[4], int g, int t, int lane, float* out, int M, int N,
+                                           int n0) {
+    tile[g * 9 + 2 * t] = c[0];
+    tile[g * 9 + 2 * t + 1] = c[1];
+    tile[(g + 8) * 9 + 2 * t] = c[2];
+    tile[(g + 8) * 9 + 2 * t + 1] = c[3];
+    __syncwarp();
+    float* o = out + (size_t)blockIdx.y * M * N;
+    for (int e = lane; e < 8 * M; e += 32) {
+        const int r = e >> 3, j = e & 7;
+        if (n0 + j < N)
+            o[(size_t)r * N + n0 + j] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
+    }
+}
+
 template <int U, bool NC>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned) {
@@ -386,11 +422,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const bool wok = n0 + g < N, al = aligned != 0;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
-    // This lane's tile rows g and g + 8: part p of activation row r.
-    const int i1 = g + 8;
-    const bool ok0 = g < 3 * M, ok1 = i1 < 3 * M;
-    const unsigned short* x0 = xs + (ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
-    const unsigned short* x1 = xs + (ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
+    const rows_act x = rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int kb = k0; kb < k1; kb += 32 * U) {
         uint4 cur[U];
@@ -399,23 +431,12 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
         for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
             const bool kin = k < k1;
-            const uint4 a0 = load8bf(x0, k, k1, ok0 && kin, al);
-            const uint4 a1 = load8bf(x1, k, k1, ok1 && kin, al);
+            const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
+            const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
             mma_part(c, cur[u], a0, a1);
         }
     }
-    // c[0..1]: tile row g, columns 2t and 2t+1; c[2..3]: tile row g + 8.
-    tile[wid][g][2 * t] = c[0];
-    tile[wid][g][2 * t + 1] = c[1];
-    tile[wid][i1][2 * t] = c[2];
-    tile[wid][i1][2 * t + 1] = c[3];
-    __syncwarp();
-    float* o = out + (size_t)blockIdx.y * M * N;
-    for (int e = lane; e < 8 * M; e += 32) {
-        const int r = e >> 3, j = e & 7;
-        if (n0 + j < N)
-            o[(size_t)r * N + n0 + j] = __fadd_rn(__fadd_rn(tile[wid][3 * r + 2][j], tile[wid][3 * r + 1][j]), tile[wid][3 * r][j]);
-    }
+    rows_store(&tile[wid][0][0], c, g, t, lane, out, M, N, n0);
 }
 
 // At most 64 registers: four blocks per multiprocessor. (More weight bytes
@@ -580,10 +601,7 @@ __device__ void matmul_rows_async(const unsigned short* __restrict__ xs, const u
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const bool wok = n0 + g < N;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
-    const int i1 = g + 8;
-    const bool ok0 = g < 3 * M, ok1 = i1 < 3 * M;
-    const unsigned short* x0 = xs + (ok0 ? (size_t)(g % 3) * M * K + (size_t)(g / 3) * K : 0);
-    const unsigned short* x1 = xs + (ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(i1 / 3) * K : 0);
+    const rows_act x = rows_act_of(xs, M, K, g);
     const int steps = k1 > k0 ? (k1 - k0 + 32 * U - 1) / (32 * U) : 0;
     uint4 (*mine)[U][32] = ring[wid];
 #pragma unroll
@@ -598,27 +616,15 @@ __device__ void matmul_rows_async(const unsigned short* __restrict__ xs, const u
             const int k = kb + 32 * u + 8 * t;
             const bool kin = k < k1;
             const uint4 q = mine[s % S][u][lane];
-            const uint4 a0 = load8bf(x0, k, k1, ok0 && kin, true);
-            const uint4 a1 = load8bf(x1, k, k1, ok1 && kin, true);
+            const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, true);
+            const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, true);
             mma_part(c, q, a0, a1);
         }
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncwarp();
-    // The warp's ring is free now: it holds the tile of matmul_rows' final
-    // sums (16 tile rows × 8 columns, padded to 9).
-    float* tile = (float*)&mine[0][0][0];
-    tile[g * 9 + 2 * t] = c[0];
-    tile[g * 9 + 2 * t + 1] = c[1];
-    tile[i1 * 9 + 2 * t] = c[2];
-    tile[i1 * 9 + 2 * t + 1] = c[3];
-    __syncwarp();
-    float* o = out + (size_t)blockIdx.y * M * N;
-    for (int e = lane; e < 8 * M; e += 32) {
-        const int r = e >> 3, j = e & 7;
-        if (n0 + j < N)
-            o[(size_t)r * N + n0 + j] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
-    }
+    // The warp's ring is free now: it holds the tile.
+    rows_store((float*)&mine[0][0][0], c, g, t, lane, out, M, N, n0);
 }
 
 // BLOCKS blocks per multiprocessor, as the shared memory allows (40 KB and
