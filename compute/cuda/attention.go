@@ -66,9 +66,12 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		return b.Zeros(compute.F32, out.Shape()...)
 	}
 
-	// Order each row's keys by position.
-	slotOf := make([]int32, B*S)
-	minpos := make([]int32, B)
+	// Order each row's keys by position. One table holds the slot order,
+	// the rows' first positions and the query positions, uploaded once for
+	// the layers that share it (see table).
+	tab := make([]int32, B*S+B+len(opt.QueryPos))
+	slotOf, minpos := tab[:B*S], tab[B*S:B*S+B]
+	copy(tab[B*S+B:], opt.QueryPos)
 	nsplit := 1
 	for bi := range B {
 		n := S
@@ -115,11 +118,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		nsplit = max(nsplit, int(hi/attnChunk-lo/attnChunk)+1)
 	}
+	tabT := ptrOf(b.table(tab))
+	so, mp := tabT, at(tabT, B*S)
 	var qpos any
-	var qposT *compute.Tensor
 	if opt.QueryPos != nil {
-		qposT = b.ints(opt.QueryPos)
-		qpos = ptrOf(qposT)
+		qpos = at(tabT, B*S+B)
 	}
 	scale := opt.Scale
 	if scale == 0 {
@@ -144,9 +147,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	cmax := b.alloc(compute.F32, B*G*Hq*nscore)
 	pv := b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
 	pe := b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
-	soT, mpT := b.ints(slotOf), b.ints(minpos)
-	so, mp := ptrOf(soT), ptrOf(mpT)
-	parts, pp := b.emitParts(out) // the o projection's split, written as the output is
+	parts, pp := b.emitParts(out)             // the o projection's split, written as the output is
 	qv, ov := q, out
 	if G < L {
 		qv, ov = q.Reshape(L, Hq, D), out.Reshape(L, Hq, Dv)
@@ -157,7 +158,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		if G < L {
 			qg, og = b.Slice(qv, l0, l0+n), b.Slice(ov, l0, l0+n)
 			if buf, ok := qpos.(Buffer); ok {
-				qp = Buffer{ptr: buf.ptr + uintptr(4*l0), Size: buf.Size - 4*l0}
+				qp = at(buf, l0)
 			}
 			if buf, ok := pp.(Buffer); ok { // each part plane starts l0 rows in
 				off := 2 * l0 * Hq * Dv
@@ -180,9 +181,6 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	if parts != nil {
 		b.remember(out, parts)
 	}
-	b.recycle(sc, cmax, pv, pe, soT, mpT)
-	if qposT != nil {
-		b.recycle(qposT)
-	}
+	b.recycle(sc, cmax, pv, pe)
 	return out
 }

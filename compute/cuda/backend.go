@@ -3,10 +3,9 @@ package cuda
 import (
 	_ "embed"
 	"fmt"
-	"log/slog"
+	"hash/maphash"
 	"math"
 	"os"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -41,6 +40,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	ropes    map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+	tables   tableMemo                         // see table
 	splits   []splitEntry                      // see splitParts
 	counters *compute.Tensor                   // splitCounters zeros, reset by the kernels after use
 	sites    map[string]bool                   // recording sites seen (BeginRecord)
@@ -54,9 +54,9 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_rows_async", "matmul_rows_async2", "matmul_tiled"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -66,6 +66,7 @@ func New(ordinal int) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{dev: dev, pool: newPool(dev), stage: newStaging(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{}}
+	b.tables.seed = maphash.MakeSeed()
 	for name, src := range map[string]string{"ops.cu": opsSource, "matmul.cu": MatMulSource} {
 		ks, err := dev.Compile(src, name, kernelNames[name]...)
 		if err != nil {
@@ -372,6 +373,10 @@ func (b *Backend) Slice(t *compute.Tensor, start, end int) *compute.Tensor {
 	return b.view(t, shape, start*compute.NumElements(t.Shape()[1:]))
 }
 
+// kernelCopyBytes bounds the same-dtype copies Copy runs as a kernel;
+// larger ones (a cache growing, a prefix snapshot) go to the copy engine.
+const kernelCopyBytes = 16 << 20
+
 // Copy implements compute.Backend with the CPU backend's conversions.
 func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
 	b.forgetWrites(dst)
@@ -387,6 +392,10 @@ func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
 	dd, sd := dst.DType(), src.DType()
 	if dd == sd {
 		dp, sp, bytes := memOf(d).ptr, memOf(src).ptr, uint64(n*dd.Size())
+		if bytes%4 == 0 && dp%4 == 0 && sp%4 == 0 && bytes <= kernelCopyBytes {
+			b.launch("copy_words", grid1(int(bytes/4)), 256, ptrOf(d), ptrOf(src), int(bytes/4))
+			return
+		}
 		// The asynchronous copy: the plain cuMemcpyDtoD made the host wait
 		// for the device (a KV write per layer then serialised host and GPU).
 		b.dev.post(func() error {
@@ -443,27 +452,13 @@ var (
 // mma8Kernel (eight 16-row tiles per weight load) beyond. All give the
 // same bits; the variables let tests compare variants. The defaults stream
 // weights past L1 with a 256-byte L2 prefetch, which doubled M = 1
-// bandwidth on the H200 (docs/gpu.md). TANDEM_CUDA_ROWS names another
-// rows kernel for comparisons: matmul_rows_async or matmul_rows_async2
-// (weights streamed through shared memory; written without a GPU, pinned
-// bitwise by TestMatMulVariantsMatch, not yet measured).
+// bandwidth on the H200 (docs/gpu.md).
 var (
 	rowsMaxM   = 5
-	rowsKernel = rowsKernelFrom(os.Getenv("TANDEM_CUDA_ROWS"))
+	rowsKernel = "matmul_rows"
 	mma1Kernel = "matmul_mma1n"
 	mma8Kernel = "matmul_mma8n"
 )
-
-func rowsKernelFrom(name string) string {
-	switch name {
-	case "matmul_rows_async", "matmul_rows_async2", "matmul_rows_plain":
-		return name
-	case "", "matmul_rows":
-	default:
-		slog.Warn("TANDEM_CUDA_ROWS names no rows kernel; using matmul_rows", "value", name)
-	}
-	return "matmul_rows"
-}
 
 // splitWarps is how many warps splitK aims for. It is part of the
 // arithmetic (the K split sets the summation order), never chosen per call.
@@ -507,9 +502,6 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	tail := []any{M, N, K, chunk, al}
 	if M > 16 && tiledMatMul && al == 1 {
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
-	}
-	if strings.HasPrefix(name, "matmul_rows_async") && al == 0 {
-		name = "matmul_rows" // the async kernels copy 16-byte weight chunks
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
 	separate := splits > 1 && int(grid[0]*grid[2]) > splitCounters
@@ -786,10 +778,8 @@ func (b *Backend) RMSNormRoPE(x, w *compute.Tensor, eps float32, pos []int32, r 
 	wp, wt := normWeight(x, w, d, "RMSNormRoPE")
 	out := b.alloc(compute.F32, x.Shape()...)
 	if T*H > 0 && d > 0 {
-		p := b.ints(pos)
 		b.launch("rmsnorm_rope", [3]uint32{uint32(T * H), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, eps,
-			ptrOf(p), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
-		b.recycle(p)
+			ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
 	}
 	return out
 }
@@ -814,9 +804,7 @@ func (b *Backend) RoPE(x *compute.Tensor, pos []int32, r *compute.RoPE) *compute
 	f32(x, "RoPE")
 	out := b.alloc(compute.F32, x.Shape()...)
 	if T*H > 0 && d > 0 {
-		p := b.ints(pos)
-		b.launch("rope", [3]uint32{uint32(T * H), 1, 1}, 128, ptrOf(out), ptrOf(x), ptrOf(p), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
-		b.recycle(p)
+		b.launch("rope", [3]uint32{uint32(T * H), 1, 1}, 128, ptrOf(out), ptrOf(x), ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
 	}
 	return out
 }
@@ -904,12 +892,34 @@ func (b *Backend) Argmax(x *compute.Tensor) *compute.Tensor {
 	if x.Rank() == 0 || (x.Dim(-1) == 0 && compute.NumElements(x.Shape()[:x.Rank()-1]) > 0) {
 		panic(fmt.Sprintf("cuda: Argmax of %v", x))
 	}
-	R := x.Rows()
-	out := b.alloc(compute.I32, R)
-	if R > 0 {
-		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, nil, ptrOf(out), ptrOf(x), x.Dim(-1), 1)
-	}
+	out := b.alloc(compute.I32, x.Rows())
+	b.argmax(nil, ptrOf(out), x)
 	return out
+}
+
+// A TopK of 1 (and Argmax) over rows of at least argmaxSplitMin elements (a
+// vocabulary) runs as argmax_part over slices of argmaxSpan, then
+// argmax_finish; narrower rows as topk, one block a row.
+const (
+	argmaxSplitMin = 16384
+	argmaxSpan     = 4096
+)
+
+// argmax writes each row's best value (when vals is not nil) and index.
+func (b *Backend) argmax(vals any, idx Buffer, x *compute.Tensor) {
+	R, D := x.Rows(), x.Dim(-1)
+	if R == 0 {
+		return
+	}
+	if D < argmaxSplitMin {
+		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, vals, idx, ptrOf(x), D, 1)
+		return
+	}
+	P := (D + argmaxSpan - 1) / argmaxSpan
+	pv, pi := b.alloc(compute.F32, R*P), b.alloc(compute.I32, R*P)
+	b.launch("argmax_part", [3]uint32{uint32(R), uint32(P), 1}, 256, ptrOf(pv), ptrOf(pi), ptrOf(x), D, argmaxSpan)
+	b.launch("argmax_finish", [3]uint32{uint32(R), 1, 1}, 256, vals, idx, ptrOf(pv), ptrOf(pi), P)
+	b.recycle(pv, pi)
 }
 
 // ArgmaxKeyed implements compute.Backend.
@@ -936,7 +946,12 @@ func (b *Backend) TopK(x *compute.Tensor, k int) (values, indices *compute.Tenso
 	}
 	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), k)
 	values, indices = b.alloc(compute.F32, shape...), b.alloc(compute.I32, shape...)
-	if R := compute.NumElements(x.Shape()[:x.Rank()-1]); R > 0 && k > 0 {
+	R := compute.NumElements(x.Shape()[:x.Rank()-1])
+	if k == 1 {
+		b.argmax(ptrOf(values), ptrOf(indices), x)
+		return values, indices
+	}
+	if R > 0 && k > 0 {
 		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(values), ptrOf(indices), ptrOf(x), x.Dim(-1), k)
 	}
 	return values, indices

@@ -179,6 +179,26 @@ var opCases = []opCase{
 		v, i := be.TopK(t, 6)
 		return []*compute.Tensor{be.Argmax(t), v, i}
 	}},
+	{"Argmax-TopK/wide", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		// Rows wide enough for the two-pass argmax (a vocabulary), with a
+		// partial last slice, ties across slices, NaNs and signed zeros.
+		const R, D = 5, 3*4096 + 16384 + 77
+		x := randF32(r, R*D)
+		x[100], x[9000], x[D-1] = 9, 9, 9 // a tie across slices: the lower index wins
+		x[D+20000] = float32(math.NaN())  // NaN ranks first
+		x[D+30000] = float32(math.NaN())
+		for j := range D { // a row of zeros but one −0 late and one +0 early
+			x[2*D+j] = -1
+		}
+		x[2*D+25000], x[2*D+5000] = float32(math.Copysign(0, -1)), 0
+		x[3*D+D-1] = 50 // the best in the partial last slice
+		for j := range D {
+			x[4*D+j] = float32(math.NaN())
+		}
+		t := be.FromF32(x, R, D)
+		v, i := be.TopK(t, 1)
+		return []*compute.Tensor{be.Argmax(t), v, i}
+	}},
 	{"ArgmaxKeyed-GatherI32", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
 		const R, D = 5, 1300
 		x, keys := randF32(r, R*D), make([]int32, R*D)
@@ -207,7 +227,15 @@ var opCases = []opCase{
 		be.Copy(h, 2, src)
 		be.Copy(f, 0, bf)
 		be.Copy(f, 3, be.Slice(src, 1, 3))
-		return []*compute.Tensor{bf, h, f, be.Index(f, 4)}
+		// Same-dtype copies: F32 and I32 as words, BF16 at an odd offset
+		// by the copy engine.
+		ids := be.Zeros(compute.I32, 4, 3)
+		be.Copy(ids, 1, be.FromI32([]int32{7, -8, 9, 10, 11, 1 << 30}, 2, 3))
+		bsrc, bf2 := be.Zeros(compute.BF16, 3, 3), be.Zeros(compute.BF16, 7, 3)
+		be.Copy(bsrc, 0, be.FromF32(randF32(r, 9), 3, 3))
+		be.Copy(bf2, 3, bsrc)                 // 18 bytes at byte 18
+		be.Copy(bf2, 0, be.Slice(bsrc, 1, 3)) // 12 bytes at byte 0
+		return []*compute.Tensor{bf, h, f, be.Index(f, 4), ids, bf2}
 	}},
 	attnCase("Attention/full-causal-gqa", 2, 3, 8, 2, 40, 64, 64, full(2, 3, 40, compute.Causal, 0)),
 	attnCase("Attention/bidirectional-window", 1, 4, 4, 4, 30, 32, 48, full(1, 4, 30, compute.Bidirectional, 7)),
@@ -456,7 +484,7 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 
 var (
 	mma1Variants = []string{"matmul_mma1", "matmul_mma1n"}
-	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_async", "matmul_rows_async2"}
+	rowsVariants = []string{"matmul_rows", "matmul_rows_plain"}
 )
 
 // restoreMatMul returns a function that puts the matmul variant switches

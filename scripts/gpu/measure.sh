@@ -3,10 +3,9 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|async|long|ncu]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|long|ncu]...   (default: e2b 31b)
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
-# async: 31B plain decode with each rows kernel (TANDEM_CUDA_ROWS).
 # long: the 31B shape at contexts 4k and 32k.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
 # Compute (--clock-control none, as the device notes ask).
@@ -47,11 +46,6 @@ for w in "${want[@]}"; do
         args=(--preset gemma4-31b --draft auto --synthetic-acceptance "$p" --contexts 128 --tokens 96)
         bench "rounds-device-$p" -- "${args[@]}"
         bench "rounds-host-$p" TANDEM_SPEC_ROUNDS=host -- "${args[@]}"
-      done
-      ;;
-    async)
-      for k in matmul_rows matmul_rows_async matmul_rows_async2; do
-        bench "async-$k" TANDEM_CUDA_ROWS=$k -- --preset gemma4-31b --contexts 128 --tokens 96
       done
       ;;
     long)

@@ -443,7 +443,8 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 // in flight per warp was measured on the H200 and lost: eight chunks per
 // step, or four loaded a step ahead, both at three blocks per
 // multiprocessor, streamed the 31B MLP shapes at 2.3-2.6 TB/s against
-// 2.6-3.1 for this kernel.)
+// 2.6-3.1 for this kernel. So did weights streamed through shared memory
+// by cp.async, 4 KB in flight per warp: 2.4-2.5 TB/s against 2.7-3.1.)
 #define ROWS_KERNEL(name, U, NC)                                                                              \
     extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
@@ -558,88 +559,6 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
         }
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
 }
-
-// ---------------------------------------------------------------------------
-// matmul_rows_async<U, S>: matmul_rows with its weights streamed through
-// shared memory. Each lane copies its own 16-byte chunks S − 1 K steps ahead
-// (cp.async), so a warp keeps (S − 1)·U·512 bytes of weights in flight
-// without holding them in registers (matmul_rows holds U·512 and waits for
-// them every step; Nsight Compute showed its warps stalled on those loads).
-// A lane reads back only the chunks it copied itself, so cp.async.wait_group
-// alone orders the copy and the read. The mmas, their order and the final
-// sums are matmul_rows', so the bits are too. Needs K % 8 == 0 and 16-byte
-// aligned weights; the launcher takes matmul_rows otherwise.
-// cp16_l2 is cp16 with a 256-byte L2 prefetch, as wchunk's streamed loads
-// (weights are read once per step).
-__device__ __forceinline__ void cp16_l2(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-
-template <int U, int S>
-__device__ __forceinline__ void rows_async_issue(uint4 (*ring)[U][32], int s, int steps, const unsigned short* wr, int k0, int k1,
-                                                 int lane, int t, bool wok) {
-    if (s < steps) {
-        const int kb = k0 + s * 32 * U;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = kb + 32 * u + 8 * t;
-            const bool ok = wok && k < k1;
-            cp16_l2(&ring[s % S][u][lane], ok ? wr + k : wr, ok);
-        }
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory"); // empty past the last step: the group count stays regular
-}
-
-template <int U, int S>
-__device__ void matmul_rows_async(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
-                                  int M, int N, int K, int kchunk) {
-    __shared__ __align__(16) uint4 ring[8][S][U][32];
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
-    const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
-    if (n0 >= N) return;
-    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const bool wok = n0 + g < N;
-    const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
-    const rows_act x = rows_act_of(xs, M, K, g);
-    const int steps = k1 > k0 ? (k1 - k0 + 32 * U - 1) / (32 * U) : 0;
-    uint4 (*mine)[U][32] = ring[wid];
-#pragma unroll
-    for (int s = 0; s < S - 1; s++) rows_async_issue<U, S>(mine, s, steps, wr, k0, k1, lane, t, wok);
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < steps; s++) {
-        rows_async_issue<U, S>(mine, s + S - 1, steps, wr, k0, k1, lane, t, wok);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory"); // step s has landed
-        const int kb = k0 + s * 32 * U;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = kb + 32 * u + 8 * t;
-            const bool kin = k < k1;
-            const uint4 q = mine[s % S][u][lane];
-            const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, true);
-            const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, true);
-            mma_part(c, q, a0, a1);
-        }
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    __syncwarp();
-    // The warp's ring is free now: it holds the tile.
-    rows_store((float*)&mine[0][0][0], c, g, t, lane, out, M, N, n0);
-}
-
-// BLOCKS blocks per multiprocessor, as the shared memory allows (40 KB and
-// 36 KB of ring a block; a block's static shared memory stops at 48 KB, the
-// split counter included); the aligned flag is taken for the common
-// signature.
-#define ROWS_ASYNC_KERNEL(name, U, S, BLOCKS)                                                                        \
-    extern "C" __global__ void __launch_bounds__(256, BLOCKS) name(const unsigned short* xs, const unsigned short* w, \
-                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,          \
-                                    int aligned) {                                                                  \
-        matmul_rows_async<U, S>(xs, w, part, M, N, K, kchunk);                                                      \
-        finish_splits(y, part, counters, M, N);                                                                     \
-    }
-ROWS_ASYNC_KERNEL(matmul_rows_async, 2, 5, 5)  // 4 KB of weights in flight per warp
-ROWS_ASYNC_KERNEL(matmul_rows_async2, 1, 9, 5) // 4 KB per warp in 512-byte steps
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {

@@ -1,0 +1,59 @@
+package cuda
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"tandem/compute"
+)
+
+// tableMemoSize is how many uploaded index tables are kept for reuse.
+const tableMemoSize = 8
+
+// tableMemo keeps the small index tables ops uploaded most recently
+// (positions for RoPE, attention's slot order), so the next op with the
+// same table reuses it. A step's layers share a handful of distinct tables,
+// so a step queues a few host-to-device copies instead of five a layer: in
+// a CUDA graph each copy node left the SMs idle around it. Tables are
+// never written after their upload, and an evicted one goes back to the
+// pool behind the work already queued, as op scratch does.
+type tableMemo struct {
+	mu      sync.Mutex
+	seed    maphash.Seed
+	entries []tableEntry // least recently used first
+}
+
+type tableEntry struct {
+	sum  uint64
+	host []int32
+	t    *compute.Tensor
+}
+
+// table returns xs on the device, uploaded now or found in the memo. The
+// caller must not recycle it.
+func (b *Backend) table(xs []int32) *compute.Tensor {
+	m := &b.tables
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sum := maphash.Bytes(m.seed, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(xs))), 4*len(xs)))
+	for i, e := range m.entries {
+		if e.sum == sum && slices.Equal(e.host, xs) {
+			m.entries = append(append(m.entries[:i:i], m.entries[i+1:]...), e)
+			return e.t
+		}
+	}
+	t := b.ints(xs)
+	if len(m.entries) == tableMemoSize {
+		b.recycle(m.entries[0].t)
+		m.entries = append(m.entries[:0], m.entries[1:]...)
+	}
+	m.entries = append(m.entries, tableEntry{sum: sum, host: slices.Clone(xs), t: t})
+	return t
+}
+
+// at is a view of buf from element i of 4-byte elements on.
+func at(buf Buffer, i int) Buffer {
+	return Buffer{ptr: buf.ptr + uintptr(4*i), Size: buf.Size - 4*i}
+}
