@@ -424,7 +424,8 @@ func TestMatMulSpeed(t *testing.T) {
 	}
 	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel, tiledMatMul = "matmul_mma8", false }},
 		{"mma8n", func() { mma8Kernel, tiledMatMul = "matmul_mma8n", false }},
-		{"mma8tiled", func() { tiledMatMul = true }}}
+		{"mma8tiled", func() { tiledMatMul, tiledKernel = true, "matmul_tiled" }},
+		{"mma8tiledwide", func() { tiledMatMul, tiledKernel = true, "matmul_tiled_wide" }}}
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
 	}
@@ -438,11 +439,12 @@ func TestMatMulSpeed(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
-		for _, M := range []int{1, 4, 16, 128} {
+		for _, M := range []int{1, 4, 16, 128, 512} {
 			x := g.FromF32(randF32(r, M*s.K), M, s.K)
 			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
 			for _, v := range variants {
-				if M > 16 != strings.HasPrefix(v.name, "mma8") && v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") {
+				if M > 16 != strings.HasPrefix(v.name, "mma8") && v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") ||
+					M > 128 && !strings.HasPrefix(v.name, "mma8tiled") {
 					continue
 				}
 				restore := restoreMatMul()
@@ -450,6 +452,9 @@ func TestMatMulSpeed(t *testing.T) {
 				d := deviceTime(t, g, 20, func() { g.MatMul(x, w) })
 				restore()
 				line += fmt.Sprintf("  %s %v %.0f GB/s", v.name, d.Round(100*time.Nanosecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
+				if M > 16 { // useful work: the three parts' mmas count once
+					line += fmt.Sprintf(" %.0f TFLOP/s", float64(2*M*s.N*s.K)/d.Seconds()/1e12)
+				}
 			}
 			t.Log(line)
 		}
@@ -490,9 +495,9 @@ var (
 // restoreMatMul returns a function that puts the matmul variant switches
 // back as they are now.
 func restoreMatMul() func() {
-	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
+	w, m, rk, mk, m8, sw, tl, tk := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul, tiledKernel
 	return func() {
-		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
+		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul, tiledKernel = w, m, rk, mk, m8, sw, tl, tk
 	}
 }
 
@@ -519,17 +524,17 @@ func TestMatMulVariantsMatch(t *testing.T) {
 				case M <= 5:
 					variants = append(variants, rowsVariants...)
 				case M > 16:
-					variants = []string{"matmul_mma8n", "matmul_tiled"}
+					variants = []string{"matmul_mma8n", "matmul_tiled", "matmul_tiled_wide"}
 				}
 				for _, v := range variants {
 					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, false
 					switch {
 					case strings.HasPrefix(v, "matmul_rows"):
 						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
-					case v == "matmul_tiled":
-						// The tiled kernel is chosen by its switch; shapes it
-						// cannot take (odd K) fall back to matmul_mma8n.
-						mma1Kernel, mma8Kernel, tiledMatMul = "matmul_mma1", "matmul_mma8n", true
+					case strings.HasPrefix(v, "matmul_tiled"):
+						// The tiled kernels are chosen by their switch; shapes
+						// they cannot take (odd K) fall back to matmul_mma8n.
+						mma1Kernel, mma8Kernel, tiledMatMul, tiledKernel = "matmul_mma1", "matmul_mma8n", true, v
 					}
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {
