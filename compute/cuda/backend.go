@@ -56,7 +56,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled_wide"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -437,16 +437,14 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	return y
 }
 
-// M > 16 (prefill) runs tiledKernel, a shared-memory kernel (pinned
-// bitwise to matmul_mma8 by TestMatMulVariantsMatch; matmul_tiled ran at
-// 9-10× its speed at M = 128 on the H200). For comparisons,
-// TANDEM_CUDA_MATMUL=warp runs the CUDA-core kernel for bf16 weights too,
-// =mma8 the streaming kernel for M > 16, and =wide matmul_tiled_wide
-// (128-column tiles; written without a GPU, not yet measured).
+// M > 16 (prefill) runs matmul_tiled, the shared-memory kernel (pinned
+// bitwise to matmul_mma8 by TestMatMulVariantsMatch; 9-10× its speed at
+// M = 128 on the H200). For comparisons, TANDEM_CUDA_MATMUL=warp runs the
+// CUDA-core kernel for bf16 weights too and =mma8 the streaming kernel for
+// M > 16.
 var (
 	warpMatMul  = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
 	tiledMatMul = os.Getenv("TANDEM_CUDA_MATMUL") != "mma8"
-	tiledKernel = map[bool]string{false: "matmul_tiled", true: "matmul_tiled_wide"}[os.Getenv("TANDEM_CUDA_MATMUL") == "wide"]
 )
 
 // The tensor-core kernels by M: the rows kernel up to rowsMaxM (three tile
@@ -503,10 +501,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	grid := [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
 	if M > 16 && tiledMatMul && al == 1 {
-		name, grid[2], tail = tiledKernel, uint32((M+63)/64), tail[:4]
-		if name == "matmul_tiled_wide" {
-			grid[0] = uint32((N + 127) / 128)
-		}
+		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
 	separate := splits > 1 && int(grid[0]*grid[2]) > splitCounters

@@ -319,11 +319,11 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
 }
 
 // finish_group: with K split over gridDim.y blocks of one output tile (rows
-// [r0, r1), columns [c0, c0 + width)), the last of them to finish sums the
+// [r0, r1), columns [c0, c0 + 64)), the last of them to finish sums the
 // tile's partials in split order (the order sum_splits used, so the bits
 // are the same) and resets the tile's counter for the next launch.
 __device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
-                                             int r0, int r1, int width = 64) {
+                                             int r0, int r1) {
     if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
     __shared__ int last;
     __threadfence(); // this block's partials, visible before the count
@@ -332,10 +332,10 @@ __device__ __forceinline__ void finish_group(float* y, const float* part, int* c
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int c0 = blockIdx.x * width;
+    const int c0 = blockIdx.x * 64;
     const size_t MN = (size_t)M * N;
-    for (int e = threadIdx.x; e < (r1 - r0) * width; e += blockDim.x) {
-        const int r = r0 + e / width, n = c0 + e % width;
+    for (int e = threadIdx.x; e < (r1 - r0) * 64; e += blockDim.x) {
+        const int r = r0 + (e >> 6), n = c0 + (e & 63);
         if (n >= N) continue;
         const size_t i = (size_t)r * N + n;
         float s = __ldcg(part + i);
@@ -465,7 +465,9 @@ ROWS_KERNEL(matmul_rows_plain, 4, false) // plain loads, for comparison
 // order, the first mma on elements 0-3 of each lane's 8-element chunk, then
 // 4-7; the parts summed (lo + mid) + hi; the K split from the weight's shape.
 // Activations and weights are read once per 64 columns and 64 rows instead
-// of once per warp. Needs K % 8 == 0 and 16-byte aligned weights.
+// of once per warp. Needs K % 8 == 0 and 16-byte aligned weights. (128-column
+// tiles with 32 × 32 warp tiles, one block per multiprocessor for their 96
+// accumulators a thread, ran 5-25% slower on the H200.)
 #define TBM 64
 #define TBN 64
 
@@ -558,97 +560,6 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
             }
         }
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
-}
-
-// ---------------------------------------------------------------------------
-// matmul_tiled_wide: matmul_tiled with 128-column block tiles and 32 × 32
-// warp tiles. A warp's K step loads four weight fragments and six
-// activation fragments from shared memory for 48 mmas (matmul_tiled: two
-// and twelve for 24), and the block reads its activations once per 128
-// columns. Each output's mmas, their order and the final sums are
-// matmul_tiled's, so the bits are too. 96 accumulators a thread: one
-// block per multiprocessor.
-#define WBN 128
-
-extern "C" __global__ void __launch_bounds__(256, 1) matmul_tiled_wide(const unsigned short* __restrict__ xs,
-        const unsigned short* __restrict__ w, float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
-    __shared__ __align__(16) unsigned short bs[2][WBN][32];
-    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
-    const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·32..
-    const int n0 = blockIdx.x * WBN, m0 = blockIdx.z * TBM;
-    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const size_t MK = (size_t)M * K;
-    // Copies the K block at kb into buffer s: 768 activation chunks (three
-    // parts of 64 rows × 4) and 512 weight chunks, 16 bytes each.
-    auto load = [&](int s, int kb) {
-#pragma unroll
-        for (int i = 0; i < 3; i++) {
-            const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
-            const bool ok = m0 + row < M && kb + kc < k1;
-            cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int c = tid + 256 * i, col = c >> 2, kc = (c & 3) * 8;
-            const bool ok = n0 + col < N && kb + kc < k1;
-            cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
-        }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-    };
-    float acc[3][2][4][4];
-#pragma unroll
-    for (int p = 0; p < 3; p++)
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[p][i][j][0] = acc[p][i][j][1] = acc[p][i][j][2] = acc[p][i][j][3] = 0.0f;
-    const int nk = (k1 - k0 + 31) / 32;
-    if (nk > 0) load(0, k0);
-    for (int i = 0; i < nk; i++) {
-        const int s = i & 1;
-        if (i + 1 < nk) {
-            load(s ^ 1, k0 + 32 * (i + 1));
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        }
-        __syncthreads();
-        uint4 q[4];
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) q[nt] = *(const uint4*)&bs[s][wn * 32 + nt * 8 + g][8 * t];
-#pragma unroll
-        for (int p = 0; p < 3; p++) {
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int r = wm * 32 + mt * 16 + g;
-                const uint4 a0 = *(const uint4*)&as[s][p][r][8 * t];
-                const uint4 a1 = *(const uint4*)&as[s][p][r + 8][8 * t];
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++) mma_part(acc[p][mt][nt], q[nt], a0, a1);
-            }
-        }
-        __syncthreads(); // the next iteration's copy overwrites this buffer
-    }
-    float* o = gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N;
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            float c[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) c[e] = __fadd_rn(__fadd_rn(acc[2][mt][nt][e], acc[1][mt][nt][e]), acc[0][mt][nt][e]);
-            const int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8, n = n0 + wn * 32 + nt * 8 + 2 * t;
-            if (r0 < M) {
-                if (n < N) o[(size_t)r0 * N + n] = c[0];
-                if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[1];
-            }
-            if (r1 < M) {
-                if (n < N) o[(size_t)r1 * N + n] = c[2];
-                if (n + 1 < N) o[(size_t)r1 * N + n + 1] = c[3];
-            }
-        }
-    finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM), WBN);
 }
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
