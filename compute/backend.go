@@ -225,3 +225,35 @@ func RMSNormRoPE(b Backend, x, w *Tensor, eps float32, pos []int32, rope *RoPE) 
 	}
 	return b.RoPE(b.RMSNorm(x, w, eps), pos, rope)
 }
+
+// Stacker is implemented by backends that run the products of one input
+// with several weights as a single product when the weights are
+// consecutive rows of one tensor (a model loads them so when Stacks
+// reports it helps): one launch instead of several, and a K split chosen
+// for the whole stack. The results may round differently from separate
+// MatMuls, but as with MatMul a row's result never depends on the other
+// rows, so a model that uses MatMuls for a group of weights everywhere
+// stays batch-invariant.
+type Stacker interface {
+	MatMuls(x *Tensor, ws ...*Tensor) []*Tensor
+}
+
+// Stacks reports whether b computes stacked weights as one product, so a
+// loader should stack them.
+func Stacks(b Backend) bool {
+	_, ok := b.(Stacker)
+	return ok
+}
+
+// MatMuls returns x·wᵢᵀ for each wᵢ: one product on backends that stack,
+// separate MatMuls elsewhere.
+func MatMuls(b Backend, x *Tensor, ws ...*Tensor) []*Tensor {
+	if s, ok := b.(Stacker); ok {
+		return s.MatMuls(x, ws...)
+	}
+	out := make([]*Tensor, len(ws))
+	for i, w := range ws {
+		out[i] = b.MatMul(x, w)
+	}
+	return out
+}

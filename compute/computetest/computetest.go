@@ -41,3 +41,21 @@ func Backend(t testing.TB) compute.Backend {
 		return nil
 	}
 }
+
+// Stacking wraps a backend with compute.Stacker computed as separate
+// MatMuls (the same bits as the backend alone), so models load their
+// weights stacked and take their stacked paths on the CPU too.
+type Stacking struct {
+	compute.Backend
+	Calls int // MatMuls calls
+}
+
+// MatMuls implements compute.Stacker.
+func (b *Stacking) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
+	b.Calls++
+	out := make([]*compute.Tensor, len(ws))
+	for i, w := range ws {
+		out[i] = b.MatMul(x, w)
+	}
+	return out
+}

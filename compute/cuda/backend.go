@@ -54,7 +54,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "copy_cols"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
@@ -435,6 +435,69 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	}
 	b.launch(name, [3]uint32{uint32((N + 7) / 8), 1, 1}, MatMulBlock, ptrOf(x), ptrOf(w), ptrOf(y), M, N, K)
 	return y
+}
+
+// stackMatMuls turns MatMuls of stacked weights into one product;
+// TANDEM_CUDA_STACK=0 runs them as separate MatMuls, for comparisons.
+var stackMatMuls = os.Getenv("TANDEM_CUDA_STACK") != "0"
+
+var _ compute.Stacker = (*Backend)(nil)
+
+// MatMuls implements compute.Stacker. Weights that are consecutive rows of
+// one tensor (a loader's stack) run as one product over the whole stack,
+// whose K split is chosen from the stack's shape; the products are then
+// views of its output (one row) or copies of its columns (several rows).
+// Anything else runs as separate MatMuls.
+func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
+	out := make([]*compute.Tensor, len(ws))
+	whole := b.stacked(ws)
+	if whole == nil {
+		for i, w := range ws {
+			out[i] = b.MatMul(x, w)
+		}
+		return out
+	}
+	y := b.MatMul(x, whole)
+	M, W := y.Rows(), whole.Dim(0)
+	lead := x.Shape()[:x.Rank()-1]
+	off := 0
+	for i, w := range ws {
+		n := w.Dim(0)
+		shape := append(append([]int(nil), lead...), n)
+		switch {
+		case M == 1:
+			out[i] = b.view(y, shape, off)
+		default:
+			out[i] = b.alloc(compute.F32, shape...)
+			if M > 0 {
+				b.launch("copy_cols", grid1(M*n), 256, ptrOf(out[i]), ptrOf(y), M, W, off, n)
+			}
+		}
+		off += n
+	}
+	if M > 1 {
+		b.recycle(y)
+	}
+	return out
+}
+
+// stacked returns ws as one [ΣN, K] view when they are consecutive rows of
+// one allocation (two or more, one dtype and width), or nil.
+func (b *Backend) stacked(ws []*compute.Tensor) *compute.Tensor {
+	if !stackMatMuls || len(ws) < 2 {
+		return nil
+	}
+	first := memOf(ws[0])
+	rows, next := 0, first.ptr
+	for _, w := range ws {
+		m := memOf(w)
+		if w.Rank() != 2 || w.DType() != ws[0].DType() || w.Dim(1) != ws[0].Dim(1) || m.blk != first.blk || m.ptr != next {
+			return nil
+		}
+		rows += w.Dim(0)
+		next += uintptr(w.Len() * w.DType().Size())
+	}
+	return b.view(ws[0], []int{rows, ws[0].Dim(1)}, 0)
 }
 
 // M > 16 (prefill) runs matmul_tiled, the shared-memory kernel (pinned

@@ -103,12 +103,13 @@ func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend, opt
 		if ropes[key] == nil {
 			ropes[key] = ropeFor(c, l.Type, l.HeadDim)
 		}
+		gu := ld.stack(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight") // one product where the backend stacks
 		a.layers = append(a.layers, assistantLayer{Layer: l, rope: ropes[key],
 			inNorm: w(p + "input_layernorm.weight"), postAttnNorm: w(p + "post_attention_layernorm.weight"),
 			preFFNorm: w(p + "pre_feedforward_layernorm.weight"), postFFNorm: w(p + "post_feedforward_layernorm.weight"),
 			scalar: w(p + "layer_scalar"), q: w(p + "self_attn.q_proj.weight"), o: w(p + "self_attn.o_proj.weight"),
 			qNorm: w(p + "self_attn.q_norm.weight"),
-			gate:  w(p + "mlp.gate_proj.weight"), up: w(p + "mlp.up_proj.weight"), down: w(p + "mlp.down_proj.weight"),
+			gate:  gu[0], up: gu[1], down: w(p + "mlp.down_proj.weight"),
 		})
 	}
 	if cfg.UseOrderedEmbeddings {
@@ -361,7 +362,8 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		z = compute.AddRMSNorm(b, r, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, eps)
 		r = z
 		h = b.RMSNorm(z, l.preFFNorm, eps)
-		f := b.MatMul(b.GeluMul(b.MatMul(h, l.gate), b.MatMul(h, l.up)), l.down)
+		gu := compute.MatMuls(b, h, l.gate, l.up)
+		f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
 		z = b.Mul(compute.AddRMSNorm(b, r, f, l.postFFNorm, eps), l.scalar)
 	}
 	n := b.RMSNorm(z, a.norm, eps)

@@ -111,15 +111,27 @@ func newModel(cfg *Config, set weightSource, b compute.Backend, opt LoadOptions)
 			inNorm: w(p + "input_layernorm.weight"), postAttnNorm: w(p + "post_attention_layernorm.weight"),
 			preFFNorm: w(p + "pre_feedforward_layernorm.weight"), postFFNorm: w(p + "post_feedforward_layernorm.weight"),
 			scalar: w(p + "layer_scalar"),
-			q:      w(p + "self_attn.q_proj.weight"), o: w(p + "self_attn.o_proj.weight"), qNorm: w(p + "self_attn.q_norm.weight"),
-			gate: w(p + "mlp.gate_proj.weight"), up: w(p + "mlp.up_proj.weight"), down: w(p + "mlp.down_proj.weight"),
+			o:      w(p + "self_attn.o_proj.weight"), qNorm: w(p + "self_attn.q_norm.weight"),
+			down: w(p + "mlp.down_proj.weight"),
+		}
+		// Projections of one input are stacked: one product each for the
+		// attention's q, k (and v) and the MLP's gate and up where the
+		// backend runs them so (see attention and feedForward).
+		switch {
+		case l.Shared:
+			ly.q = w(p + "self_attn.q_proj.weight")
+		case l.KEqV:
+			qk := ld.stack(p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight")
+			ly.q, ly.k = qk[0], qk[1]
+		default:
+			qkv := ld.stack(p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight")
+			ly.q, ly.k, ly.v = qkv[0], qkv[1], qkv[2]
 		}
 		if !l.Shared {
-			ly.k, ly.kNorm = w(p+"self_attn.k_proj.weight"), w(p+"self_attn.k_norm.weight")
-			if !l.KEqV {
-				ly.v = w(p + "self_attn.v_proj.weight")
-			}
+			ly.kNorm = w(p + "self_attn.k_norm.weight")
 		}
+		gu := ld.stack(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight")
+		ly.gate, ly.up = gu[0], gu[1]
 		if c.HasPLE() {
 			ly.pleGate, ly.pleProj, ly.plePostNorm = w(p+"per_layer_input_gate.weight"), w(p+"per_layer_projection.weight"), w(p+"post_per_layer_input_norm.weight")
 		}
@@ -192,6 +204,58 @@ func (l *loader) load(name string) *compute.Tensor {
 		l.progress(l.done, l.total)
 	}
 	return t
+}
+
+// stack loads weights of one width (K) as consecutive rows of one tensor
+// and returns a view of each, when the backend computes stacked weights
+// as one product (compute.Stacks); otherwise, or when the weights differ
+// in dtype or width, it loads each alone. Either way the i-th result is
+// weight prefix+names[i].
+func (l *loader) stack(names ...string) []*compute.Tensor {
+	out := make([]*compute.Tensor, len(names))
+	infos := make([]safetensors.TensorInfo, len(names))
+	stackable := compute.Stacks(l.b) && l.err == nil
+	for i, name := range names {
+		info, ok := l.set.Lookup(l.prefix + name)
+		infos[i] = info
+		stackable = stackable && ok && len(info.Shape) == 2 && info.DType == infos[0].DType && info.Shape[1] == infos[0].Shape[1]
+	}
+	if !stackable {
+		for i, name := range names {
+			out[i] = l.load(name)
+		}
+		return out
+	}
+	var raw []byte
+	rows := 0
+	for i, name := range names {
+		data, err := l.set.Data(l.prefix + name)
+		if err != nil {
+			l.err = err
+			return out
+		}
+		if want := infos[i].Shape[0] * infos[i].Shape[1] * infos[i].DType.Size(); len(data) != want {
+			l.err = fmt.Errorf("tensor %q in %s: %d bytes for %v%v", l.prefix+name, infos[i].File, len(data), infos[i].DType, infos[i].Shape)
+			return out
+		}
+		raw = append(raw, data...)
+		rows += infos[i].Shape[0]
+	}
+	t, err := l.b.Weight(infos[0].DType, []int{rows, infos[0].Shape[1]}, raw)
+	if err != nil {
+		l.err = fmt.Errorf("tensors %q stacked: %w", names, err)
+		return out
+	}
+	rows = 0
+	for i, info := range infos {
+		out[i] = l.b.Slice(t, rows, rows+info.Shape[0])
+		rows += info.Shape[0]
+		if l.progress != nil {
+			l.done += info.Size
+			l.progress(l.done, l.total)
+		}
+	}
+	return out
 }
 
 // finish reports the load complete (a checkpoint may hold tensors the
@@ -516,16 +580,21 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	eps := float32(c.RMSNormEps)
 	N, nH, d := h.Dim(0), c.NumAttentionHeads, l.HeadDim
 	rope := l.rope
-	q := compute.RMSNormRoPE(b, b.MatMul(h, l.q).Reshape(N, nH, d), l.qNorm, eps, pos, rope)
+	var proj []*compute.Tensor // q, then k and v of layers with their own KV
+	switch {
+	case l.Shared:
+		proj = []*compute.Tensor{b.MatMul(h, l.q)}
+	case l.KEqV: // values are the raw key projection
+		proj = compute.MatMuls(b, h, l.q, l.k)
+		proj = append(proj, proj[1])
+	default:
+		proj = compute.MatMuls(b, h, l.q, l.k, l.v)
+	}
+	q := compute.RMSNormRoPE(b, proj[0].Reshape(N, nH, d), l.qNorm, eps, pos, rope)
 	var kNew, vNew *compute.Tensor
 	if !l.Shared {
-		k := b.MatMul(h, l.k).Reshape(N, l.KVHeads, d)
-		v := k // k_eq_v: values are the raw key projection
-		if !l.KEqV {
-			v = b.MatMul(h, l.v).Reshape(N, l.KVHeads, d)
-		}
-		kNew = compute.RMSNormRoPE(b, k, l.kNorm, eps, pos, rope)
-		vNew = b.RMSNorm(v, nil, eps)
+		kNew = compute.RMSNormRoPE(b, proj[1].Reshape(N, l.KVHeads, d), l.kNorm, eps, pos, rope)
+		vNew = b.RMSNorm(proj[2].Reshape(N, l.KVHeads, d), nil, eps)
 	}
 	views[i] = make([]kvView, len(rows))
 	var out *compute.Tensor
@@ -564,7 +633,8 @@ func (m *Model) feedForward(l *layer, x *compute.Tensor) *compute.Tensor {
 	b := m.b
 	eps := float32(c.RMSNormEps)
 	h := b.RMSNorm(x, l.preFFNorm, eps)
-	f := b.MatMul(b.GeluMul(b.MatMul(h, l.gate), b.MatMul(h, l.up)), l.down)
+	gu := compute.MatMuls(b, h, l.gate, l.up)
+	f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
 	if !c.EnableMoEBlock {
 		return f
 	}

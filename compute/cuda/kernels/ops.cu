@@ -91,6 +91,17 @@ extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n)
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
 }
 
+// copy_cols: dst[r][j] = src[r][off + j] for r < M, j < n, where src's rows
+// hold W floats: each product of a stacked matmul (MatMuls) as its own
+// tensor.
+extern "C" __global__ void copy_cols(float* dst, const float* src, int M, int W, int off, int n) {
+    const size_t total = (size_t)M * n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / n, j = i % n;
+        dst[i] = src[r * W + off + j];
+    }
+}
+
 #define DT_I32 3 // gather only: an index table, copied bit for bit
 
 // gather: out[i] = table[ids[i]] widened; grid.x = len(ids).

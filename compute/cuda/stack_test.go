@@ -1,0 +1,91 @@
+package cuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"tandem/compute"
+	"tandem/compute/cpu"
+)
+
+// TestMatMulsStacked protects MatMuls on stacked weights (a loader's q, k,
+// v or gate, up): each product is its columns of one MatMul over the stack
+// (a view for one row, a copy for several), a row's result does not depend
+// on the other rows (decode, verify and prefill agree), the products stay
+// within MatMul's tolerance of the CPU's separate products, and weights
+// that are not one stack run as separate MatMuls.
+func TestMatMulsStacked(t *testing.T) {
+	g := backendOrSkip(t)
+	c := cpu.New(0)
+	r := rand.New(rand.NewPCG(13, 14))
+	const K = 5376 // wide enough for the stack's K split to differ from its parts'
+	parts := []int{4096, 1024, 1024}
+	total := 0
+	for _, n := range parts {
+		total += n
+	}
+	wdata := randF32(r, total*K)
+	whole := weight(g, compute.BF16, wdata, total, K)
+	var ws, apart, onCPU []*compute.Tensor
+	off := 0
+	for _, n := range parts {
+		ws = append(ws, g.Slice(whole, off, off+n))
+		apart = append(apart, weight(g, compute.BF16, wdata[off*K:(off+n)*K], n, K))
+		onCPU = append(onCPU, weight(c, compute.BF16, wdata[off*K:(off+n)*K], n, K))
+		off += n
+	}
+	xdata := randF32(r, 130*K)
+	single := make([][][]float32, 130) // single[row][product]
+	for _, M := range []int{1, 2, 4, 5, 17, 130} {
+		x := g.FromF32(xdata[:M*K], M, K)
+		got := g.MatMuls(x, ws...)
+		full := g.ToF32(g.MatMul(x, whole))
+		off := 0
+		for i, n := range parts {
+			if got[i].Dim(0) != M || got[i].Dim(1) != n {
+				t.Fatalf("M=%d product %d: shape %v, want [%d %d]", M, i, got[i].Shape(), M, n)
+			}
+			p := g.ToF32(got[i])
+			for row := range M {
+				want := full[row*total+off : row*total+off+n]
+				if err := sameBits(p[row*n:(row+1)*n], want); err != nil {
+					t.Fatalf("M=%d product %d row %d: not its columns of the stack's product: %v", M, i, row, err)
+				}
+				if single[row] == nil {
+					one := g.MatMuls(g.FromF32(xdata[row*K:(row+1)*K], 1, K), ws...)
+					for _, o := range one {
+						single[row] = append(single[row], g.ToF32(o))
+					}
+				}
+				if err := sameBits(p[row*n:(row+1)*n], single[row][i]); err != nil {
+					t.Fatalf("M=%d product %d row %d: differs from the row alone: %v", M, i, row, err)
+				}
+			}
+			off += n
+		}
+	}
+	// Within MatMul's tolerance of the CPU's separate products.
+	x := xdata[:4*K]
+	got := g.MatMuls(g.FromF32(x, 4, K), ws...)
+	for i := range parts {
+		want := c.ToF32(c.MatMul(c.FromF32(x, 4, K), onCPU[i]))
+		p := g.ToF32(got[i])
+		for j := range want {
+			if d := math.Abs(float64(p[j]-want[j])) / (1 + math.Abs(float64(want[j]))); d > 2e-4 {
+				t.Fatalf("product %d element %d: %v, CPU %v", i, j, p[j], want[j])
+			}
+		}
+	}
+	// Separate allocations are no stack: the bits of separate MatMuls.
+	xt := g.FromF32(x, 4, K)
+	sep := g.MatMuls(xt, apart...)
+	for i := range parts {
+		if err := sameBits(g.ToF32(sep[i]), g.ToF32(g.MatMul(xt, apart[i]))); err != nil {
+			t.Fatalf("unstacked product %d: %v", i, err)
+		}
+	}
+	if g.stacked(apart) != nil || g.stacked(ws[:1]) != nil || g.stacked([]*compute.Tensor{ws[1], ws[0]}) != nil {
+		t.Fatal("weights that are not consecutive rows of one tensor were taken for a stack")
+	}
+}
