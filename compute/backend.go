@@ -206,6 +206,7 @@ func Record(b Backend, site string) (end func()) {
 type Fused interface {
 	AddRMSNorm(r, x, w *Tensor, eps float32) *Tensor
 	RMSNormRoPE(x, w *Tensor, eps float32, pos []int32, rope *RoPE) *Tensor
+	AddRMSNormNorm(r, x, w1, s, w2 *Tensor, eps float32) (y, h *Tensor)
 }
 
 // AddRMSNorm is Add(r, RMSNorm(x, w, eps)): a residual stream plus a
@@ -215,6 +216,20 @@ func AddRMSNorm(b Backend, r, x, w *Tensor, eps float32) *Tensor {
 		return f.AddRMSNorm(r, x, w, eps)
 	}
 	return b.Add(r, b.RMSNorm(x, w, eps))
+}
+
+// AddRMSNormNorm is a layer boundary's two norms: the residual stream
+// y = Add(r, RMSNorm(x, w1, eps)), times the one-element tensor s unless s
+// is nil, and the next block's input h = RMSNorm(y, w2, eps).
+func AddRMSNormNorm(b Backend, r, x, w1, s, w2 *Tensor, eps float32) (y, h *Tensor) {
+	if f, ok := b.(Fused); ok {
+		return f.AddRMSNormNorm(r, x, w1, s, w2, eps)
+	}
+	y = b.Add(r, b.RMSNorm(x, w1, eps))
+	if s != nil {
+		y = b.Mul(y, s)
+	}
+	return y, b.RMSNorm(y, w2, eps)
 }
 
 // RMSNormRoPE is RoPE(RMSNorm(x, w, eps), pos, rope): the per-head query and

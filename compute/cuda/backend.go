@@ -54,7 +54,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "copy_cols"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "copy_cols", "rmsnorm2"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
 }
@@ -825,6 +825,44 @@ func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tens
 	D := x.Dim(-1)
 	wp, wt := normWeight(x, w, D, "AddRMSNorm")
 	return b.rmsnorm(x, wp, wt, D, eps, ptrOf(r))
+}
+
+// rcacheElems is the longest row rmsnorm2 takes (RCACHE·RBLOCK in ops.cu).
+const rcacheElems = 24 * 256
+
+// AddRMSNormNorm implements compute.Fused: rmsnorm2 runs both norms of a
+// row (and the scaling) in one pass; rows longer than rcacheElems run the
+// sequence.
+func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (y, h *compute.Tensor) {
+	D := x.Dim(-1)
+	if !fusedOps || D > rcacheElems {
+		y = b.AddRMSNorm(r, x, w1, eps)
+		if s != nil {
+			y = b.Mul(y, s)
+		}
+		return y, b.RMSNorm(y, w2, eps)
+	}
+	f32(x, "AddRMSNormNorm")
+	f32(r, "AddRMSNormNorm")
+	if !compute.SameShape(r.Shape(), x.Shape()) || (s != nil && s.Len() != 1) {
+		panic(fmt.Sprintf("cuda: AddRMSNormNorm of %v onto %v scaled by %v", x, r, s))
+	}
+	w1p, w1t := normWeight(x, w1, D, "AddRMSNormNorm")
+	w2p, w2t := normWeight(x, w2, D, "AddRMSNormNorm")
+	var sp any
+	st := 0
+	if s != nil {
+		sp, st = ptrOf(s), dtCode(s.DType())
+	}
+	y, h = b.alloc(compute.F32, x.Shape()...), b.alloc(compute.F32, x.Shape()...)
+	if R := x.Rows(); R > 0 && D > 0 {
+		parts, pp := b.emitParts(h)
+		b.launch("rmsnorm2", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(r), w1p, w1t, sp, st, w2p, w2t, D, eps, pp, h.Len())
+		if parts != nil {
+			b.remember(h, parts)
+		}
+	}
+	return y, h
 }
 
 // RMSNormRoPE implements compute.Fused: one kernel normalises each head's

@@ -596,6 +596,27 @@ func TestFusedOpsMatch(t *testing.T) {
 			}
 		}
 	}
+	// A layer boundary's two norms in one kernel (rmsnorm2), with and
+	// without weights and the scalar; 7000 is past the register cache and
+	// takes the sequence.
+	scalar := weight(g, compute.BF16, []float32{0.7}, 1)
+	for _, D := range []int{1536, 300, 5376, 6144, 7000} {
+		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
+		w := weight(g, compute.BF16, randF32(r, D), D)
+		for _, c := range []struct{ w1, s, w2 *compute.Tensor }{{w, nil, w}, {nil, scalar, w}, {w, scalar, nil}, {nil, nil, nil}} {
+			fusedOps = false
+			y0, h0 := g.AddRMSNormNorm(res, x, c.w1, c.s, c.w2, 1e-6)
+			wantY, wantH := g.ToF32(y0), g.ToF32(h0)
+			fusedOps = true
+			y1, h1 := g.AddRMSNormNorm(res, x, c.w1, c.s, c.w2, 1e-6)
+			if err := sameBits(g.ToF32(y1), wantY); err != nil {
+				t.Fatalf("AddRMSNormNorm D=%d (w1 %v, s %v, w2 %v): residual differs: %v", D, c.w1 != nil, c.s != nil, c.w2 != nil, err)
+			}
+			if err := sameBits(g.ToF32(h1), wantH); err != nil {
+				t.Fatalf("AddRMSNormNorm D=%d (w1 %v, s %v, w2 %v): norm differs: %v", D, c.w1 != nil, c.s != nil, c.w2 != nil, err)
+			}
+		}
+	}
 	// Producers of matmul inputs write the split as they write their output
 	// (the matmul then skips split_bf16): the product must not change.
 	for _, D := range []int{1536, 300} {
@@ -607,7 +628,11 @@ func TestFusedOpsMatch(t *testing.T) {
 		producers := map[string]func() *compute.Tensor{
 			"RMSNorm":    func() *compute.Tensor { return g.RMSNorm(x, norm, 1e-6) },
 			"AddRMSNorm": func() *compute.Tensor { return g.AddRMSNorm(res, x, norm, 1e-6) },
-			"GeluMul":    func() *compute.Tensor { return g.GeluMul(x, res) },
+			"AddRMSNormNorm": func() *compute.Tensor {
+				_, h := g.AddRMSNormNorm(res, x, norm, nil, norm, 1e-6)
+				return h
+			},
+			"GeluMul": func() *compute.Tensor { return g.GeluMul(x, res) },
 			"Attention": func() *compute.Tensor {
 				return g.Attention(q, k, v, compute.AttentionOptions{Mask: compute.Causal, QueryPos: []int32{40, 41, 42}}).Reshape(3, D)
 			},

@@ -470,22 +470,28 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		ple = m.perLayerInputs(lookup(m.pleEmbed), x)
 	}
 	views := make([][]kvView, len(m.layers))
+	eps := float32(c.RMSNormEps)
+	// A layer boundary's norms run as one op where they meet
+	// (compute.AddRMSNormNorm): the residual add after attention with the
+	// FFN's input norm, and the layer's last residual add (after the FFN,
+	// or after the per-layer input) and its scalar with the next layer's
+	// input norm. h is the layer's normed input.
+	h := b.RMSNorm(x, m.layers[0].inNorm, eps)
 	for i := range m.layers {
 		l := &m.layers[i]
-		r := x
-		h := b.RMSNorm(x, l.inNorm, float32(c.RMSNormEps))
-		var layerPLE *compute.Tensor
-		if ple != nil {
-			layerPLE = m.pleSlice(ple, i)
-		}
 		a := m.attention(l, h, pos, rows, offsets, views, i)
-		x = compute.AddRMSNorm(b, r, a, l.postAttnNorm, float32(c.RMSNormEps))
-		x = compute.AddRMSNorm(b, x, m.feedForward(l, x), l.postFFNorm, float32(c.RMSNormEps))
-		if layerPLE != nil {
-			g := b.GeluMul(b.MatMul(x, l.pleGate), layerPLE) // GeluTanh(gate)·ple, one op
-			x = compute.AddRMSNorm(b, x, b.MatMul(g, l.pleProj), l.plePostNorm, float32(c.RMSNormEps))
+		x, h = compute.AddRMSNormNorm(b, x, a, l.postAttnNorm, nil, l.preFFNorm, eps)
+		f, fNorm := m.feedForward(l, x, h), l.postFFNorm
+		if ple != nil {
+			x = compute.AddRMSNorm(b, x, f, fNorm, eps)
+			g := b.GeluMul(b.MatMul(x, l.pleGate), m.pleSlice(ple, i)) // GeluTanh(gate)·ple, one op
+			f, fNorm = b.MatMul(g, l.pleProj), l.plePostNorm
 		}
-		x = b.Mul(x, l.scalar)
+		if i+1 < len(m.layers) {
+			x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, m.layers[i+1].inNorm, eps)
+			continue
+		}
+		x = b.Mul(compute.AddRMSNorm(b, x, f, fNorm, eps), l.scalar)
 	}
 	for _, r := range rows {
 		r.Cache.Advance(r.count())
@@ -627,12 +633,12 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 }
 
 // feedForward is the FFN sub-block before post_feedforward_layernorm: the
-// gated MLP, plus the MoE branch on MoE models (spec §1.8).
-func (m *Model) feedForward(l *layer, x *compute.Tensor) *compute.Tensor {
+// gated MLP, plus the MoE branch on MoE models (spec §1.8). x is the
+// residual stream and h its pre_feedforward_layernorm.
+func (m *Model) feedForward(l *layer, x, h *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
 	eps := float32(c.RMSNormEps)
-	h := b.RMSNorm(x, l.preFFNorm, eps)
 	gu := compute.MatMuls(b, h, l.gate, l.up)
 	f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
 	if !c.EnableMoEBlock {

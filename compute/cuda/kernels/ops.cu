@@ -259,6 +259,62 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
     }
 }
 
+// rmsnorm2: a layer boundary's two norms in one pass, one block per row of
+// at most RCACHE·RBLOCK elements: y = res + RMSNorm(x)·w1, times the scalar
+// s[0] when s is given, then out = RMSNorm(y)·w2 with out's split emitted.
+// Each stage is rmsnorm's cached path (thread by thread, in the same order)
+// and the scaling binary's multiply, so the bits are those of the three
+// kernels in sequence.
+extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const float* res, const void* w1, int w1t,
+                                    const void* s, int st, const void* w2, int w2t, int D, float eps,
+                                    unsigned short* parts, size_t n) {
+    __shared__ double sh[RBLOCK];
+    const size_t row = (size_t)blockIdx.x * D;
+    float xv[RCACHE], wv[RCACHE], rv[RCACHE];
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++) {
+        const int j = threadIdx.x + u * RBLOCK;
+        const bool in = j < D;
+        xv[u] = in ? x[row + j] : 0.0f;
+        wv[u] = in && w1 ? load(w1, w1t, j) : 1.0f;
+        rv[u] = in ? res[row + j] : 0.0f;
+    }
+    double ss = 0;
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++)
+        if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
+    ss = block_sum_d(ss, sh);
+    float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    const float sc = s ? load(s, st, 0) : 1.0f;
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++) {
+        const int j = threadIdx.x + u * RBLOCK;
+        float v = __fmul_rn(xv[u], r);
+        if (w1) v = __fmul_rn(v, wv[u]);
+        v = __fadd_rn(rv[u], v);
+        if (s) v = __fmul_rn(v, sc);
+        xv[u] = v;
+        wv[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
+        if (j < D) y[row + j] = v;
+    }
+    ss = 0;
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++)
+        if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
+    ss = block_sum_d(ss, sh);
+    r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++) {
+        const int j = threadIdx.x + u * RBLOCK;
+        if (j < D) {
+            float v = __fmul_rn(xv[u], r);
+            if (w2) v = __fmul_rn(v, wv[u]);
+            out[row + j] = v;
+            emit(parts, n, row + j, v);
+        }
+    }
+}
+
 // rope: one block per (token, head) row of d values; pairs (j, j+half).
 // rotate writes the pair (j, j + half) rotated by position p at frequency f
 // (unrotated where f is 0: partial rotary).
