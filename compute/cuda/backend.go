@@ -830,12 +830,16 @@ func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tens
 // rcacheElems is the longest row rmsnorm2 takes (RCACHE·RBLOCK in ops.cu).
 const rcacheElems = 24 * 256
 
+// fusedNorm2 turns on rmsnorm2 (TANDEM_CUDA_NORM2=1). It was written
+// without a GPU: off until TestFusedOpsMatch has passed on one.
+var fusedNorm2 = os.Getenv("TANDEM_CUDA_NORM2") == "1"
+
 // AddRMSNormNorm implements compute.Fused: rmsnorm2 runs both norms of a
 // row (and the scaling) in one pass; rows longer than rcacheElems run the
 // sequence.
 func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (y, h *compute.Tensor) {
 	D := x.Dim(-1)
-	if !fusedOps || D > rcacheElems {
+	if !fusedOps || !fusedNorm2 || D > rcacheElems {
 		y = b.AddRMSNorm(r, x, w1, eps)
 		if s != nil {
 			y = b.Mul(y, s)

@@ -599,6 +599,8 @@ func TestFusedOpsMatch(t *testing.T) {
 	// A layer boundary's two norms in one kernel (rmsnorm2), with and
 	// without weights and the scalar; 7000 is past the register cache and
 	// takes the sequence.
+	defer func(on bool) { fusedNorm2 = on }(fusedNorm2)
+	fusedNorm2 = true
 	scalar := weight(g, compute.BF16, []float32{0.7}, 1)
 	for _, D := range []int{1536, 300, 5376, 6144, 7000} {
 		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
