@@ -310,7 +310,10 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	B := len(rows)
 	ids := make([]int32, B)
 	qpos, keyPos := make([]int32, B), make([]int32, B)
-	hs := b.Zeros(compute.F32, B, a.Config.BackboneHiddenSize)
+	var hs *compute.Tensor // the rows' target hiddens [B, Ht]; a lone row's as it is
+	if B != 1 || !compute.SameShape(rows[0].Hidden.Shape(), []int{1, a.Config.BackboneHiddenSize}) {
+		hs = b.Zeros(compute.F32, B, a.Config.BackboneHiddenSize)
+	}
 	var next *compute.Tensor
 	for i, r := range rows {
 		if r.Next != nil {
@@ -333,6 +336,10 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		if opt.QueryAtLast {
 			qpos[i] = keyPos[i]
 		}
+		if hs == nil {
+			hs = r.Hidden
+			continue
+		}
 		b.Copy(hs, i, r.Hidden)
 	}
 	var e *compute.Tensor
@@ -342,13 +349,18 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		e = b.Scale(b.Gather(t.embed, ids), t.embedScale)
 	}
 	z := b.MatMul(b.Concat(e, hs), a.preProj)
+	// As in the target, each layer boundary's norms run as one op
+	// (compute.AddRMSNormNorm), the last one with the final norm.
+	h := b.RMSNorm(z, a.layers[0].inNorm, eps)
+	var n *compute.Tensor
 	for i := range a.layers {
 		l := &a.layers[i]
-		r := z
-		h := b.RMSNorm(z, l.inNorm, eps)
 		nH, d := c.NumAttentionHeads, l.HeadDim
 		q := compute.RMSNormRoPE(b, b.MatMul(h, l.q).Reshape(B, nH, d), l.qNorm, eps, qpos, l.rope)
-		out := b.Zeros(compute.F32, B, nH, d)
+		var out *compute.Tensor // a lone row's attention output is the whole output
+		if B > 1 {
+			out = b.Zeros(compute.F32, B, nH, d)
+		}
 		for ri, row := range rows {
 			v := row.Snap.views[l.Type]
 			opt2 := compute.AttentionOptions{Scale: 1, Mask: compute.Bidirectional, QueryPos: keyPos[ri : ri+1], KeyPos: v.pos, KeyStart: []int{v.start}}
@@ -357,16 +369,22 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 			} else if opt.MaxSharedKV > 0 {
 				opt2.Window = opt.MaxSharedKV
 			}
-			b.Copy(out, ri, b.Attention(b.Slice(q, ri, ri+1), v.k, v.v, opt2))
+			att := b.Attention(b.Slice(q, ri, ri+1), v.k, v.v, opt2)
+			if out == nil {
+				out = att
+				continue
+			}
+			b.Copy(out, ri, att)
 		}
-		z = compute.AddRMSNorm(b, r, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, eps)
-		r = z
-		h = b.RMSNorm(z, l.preFFNorm, eps)
+		z, h = compute.AddRMSNormNorm(b, z, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, nil, l.preFFNorm, eps)
 		gu := compute.MatMuls(b, h, l.gate, l.up)
 		f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
-		z = b.Mul(compute.AddRMSNorm(b, r, f, l.postFFNorm, eps), l.scalar)
+		if i+1 < len(a.layers) {
+			z, h = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, a.layers[i+1].inNorm, eps)
+			continue
+		}
+		z, n = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, a.norm, eps)
 	}
-	n := b.RMSNorm(z, a.norm, eps)
 	return &StepOutput{Normed: n, Next: b.MatMul(n, a.postProj)}, nil
 }
 

@@ -475,7 +475,8 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	// (compute.AddRMSNormNorm): the residual add after attention with the
 	// FFN's input norm, and the layer's last residual add (after the FFN,
 	// or after the per-layer input) and its scalar with the next layer's
-	// input norm. h is the layer's normed input.
+	// input norm, or the final norm. h is the layer's normed input, at the
+	// end the final hidden.
 	h := b.RMSNorm(x, m.layers[0].inNorm, eps)
 	for i := range m.layers {
 		l := &m.layers[i]
@@ -487,16 +488,16 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			g := b.GeluMul(b.MatMul(x, l.pleGate), m.pleSlice(ple, i)) // GeluTanh(gate)·ple, one op
 			f, fNorm = b.MatMul(g, l.pleProj), l.plePostNorm
 		}
+		nextNorm := m.norm // the final norm after the last layer
 		if i+1 < len(m.layers) {
-			x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, m.layers[i+1].inNorm, eps)
-			continue
+			nextNorm = m.layers[i+1].inNorm
 		}
-		x = b.Mul(compute.AddRMSNorm(b, x, f, fNorm, eps), l.scalar)
+		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
 	}
 	for _, r := range rows {
 		r.Cache.Advance(r.count())
 	}
-	out := &Output{Hidden: b.RMSNorm(x, m.norm, float32(c.RMSNormEps)), Offsets: offsets}
+	out := &Output{Hidden: h, Offsets: offsets}
 	switch opt.Logits {
 	case LogitsAll:
 		out.Logits = m.lmHead(out.Hidden)
