@@ -23,6 +23,11 @@ var (
 	attnScratchBytes = math.MaxInt
 )
 
+// combineInValuesOn lets a single split's attn_values normalise its output
+// itself (TANDEM_CUDA_COMBINE=1). Written without a GPU: off until
+// TestOpsMatchCPU and TestBatchInvariance have passed on one.
+var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") == "1"
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -147,7 +152,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	cmax := b.alloc(compute.F32, B*G*Hq*nscore)
 	pv := b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
 	pe := b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
-	parts, pp := b.emitParts(out)             // the o projection's split, written as the output is
+	// A single split's values kernel normalises as it writes (the combine's
+	// arithmetic), so the combine is not launched: one kernel fewer a layer
+	// at contexts under attnChunk positions.
+	combineInValues := nsplit == 1 && combineInValuesOn
+	parts, pp := b.emitParts(out) // the o projection's split, written as the output is
 	qv, ov := q, out
 	if G < L {
 		qv, ov = q.Reshape(L, Hq, D), out.Reshape(L, Hq, Dv)
@@ -173,8 +182,15 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
 			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
-		b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256,
-			ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window)
+		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
+		if values == "attn_values" {
+			if combineInValues {
+				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len())...)
+				continue
+			}
+			args = append(args, nil, nil, 0)
+		}
+		b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256, args...)
 		b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(B * n), 1}, min(256, max(32, Dv)),
 			ptrOf(og), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit, pg, out.Len())
 	}

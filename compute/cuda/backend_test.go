@@ -723,3 +723,39 @@ func TestMatMulForProfiler(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A single split's attn_values normalises its output itself, with
+// attn_combine's arithmetic (TANDEM_CUDA_COMBINE=1): every attention case
+// must keep its bits, and so must a matmul of the output, whose split the
+// values kernel then writes.
+func TestCombineInValuesMatch(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(on bool) { combineInValuesOn = on }(combineInValuesOn)
+	for _, tc := range opCases {
+		if !strings.HasPrefix(tc.name, "Attention/") {
+			continue
+		}
+		combineInValuesOn = false
+		want := tc.run(g, rand.New(rand.NewPCG(1, 2)))
+		combineInValuesOn = true
+		got := tc.run(g, rand.New(rand.NewPCG(1, 2)))
+		for i := range want {
+			if err := sameBits(g.ToF32(got[i]), g.ToF32(want[i])); err != nil {
+				t.Fatalf("%s output %d: %v", tc.name, i, err)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(17, 18))
+	const D = 1536
+	w := weight(g, compute.BF16, randF32(r, 200*D), 200, D)
+	k, v := g.FromF32(randF32(r, 50*2*(D/4)), 50, 2, D/4), g.FromF32(randF32(r, 50*2*(D/4)), 50, 2, D/4)
+	q := g.FromF32(randF32(r, 3*4*(D/4)), 3, 4, D/4)
+	product := func(on bool) []float32 {
+		combineInValuesOn = on
+		a := g.Attention(q, k, v, compute.AttentionOptions{Mask: compute.Causal, QueryPos: []int32{40, 41, 42}})
+		return g.ToF32(g.MatMul(a.Reshape(3, D), w))
+	}
+	if err := sameBits(product(true), product(false)); err != nil {
+		t.Fatalf("matmul of the attention output: %v", err)
+	}
+}

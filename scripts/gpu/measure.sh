@@ -3,8 +3,9 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|norm2|long|ncu]...   (default: e2b 31b)
-# norm2: E2B and 31B decode with rmsnorm2 (TANDEM_CUDA_NORM2=1) against without.
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|long|ncu]...   (default: e2b 31b)
+# pending: E2B and 31B decode with the switches written without a GPU
+# (docs/gpu.md) on, against off.
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # long: the 31B shape at contexts 4k and 32k.
@@ -49,11 +50,11 @@ for w in "${want[@]}"; do
         bench "rounds-host-$p" TANDEM_SPEC_ROUNDS=host -- "${args[@]}"
       done
       ;;
-    norm2)
+    pending)
       for p in e2b 31b; do
         args=(--preset "gemma4-$p" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 64)
-        bench "norm2-$p-on" TANDEM_CUDA_NORM2=1 -- "${args[@]}"
-        bench "norm2-$p-off" -- "${args[@]}"
+        bench "pending-$p-on" TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 -- "${args[@]}"
+        bench "pending-$p-off" -- "${args[@]}"
       done
       ;;
     long)

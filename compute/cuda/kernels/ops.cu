@@ -590,9 +590,13 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 // absolute positions of chunk (minpos >> 10) + i. It writes the split's
 // Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
 // with e = exp(score − max) and max the exact maximum over all chunks.
+// With out (one split only) it writes the normalised result instead, with
+// attn_combine's arithmetic for one split (and its split to parts), and
+// attn_combine is not launched.
 extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
                                        const int* slot_of, const int* minpos, const int* qpos,
-                                       int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window) {
+                                       int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,
+                                       float* out, unsigned short* parts, size_t n) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
@@ -645,9 +649,16 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
             if (s < 0 || es[o] == 0.0f) continue;
             acc = __fadd_rn(acc, __fmul_rn(es[o], vj[(size_t)s * vstride]));
         }
+        if (out) { // attn_combine of one split: its sums start from zero
+            const double e = 0.0 + total;
+            const float a = __fadd_rn(0.0f, acc), r = e > 0 ? (float)((double)a / e) : 0.0f;
+            out[bh * Dv + j] = r;
+            emit(parts, n, bh * Dv + j, r);
+            continue;
+        }
         pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
     }
-    if (threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
+    if (!out && threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
