@@ -4,8 +4,10 @@ import (
 	_ "embed"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -78,7 +80,41 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
+	if streamCarveout >= 0 {
+		b.setCarveout(streamCarveout)
+	}
 	return b, nil
+}
+
+// streamCarveout, when set (TANDEM_CUDA_CARVEOUT=percent), is the shared
+// memory carveout the streaming matmul kernels ask for: their activation
+// rows are read through L1 by every warp of a block, and four rows of a
+// vocabulary-wide head need 129 KB of it. 15% of the H200's 228 KB still
+// fits four blocks' tiles. A hint to the driver that cannot change results;
+// off until measured (written without a GPU).
+var streamCarveout = carveoutFrom(os.Getenv("TANDEM_CUDA_CARVEOUT"))
+
+func carveoutFrom(v string) int {
+	if v == "" {
+		return -1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < -1 || n > 100 {
+		slog.Warn("TANDEM_CUDA_CARVEOUT is not a percentage; leaving the driver's default", "value", v)
+		return -1
+	}
+	return n
+}
+
+// setCarveout sets the streaming matmul kernels' preferred carveout
+// (percent of the maximum shared memory; −1 the driver's default).
+func (b *Backend) setCarveout(percent int) {
+	for _, name := range []string{"matmul_rows", "matmul_rows_plain", "matmul_mma1", "matmul_mma1n", "matmul_mma8", "matmul_mma8n"} {
+		if err := b.dev.SetFuncAttribute(b.k[name], funcAttrCarveout, int32(percent)); err != nil {
+			slog.Warn("cuda: could not set the matmul kernels' carveout", "err", err)
+			return
+		}
+	}
 }
 
 // BeginRecord implements compute.Recorder: the ops until EndRecord are

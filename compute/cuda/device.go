@@ -220,10 +220,19 @@ type Kernel struct {
 	name string
 }
 
-// Function attributes for FuncAttribute.
+// Function attributes for FuncAttribute and SetFuncAttribute.
 const (
-	funcAttrNumRegs = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
+	funcAttrNumRegs  = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
+	funcAttrCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: percent of the maximum, −1 the default
 )
+
+// SetFuncAttribute sets one of k's CUfunction_attribute values.
+func (dev *Device) SetFuncAttribute(k Kernel, attr, v int32) error {
+	if dev.d.cuFuncSetAttribute == nil {
+		return fmt.Errorf("cuda: the driver library lacks cuFuncSetAttribute")
+	}
+	return dev.do(func() error { return dev.d.check("cuFuncSetAttribute", dev.d.cuFuncSetAttribute(k.fn, attr, v)) })
+}
 
 // FuncAttribute reads one of k's CUfunction_attribute values.
 func (dev *Device) FuncAttribute(k Kernel, attr int32) (int, error) {
