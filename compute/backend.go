@@ -206,6 +206,11 @@ func Record(b Backend, site string) (end func()) {
 type Fused interface {
 	AddRMSNorm(r, x, w *Tensor, eps float32) *Tensor
 	RMSNormRoPE(x, w *Tensor, eps float32, pos []int32, rope *RoPE) *Tensor
+}
+
+// FusedBoundary is implemented by backends with a layer boundary's norms
+// fused (AddRMSNormNorm below); like Fused, it must give the sequence's bits.
+type FusedBoundary interface {
 	AddRMSNormNorm(r, x, w1, s, w2 *Tensor, eps float32) (y, h *Tensor)
 }
 
@@ -222,7 +227,7 @@ func AddRMSNorm(b Backend, r, x, w *Tensor, eps float32) *Tensor {
 // y = Add(r, RMSNorm(x, w1, eps)), times the one-element tensor s unless s
 // is nil, and the next block's input h = RMSNorm(y, w2, eps).
 func AddRMSNormNorm(b Backend, r, x, w1, s, w2 *Tensor, eps float32) (y, h *Tensor) {
-	if f, ok := b.(Fused); ok {
+	if f, ok := b.(FusedBoundary); ok {
 		return f.AddRMSNormNorm(r, x, w1, s, w2, eps)
 	}
 	y = b.Add(r, b.RMSNorm(x, w1, eps))

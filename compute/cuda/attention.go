@@ -150,12 +150,17 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	}
 	sc := b.alloc(compute.F32, B*G*Hq*S)
 	cmax := b.alloc(compute.F32, B*G*Hq*nscore)
-	pv := b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
-	pe := b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
 	// A single split's values kernel normalises as it writes (the combine's
 	// arithmetic), so the combine is not launched: one kernel fewer a layer
-	// at contexts under attnChunk positions.
+	// at contexts under attnChunk positions, and no partial sums.
 	combineInValues := nsplit == 1 && combineInValuesOn
+	var pv, pe *compute.Tensor
+	var pvArg, peArg any
+	if !combineInValues || (tiledAttention && G >= attnTileMin) {
+		pv = b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
+		pe = b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
+		pvArg, peArg = ptrOf(pv), ptrOf(pe)
+	}
 	parts, pp := b.emitParts(out) // the o projection's split, written as the output is
 	qv, ov := q, out
 	if G < L {
@@ -182,7 +187,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
 			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
-		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), ptrOf(pv), ptrOf(pe), so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
+		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
 		if values == "attn_values" {
 			if combineInValues {
 				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len())...)
@@ -192,11 +197,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256, args...)
 		b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(B * n), 1}, min(256, max(32, Dv)),
-			ptrOf(og), ptrOf(pv), ptrOf(pe), Hq, Dv, nsplit, pg, out.Len())
+			ptrOf(og), pvArg, peArg, Hq, Dv, nsplit, pg, out.Len())
 	}
 	if parts != nil {
 		b.remember(out, parts)
 	}
-	b.recycle(sc, cmax, pv, pe)
+	b.recycle(sc, cmax)
+	if pv != nil {
+		b.recycle(pv, pe)
+	}
 	return out
 }

@@ -870,7 +870,7 @@ const rcacheElems = 24 * 256
 // without a GPU: off until TestFusedOpsMatch has passed on one.
 var fusedNorm2 = os.Getenv("TANDEM_CUDA_NORM2") == "1"
 
-// AddRMSNormNorm implements compute.Fused: rmsnorm2 runs both norms of a
+// AddRMSNormNorm implements compute.FusedBoundary: rmsnorm2 runs both norms of a
 // row (and the scaling) in one pass; rows longer than rcacheElems run the
 // sequence.
 func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (y, h *compute.Tensor) {

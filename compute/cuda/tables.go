@@ -9,16 +9,19 @@ import (
 	"tandem/compute"
 )
 
-// tableMemoSize is how many uploaded index tables are kept for reuse.
-const tableMemoSize = 8
+// tableMemoSize is how many uploaded index tables are kept for reuse: a
+// step of B rows uses about 2B + 1 (each row's sliding and full attention
+// order, the positions), and a lookup is a scan of 64-bit sums.
+const tableMemoSize = 64
 
 // tableMemo keeps the small index tables ops uploaded most recently
 // (positions for RoPE, attention's slot order), so the next op with the
 // same table reuses it. A step's layers share a handful of distinct tables,
 // so a step queues a few host-to-device copies instead of five a layer: in
 // a CUDA graph each copy node left the SMs idle around it. Tables are
-// never written after their upload, and an evicted one goes back to the
-// pool behind the work already queued, as op scratch does.
+// never written after their upload. An evicted table is only dropped: it
+// returns to the pool when no tensor refers to it, so a caller on another
+// goroutine still holding it keeps it intact until its launch is queued.
 type tableMemo struct {
 	mu      sync.Mutex
 	seed    maphash.Seed
@@ -46,7 +49,7 @@ func (b *Backend) table(xs []int32) *compute.Tensor {
 	}
 	t := b.ints(xs)
 	if len(m.entries) == tableMemoSize {
-		b.recycle(m.entries[0].t)
+		m.entries[0] = tableEntry{}
 		m.entries = append(m.entries[:0], m.entries[1:]...)
 	}
 	m.entries = append(m.entries, tableEntry{sum: sum, host: slices.Clone(xs), t: t})

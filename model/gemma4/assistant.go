@@ -311,7 +311,7 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	ids := make([]int32, B)
 	qpos, keyPos := make([]int32, B), make([]int32, B)
 	var hs *compute.Tensor // the rows' target hiddens [B, Ht]; a lone row's as it is
-	if B != 1 || !compute.SameShape(rows[0].Hidden.Shape(), []int{1, a.Config.BackboneHiddenSize}) {
+	if B != 1 || rows[0].Hidden.DType() != compute.F32 || !compute.SameShape(rows[0].Hidden.Shape(), []int{1, a.Config.BackboneHiddenSize}) {
 		hs = b.Zeros(compute.F32, B, a.Config.BackboneHiddenSize)
 	}
 	var next *compute.Tensor

@@ -226,7 +226,11 @@ func (l *loader) stack(names ...string) []*compute.Tensor {
 		}
 		return out
 	}
-	var raw []byte
+	size := 0
+	for _, info := range infos {
+		size += info.Shape[0] * info.Shape[1] * info.DType.Size()
+	}
+	raw := make([]byte, 0, size)
 	rows := 0
 	for i, name := range names {
 		data, err := l.set.Data(l.prefix + name)
