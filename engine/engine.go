@@ -66,6 +66,10 @@ type Config struct {
 	// PrefixCacheTokens bounds the KV tokens kept for reuse by later
 	// requests sharing a prompt prefix; 0: CtxSize; negative: off.
 	PrefixCacheTokens int
+
+	// beforeStep, if set (tests only), runs on the scheduler before each
+	// step: a test can hold the engine between steps to look at it.
+	beforeStep func()
 }
 
 // Request is one generation request, in tokens.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,5 +242,70 @@ func TestPickAtFallsBackOnNaN(t *testing.T) {
 	}
 	if read != 1 {
 		t.Errorf("logits read %d times, want once", read)
+	}
+}
+
+// stepGate holds an engine between steps (Config.beforeStep = gate.wait):
+// while held, the scheduler waits at the gate before each step until the
+// test lets one through.
+type stepGate struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	held    bool
+	grants  int
+	arrived int // times the scheduler reached the gate
+}
+
+func newStepGate() *stepGate {
+	g := &stepGate{}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *stepGate) wait() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.arrived++
+	g.cond.Broadcast()
+	for g.held && g.grants == 0 {
+		g.cond.Wait()
+	}
+	if g.held {
+		g.grants--
+	}
+}
+
+func (g *stepGate) hold(on bool) {
+	g.mu.Lock()
+	g.held, g.grants = on, 0
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// until lets the held engine run one step at a time until ch delivers an
+// event, and returns it with the engine waiting before its next step.
+func (g *stepGate) until(t *testing.T, ch <-chan Event) Event {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := g.arrived + 1
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for g.arrived < next { // the step let through (or the admission) is done
+			if time.Now().After(deadline) {
+				t.Fatal("the engine never came back to the gate")
+			}
+			g.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			g.mu.Lock()
+		}
+		select {
+		case ev := <-ch:
+			return ev
+		default:
+		}
+		g.grants++
+		next = g.arrived + 1
+		g.cond.Broadcast()
 	}
 }

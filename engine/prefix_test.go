@@ -110,7 +110,10 @@ func TestPrefixCacheBounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.PrefillSize = 8
+			gate := newStepGate()
+			tc.cfg.beforeStep = gate.wait
 			e := start(t, tc.cfg)
+			t.Cleanup(func() { gate.hold(false) }) // before Close, which needs the scheduler
 			g1 := collect(t, submit(t, e, context.Background(), Request{Prompt: p1, MaxTokens: 12}))
 			if s := e.Stats(); s.PrefixTokens != tc.after1 {
 				t.Fatalf("after turn 1: %d prefix tokens, want %d", s.PrefixTokens, tc.after1)
@@ -120,9 +123,12 @@ func TestPrefixCacheBounds(t *testing.T) {
 				maxTokens = 60
 			}
 			p2 := concat(p1, g1.tokens, promptOf(7, 2)[1:])
+			// Held between steps, so turn 2 cannot finish before the look.
+			gate.hold(true)
 			ch := submit(t, e, context.Background(), Request{Prompt: p2, MaxTokens: maxTokens})
-			first := <-ch
+			first := gate.until(t, ch)
 			s := e.Stats()
+			gate.hold(false)
 			if s.PrefixTokens+s.KVUsedTokens > s.KVBudgetTokens || s.PrefixTokens != tc.during2 {
 				t.Errorf("while turn 2 runs: %d prefix tokens, %d reserved, budget %d; want %d prefix tokens", s.PrefixTokens, s.KVUsedTokens, s.KVBudgetTokens, tc.during2)
 			}

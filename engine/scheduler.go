@@ -268,6 +268,9 @@ func (e *Engine) loop() {
 		e.reap()
 		e.admit()
 		if len(e.active) > 0 {
+			if e.cfg.beforeStep != nil {
+				e.cfg.beforeStep()
+			}
 			e.step()
 			continue
 		}
