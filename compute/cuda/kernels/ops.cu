@@ -215,6 +215,17 @@ __device__ __forceinline__ float normed(const float* xr, int j, float r, const v
 // same, thread by thread and in the same order, so the bits are too
 // (cache = 0 takes the loop for any D, for the test that says so).
 #define RCACHE 24
+
+// cached_rscale is row_rscale for a row held in registers, thread t's
+// elements t + u·RBLOCK: the same sums in the same order.
+__device__ __forceinline__ float cached_rscale(const float xv[RCACHE], int D, float eps, double* sh) {
+    double ss = 0;
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++)
+        if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
+    ss = block_sum_d(ss, sh);
+    return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+}
 extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res,
                                    unsigned short* parts, size_t n, int cache) {
     __shared__ double sh[RBLOCK];
@@ -231,12 +242,7 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
             wv[u] = in && w ? load(w, wt, j) : 1.0f;
             rv[u] = in && rr ? rr[j] : 0.0f;
         }
-        double ss = 0;
-#pragma unroll
-        for (int u = 0; u < RCACHE; u++)
-            if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
-        ss = block_sum_d(ss, sh);
-        const float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+        const float r = cached_rscale(xv, D, eps, sh);
 #pragma unroll
         for (int u = 0; u < RCACHE; u++) {
             const int j = threadIdx.x + u * RBLOCK;
@@ -279,12 +285,7 @@ extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const 
         wv[u] = in && w1 ? load(w1, w1t, j) : 1.0f;
         rv[u] = in ? res[row + j] : 0.0f;
     }
-    double ss = 0;
-#pragma unroll
-    for (int u = 0; u < RCACHE; u++)
-        if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
-    ss = block_sum_d(ss, sh);
-    float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    float r = cached_rscale(xv, D, eps, sh);
     const float sc = s ? load(s, st, 0) : 1.0f;
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
@@ -297,12 +298,7 @@ extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const 
         wv[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
         if (j < D) y[row + j] = v;
     }
-    ss = 0;
-#pragma unroll
-    for (int u = 0; u < RCACHE; u++)
-        if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
-    ss = block_sum_d(ss, sh);
-    r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    r = cached_rscale(xv, D, eps, sh);
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
         const int j = threadIdx.x + u * RBLOCK;
