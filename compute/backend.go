@@ -188,6 +188,22 @@ type Recorder interface {
 	EndRecord()
 }
 
+// Checkpointer is implemented by recorders that can launch what a
+// recording has captured so far and go on recording the rest as another
+// unit: the device then starts a long step (a verify pass) while the host
+// still records its later part. The ops and their order are unchanged.
+type Checkpointer interface {
+	Checkpoint()
+}
+
+// Checkpoint launches b's recording so far and goes on recording, if b
+// records (a no-op otherwise, and outside a recording).
+func Checkpoint(b Backend) {
+	if c, ok := b.(Checkpointer); ok {
+		c.Checkpoint()
+	}
+}
+
 // Record begins a recording on b if it records, and returns the function
 // that ends it (a no-op otherwise).
 func Record(b Backend, site string) (end func()) {

@@ -46,6 +46,8 @@ type Backend struct {
 	splits   []splitEntry                      // see splitParts
 	counters *compute.Tensor                   // splitCounters zeros, reset by the kernels after use
 	sites    map[string]bool                   // recording sites seen (BeginRecord)
+	recSite  string                            // the site being recorded, for Checkpoint ("" outside one)
+	recPart  int                               // its parts launched so far
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
 
@@ -140,6 +142,14 @@ func (b *Backend) BeginRecord(site string) {
 	if !seen {
 		return
 	}
+	b.mu.Lock()
+	b.recSite, b.recPart = site, 0
+	b.mu.Unlock()
+	b.beginCapture(site)
+}
+
+// beginCapture starts capturing for site (a site or a checkpointed part).
+func (b *Backend) beginCapture(site string) {
 	// The staging ring must not wrap inside a recording (wrapping waits
 	// for the device, which ends it): start from a ring with room.
 	b.stage.makeRoom(b.dev, stagingBytes/2)
@@ -147,7 +157,37 @@ func (b *Backend) BeginRecord(site string) {
 }
 
 // EndRecord implements compute.Recorder.
-func (b *Backend) EndRecord() { b.dev.endRecord() }
+func (b *Backend) EndRecord() {
+	b.mu.Lock()
+	b.recSite = ""
+	b.mu.Unlock()
+	b.dev.endRecord()
+}
+
+// checkpoints turns Checkpoint on (TANDEM_CUDA_CHECKPOINT=1); written
+// without a GPU, off until measured.
+var checkpoints = os.Getenv("TANDEM_CUDA_CHECKPOINT") == "1"
+
+// Checkpoint implements compute.Checkpointer: the recording so far is
+// launched, and the rest of the step is recorded as the next part of the
+// site ("site/1", "site/2", …), a graph of its own updated step to step
+// like the first. Outside a recording it does nothing.
+func (b *Backend) Checkpoint() {
+	if !checkpoints {
+		return
+	}
+	b.mu.Lock()
+	site := b.recSite
+	if site == "" {
+		b.mu.Unlock()
+		return
+	}
+	b.recPart++
+	part := fmt.Sprintf("%s/%d", site, b.recPart)
+	b.mu.Unlock()
+	b.dev.endRecord()
+	b.beginCapture(part)
+}
 
 // Name implements compute.Backend.
 func (b *Backend) Name() string { return "cuda" }

@@ -21,8 +21,9 @@ var graphsEnabled = os.Getenv("TANDEM_CUDA_GRAPHS") != "0"
 
 const captureModeRelaxed = 2 // CU_STREAM_CAPTURE_MODE_RELAXED: allocation is allowed while capturing
 
-// maxGraphs bounds the executable graphs kept, one per site.
-const maxGraphs = 64
+// maxGraphs bounds the executable graphs kept, one per site (or part of
+// a checkpointed site).
+const maxGraphs = 256
 
 // graphState is the device thread's record of graphs.
 type graphState struct {

@@ -497,6 +497,9 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			nextNorm = m.layers[i+1].inNorm
 		}
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
+		if (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
+			compute.Checkpoint(b)
+		}
 	}
 	for _, r := range rows {
 		r.Cache.Advance(r.count())
@@ -636,6 +639,12 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	}
 	return b.MatMul(out.Reshape(N, nH*d), l.o)
 }
+
+// checkpointLayers is how many layers a recorded pass (a CUDA graph)
+// captures before launching them and recording the rest: a verify pass,
+// which the host cannot issue ahead, then starts on the device while the
+// host is still recording its later layers.
+const checkpointLayers = 6
 
 // feedForward is the FFN sub-block before post_feedforward_layernorm: the
 // gated MLP, plus the MoE branch on MoE models (spec §1.8). x is the

@@ -53,7 +53,7 @@ for w in "${want[@]}"; do
     pending)
       for p in e2b 31b; do
         args=(--preset "gemma4-$p" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 64)
-        bench "pending-$p-on" TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 TANDEM_CUDA_CARVEOUT=15 -- "${args[@]}"
+        bench "pending-$p-on" TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 TANDEM_CUDA_CARVEOUT=15 TANDEM_CUDA_CHECKPOINT=1 -- "${args[@]}"
         bench "pending-$p-off" -- "${args[@]}"
       done
       ;;
