@@ -293,3 +293,24 @@ func MatMuls(b Backend, x *Tensor, ws ...*Tensor) []*Tensor {
 	}
 	return out
 }
+
+// Router is implemented by backends that run a token's mixture-of-experts
+// layer without the host: the router's choice stays on the device and
+// picks the expert weights there, so a decode step needs no read-back per
+// layer (and can be recorded whole). Each op gives the bits of the host's
+// way of doing the same (named below).
+type Router interface {
+	// Routes reports whether the backend routes on the device with expert
+	// weights w ([E, rows, K]); the host path is taken otherwise.
+	Routes(w *Tensor) bool
+	// RouteExperts takes one token's top-k router probabilities vals and
+	// expert ids idx ([1, k], TopK's order) to the experts in ascending id
+	// (I32 [k]) and their scales (F32 [k]): vals[j] / Σ vals ·
+	// perExpert[idx[j]] in float32, the sum in j order.
+	RouteExperts(vals, idx, perExpert *Tensor) (experts, scales *Tensor)
+	// MatMulAt is MatMul(x, Slice(Index(w, experts[slot]), off, off+n))
+	// for one row x [1, K].
+	MatMulAt(x, w, experts *Tensor, slot, off, n int) *Tensor
+	// AddRowAt is AddRows(dst, src, {0}, {scales[slot]}) for one row.
+	AddRowAt(dst, src, scales *Tensor, slot int)
+}

@@ -5,6 +5,7 @@ package computetest
 
 import (
 	"os"
+	"sort"
 	"sync"
 	"testing"
 
@@ -58,4 +59,50 @@ func (b *Stacking) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.
 		out[i] = b.MatMul(x, w)
 	}
 	return out
+}
+
+// Routing wraps a backend with compute.Router done through host reads and
+// the backend's own ops (the same bits), so models take their on-device
+// expert routing path on the CPU too.
+type Routing struct {
+	compute.Backend
+	Calls int // RouteExperts calls
+}
+
+// Routes implements compute.Router.
+func (b *Routing) Routes(*compute.Tensor) bool { return true }
+
+// RouteExperts implements compute.Router.
+func (b *Routing) RouteExperts(vals, idx, perExpert *compute.Tensor) (experts, scales *compute.Tensor) {
+	b.Calls++
+	v, ids, pe := b.ToF32(vals), b.ToI32(idx), b.ToF32(perExpert)
+	var sum float32
+	for _, x := range v {
+		sum += x
+	}
+	type pick struct {
+		e int32
+		s float32
+	}
+	picks := make([]pick, len(v))
+	for j := range v {
+		picks[j] = pick{ids[j], v[j] / sum * pe[ids[j]]}
+	}
+	sort.Slice(picks, func(i, j int) bool { return picks[i].e < picks[j].e })
+	es, ss := make([]int32, len(v)), make([]float32, len(v))
+	for j, p := range picks {
+		es[j], ss[j] = p.e, p.s
+	}
+	return b.FromI32(es, len(es)), b.FromF32(ss, len(ss))
+}
+
+// MatMulAt implements compute.Router.
+func (b *Routing) MatMulAt(x, w, experts *compute.Tensor, slot, off, n int) *compute.Tensor {
+	e := int(b.ToI32(experts)[slot])
+	return b.MatMul(x, b.Slice(b.Index(w, e), off, off+n))
+}
+
+// AddRowAt implements compute.Router.
+func (b *Routing) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
+	b.AddRows(dst, src, []int32{0}, []float32{b.ToF32(scales)[slot]})
 }

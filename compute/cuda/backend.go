@@ -58,9 +58,9 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "copy_cols", "rmsnorm2"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "copy_cols", "rmsnorm2", "moe_route"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -502,7 +502,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 		return b.Zeros(compute.F32, shape...)
 	}
 	if w.DType() == compute.BF16 && !warpMatMul {
-		b.matmulMMA(y, x, w, M, N, K)
+		b.matmulMMA(y, x, w, M, N, K, nil)
 		return y
 	}
 	name := map[compute.DType]string{compute.F32: "matmul_f32_warp", compute.BF16: "matmul_bf16_warp", compute.F16: "matmul_f16_warp"}[w.DType()]
@@ -511,6 +511,62 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	}
 	b.launch(name, [3]uint32{uint32((N + 7) / 8), 1, 1}, MatMulBlock, ptrOf(x), ptrOf(w), ptrOf(y), M, N, K)
 	return y
+}
+
+// routeOnDevice turns on compute.Router (TANDEM_CUDA_ROUTE=1): a lone
+// token's experts chosen and applied on the device. Written without a
+// GPU: off until its tests have passed on one.
+var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") == "1"
+
+var _ compute.Router = (*Backend)(nil)
+
+// Routes implements compute.Router: bf16 expert weights, which the rows
+// kernel takes at a device-chosen expert (matmul_rows_at).
+func (b *Backend) Routes(w *compute.Tensor) bool {
+	return routeOnDevice && w != nil && w.Rank() == 3 && w.DType() == compute.BF16 && !warpMatMul && rowsMaxM >= 1 && rowsKernel == "matmul_rows"
+}
+
+// RouteExperts implements compute.Router with moe_route.
+func (b *Backend) RouteExperts(vals, idx, perExpert *compute.Tensor) (experts, scales *compute.Tensor) {
+	f32(vals, "RouteExperts")
+	k := vals.Len()
+	if idx.DType() != compute.I32 || idx.Len() != k || vals.Rows() > 1 || k == 0 || !perExpert.DType().IsFloat() {
+		panic(fmt.Sprintf("cuda: RouteExperts of %v, %v with %v", vals, idx, perExpert))
+	}
+	experts, scales = b.alloc(compute.I32, k), b.alloc(compute.F32, k)
+	b.launch("moe_route", [3]uint32{1, 1, 1}, 32, ptrOf(experts), ptrOf(scales), ptrOf(vals), ptrOf(idx),
+		ptrOf(perExpert), dtCode(perExpert.DType()), k)
+	return experts, scales
+}
+
+// MatMulAt implements compute.Router: the rows kernel on expert
+// experts[slot]'s rows [off, off+n), chosen on the device.
+func (b *Backend) MatMulAt(x, w, experts *compute.Tensor, slot, off, n int) *compute.Tensor {
+	K := x.Dim(-1)
+	if x.DType() != compute.F32 || x.Rows() != 1 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K ||
+		off < 0 || n < 1 || off+n > w.Dim(1) || experts.DType() != compute.I32 || slot < 0 || slot >= experts.Len() || K == 0 {
+		panic(fmt.Sprintf("cuda: MatMulAt of %v and rows [%d, %d) of %v, expert %d of %v", x, off, off+n, w, slot, experts))
+	}
+	y := b.alloc(compute.F32, 1, n)
+	rows := b.view(w, []int{n, K}, off*K) // expert 0's; the kernel moves to the chosen one
+	b.matmulMMA(y, x, rows, 1, n, K, &expertAt{sel: ptrOf(experts), slot: slot, stride: w.Dim(1) * K})
+	return y
+}
+
+// AddRowAt implements compute.Router: add_rows with the scale read at
+// scales[slot].
+func (b *Backend) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
+	b.forgetWrites(dst)
+	D := dst.Dim(-1)
+	if dst.DType() != compute.F32 || src.DType() != compute.F32 || dst.Rows() != 1 || src.Rows() != 1 || src.Dim(-1) != D ||
+		scales.DType() != compute.F32 || slot < 0 || slot >= scales.Len() {
+		panic(fmt.Sprintf("cuda: AddRowAt of %v into %v scaled by %d of %v", src, dst, slot, scales))
+	}
+	if D == 0 {
+		return
+	}
+	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table([]int32{0})),
+		at(ptrOf(scales), slot), 1, D)
 }
 
 // stackMatMuls turns MatMuls of stacked weights into one product;
@@ -614,9 +670,18 @@ func splitK(N, K int) (splits, chunk int) {
 	return (K + chunk - 1) / chunk, chunk
 }
 
+// expertAt picks a matmul's weights on the device: the rows of expert
+// sel[slot], stride elements after the previous expert's (MatMulAt).
+type expertAt struct {
+	sel          Buffer
+	slot, stride int
+}
+
 // matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
-// the product per K split, and the splits summed in order.
-func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
+// the product per K split, and the splits summed in order. With at, w is
+// expert 0's rows and the kernel (the rows kernel, one row) moves to the
+// expert the device chose.
+func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) {
 	splits, chunk := splitK(N, K)
 	out := y
 	if splits > 1 {
@@ -624,6 +689,8 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	}
 	name := mma1Kernel
 	switch {
+	case at != nil:
+		name = "matmul_rows_at"
 	case M <= min(rowsMaxM, 5): // three tile rows per activation row fit five rows
 		name = rowsKernel
 	case M > 16:
@@ -631,7 +698,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	}
 	xs := b.splitParts(x, M*K)
 	al := 0
-	if K%8 == 0 && memOf(w).ptr%16 == 0 {
+	if K%8 == 0 && memOf(w).ptr%16 == 0 && (at == nil || at.stride%8 == 0) {
 		al = 1
 	}
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
@@ -639,7 +706,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int) {
 	// splits, row tiles of 64 for the tiled kernel).
 	grid := [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
-	if M > 16 && tiledMatMul && al == 1 {
+	switch {
+	case at != nil:
+		tail = append(tail, at.sel, at.slot, at.stride)
+	case M > 16 && tiledMatMul && al == 1:
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)

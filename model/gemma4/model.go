@@ -663,7 +663,10 @@ func (m *Model) feedForward(l *layer, x, h *compute.Tensor) *compute.Tensor {
 
 // experts routes each token to its top-k experts and sums their weighted
 // outputs. Experts are visited in ascending id, so every token's sum has the
-// same order whatever else is in the batch.
+// same order whatever else is in the batch. A lone token on a backend that
+// routes on the device (compute.Router) never reads the choice back; the
+// gate and up projections of an expert are one product where the backend
+// stacks (compute.MatMuls), on both paths.
 func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
@@ -673,6 +676,17 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 
 	z := b.Scale(b.Mul(b.RMSNorm(r, nil, eps), l.routerScale), float32(1/math.Sqrt(float64(H))))
 	vals, idx := b.TopK(b.Softmax(b.MatMul(z, l.routerProj)), K)
+	if rt, ok := b.(compute.Router); ok && N == 1 && l.expertScale != nil && rt.Routes(l.expGateUp) && rt.Routes(l.expDown) {
+		experts, scales := rt.RouteExperts(vals, idx, l.expertScale)
+		x2 := b.RMSNorm(r, l.preFF2, eps)
+		out := b.Zeros(compute.F32, N, H)
+		for j := range K {
+			gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I).Reshape(2, I)
+			act := b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
+			rt.AddRowAt(out, rt.MatMulAt(act, l.expDown, experts, j, 0, H), scales, j)
+		}
+		return out
+	}
 	weights, experts := b.ToF32(vals), b.ToI32(idx)
 	perExpert := l.perExpert
 	tokens := make([][]int32, E)
@@ -696,7 +710,8 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 		}
 		xe := b.Gather(x2, tokens[e])
 		gu := b.Index(l.expGateUp, e) // [2I, H]: gate rows first, then up
-		act := b.GeluMul(b.MatMul(xe, b.Slice(gu, 0, I)), b.MatMul(xe, b.Slice(gu, I, 2*I)))
+		p := compute.MatMuls(b, xe, b.Slice(gu, 0, I), b.Slice(gu, I, 2*I))
+		act := b.GeluMul(p[0], p[1])
 		b.AddRows(out, b.MatMul(act, b.Index(l.expDown, e)), tokens[e], scales[e])
 	}
 	return out

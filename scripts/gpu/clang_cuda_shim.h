@@ -30,6 +30,7 @@ __device__ static inline float __int_as_float(int x) { return __builtin_bit_cast
 __device__ static inline float __fadd_rn(float a, float b) { return a + b; }
 __device__ static inline float __fsub_rn(float a, float b) { return a - b; }
 __device__ static inline float __fmul_rn(float a, float b) { return a * b; }
+__device__ static inline float __fdiv_rn(float a, float b) { return a / b; }
 __device__ static inline unsigned __float2uint_rn(float x) { return (unsigned)__builtin_rintf(x); }
 extern "C" __device__ double exp(double);
 extern "C" __device__ double tanh(double);

@@ -4,7 +4,7 @@
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
 # Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|ncu]...   (default: e2b 31b)
-# pending: E2B and 31B decode with the switches written without a GPU
+# pending: E2B, 26B-A4B and 31B decode with the switches written without a GPU
 # (docs/gpu.md) on, against off; pending-each: the 31B shape with each alone.
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
@@ -51,9 +51,9 @@ for w in "${want[@]}"; do
       done
       ;;
     pending)
-      for p in e2b 31b; do
+      for p in e2b 26b-a4b 31b; do
         args=(--preset "gemma4-$p" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 64)
-        bench "pending-$p-on" TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 TANDEM_CUDA_CARVEOUT=15 TANDEM_CUDA_CHECKPOINT=1 -- "${args[@]}"
+        bench "pending-$p-on" TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 TANDEM_CUDA_CARVEOUT=15 TANDEM_CUDA_CHECKPOINT=1 TANDEM_CUDA_ROUTE=1 -- "${args[@]}"
         bench "pending-$p-off" -- "${args[@]}"
       done
       ;;

@@ -455,6 +455,17 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 ROWS_KERNEL(matmul_rows, 4, true)
 ROWS_KERNEL(matmul_rows_plain, 4, false) // plain loads, for comparison
 
+// matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
+// stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
+// layer's experts chosen on the device. The same arithmetic as matmul_rows
+// on that expert's rows.
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_at(const unsigned short* xs, const unsigned short* w,
+        float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, const int* sel, int slot,
+        size_t stride) {
+    matmul_rows<4, true>(xs, w + (size_t)sel[slot] * stride, part, M, N, K, kchunk, aligned);
+    finish_splits(y, part, counters, M, N);
+}
+
 // ---------------------------------------------------------------------------
 // matmul_tiled: the same arithmetic for M > 16 (prefill, long verifies) with
 // shared-memory tiles. A block computes 64 rows × 64 columns of one K split:

@@ -102,6 +102,28 @@ extern "C" __global__ void copy_cols(float* dst, const float* src, int M, int W,
     }
 }
 
+// moe_route: one token's top-k router output (vals, idx: k each, TopK's
+// order) to its experts in ascending id and their scales
+// vals[j] / Σ vals · per_expert[idx[j]] (float32, the sum in j order): the
+// host's arithmetic in model/gemma4's experts. One thread; k is small.
+extern "C" __global__ void moe_route(int* experts, float* scales, const float* vals, const int* idx, const void* pe,
+                                     int pet, int k) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum = __fadd_rn(sum, vals[j]);
+    for (int j = 0; j < k; j++) { // insertion by id
+        const int e = idx[j];
+        const float s = __fmul_rn(__fdiv_rn(vals[j], sum), load(pe, pet, e));
+        int i = j;
+        for (; i > 0 && experts[i - 1] > e; i--) {
+            experts[i] = experts[i - 1];
+            scales[i] = scales[i - 1];
+        }
+        experts[i] = e;
+        scales[i] = s;
+    }
+}
+
 #define DT_I32 3 // gather only: an index table, copied bit for bit
 
 // gather: out[i] = table[ids[i]] widened; grid.x = len(ids).
