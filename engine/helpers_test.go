@@ -254,6 +254,7 @@ type stepGate struct {
 	held    bool
 	grants  int
 	arrived int // times the scheduler reached the gate
+	passed  int // times it went through
 }
 
 func newStepGate() *stepGate {
@@ -266,13 +267,13 @@ func (g *stepGate) wait() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.arrived++
-	g.cond.Broadcast()
 	for g.held && g.grants == 0 {
 		g.cond.Wait()
 	}
 	if g.held {
 		g.grants--
 	}
+	g.passed++
 }
 
 func (g *stepGate) hold(on bool) {
@@ -286,26 +287,44 @@ func (g *stepGate) hold(on bool) {
 // event, and returns it with the engine waiting before its next step.
 func (g *stepGate) until(t *testing.T, ch <-chan Event) Event {
 	t.Helper()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	next := g.arrived + 1
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		for g.arrived < next { // the step let through (or the admission) is done
+		// Wait for the scheduler to be parked at the gate with no step
+		// granted: whatever it was doing (admitting, a granted step) is done.
+		for {
+			g.mu.Lock()
+			parked := g.arrived > g.passed && g.grants == 0
+			g.mu.Unlock()
+			if parked {
+				break
+			}
 			if time.Now().After(deadline) {
 				t.Fatal("the engine never came back to the gate")
 			}
-			g.mu.Unlock()
 			time.Sleep(time.Millisecond)
-			g.mu.Lock()
 		}
 		select {
 		case ev := <-ch:
 			return ev
 		default:
 		}
+		g.mu.Lock()
 		g.grants++
-		next = g.arrived + 1
 		g.cond.Broadcast()
+		g.mu.Unlock()
+		// The step let through must start (pass the gate) before parking
+		// again counts.
+		for {
+			g.mu.Lock()
+			started := g.grants == 0
+			g.mu.Unlock()
+			if started {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the engine never took the step let through")
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }

@@ -108,12 +108,14 @@ func carveoutFrom(v string) int {
 	return n
 }
 
+var carveoutWarn sync.Once
+
 // setCarveout sets the streaming matmul kernels' preferred carveout
 // (percent of the maximum shared memory; −1 the driver's default).
 func (b *Backend) setCarveout(percent int) {
-	for _, name := range []string{"matmul_rows", "matmul_rows_plain", "matmul_mma1", "matmul_mma1n", "matmul_mma8", "matmul_mma8n"} {
+	for _, name := range []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_at", "matmul_mma1", "matmul_mma1n", "matmul_mma8", "matmul_mma8n"} {
 		if err := b.dev.SetFuncAttribute(b.k[name], funcAttrCarveout, int32(percent)); err != nil {
-			slog.Warn("cuda: could not set the matmul kernels' carveout", "err", err)
+			carveoutWarn.Do(func() { slog.Warn("cuda: could not set the matmul kernels' carveout", "err", err) })
 			return
 		}
 	}
@@ -124,6 +126,11 @@ func (b *Backend) setCarveout(percent int) {
 // graphs off).
 // Profiling runs unrecorded.
 func (b *Backend) BeginRecord(site string) {
+	// Whatever happens below, no earlier recording is checkpointed any
+	// more (one a panic left open included).
+	b.mu.Lock()
+	b.recSite = ""
+	b.mu.Unlock()
 	if !b.dev.Graphs() || b.dev.profiling.Load() {
 		return
 	}
@@ -138,18 +145,13 @@ func (b *Backend) BeginRecord(site string) {
 	if !seen && len(b.sites) < 4096 {
 		b.sites[site] = true
 	}
+	if seen {
+		b.recSite, b.recPart = site, 0
+	}
 	b.mu.Unlock()
 	if !seen {
 		return
 	}
-	b.mu.Lock()
-	b.recSite, b.recPart = site, 0
-	b.mu.Unlock()
-	b.beginCapture(site)
-}
-
-// beginCapture starts capturing for site (a site or a checkpointed part).
-func (b *Backend) beginCapture(site string) {
 	// The staging ring must not wrap inside a recording (wrapping waits
 	// for the device, which ends it): start from a ring with room.
 	b.stage.makeRoom(b.dev, stagingBytes/2)
@@ -173,7 +175,7 @@ var checkpoints = os.Getenv("TANDEM_CUDA_CHECKPOINT") == "1"
 // site ("site/1", "site/2", …), a graph of its own updated step to step
 // like the first. Outside a recording it does nothing.
 func (b *Backend) Checkpoint() {
-	if !checkpoints {
+	if !checkpoints || b.dev.profiling.Load() {
 		return
 	}
 	b.mu.Lock()
@@ -186,7 +188,9 @@ func (b *Backend) Checkpoint() {
 	part := fmt.Sprintf("%s/%d", site, b.recPart)
 	b.mu.Unlock()
 	b.dev.endRecord()
-	b.beginCapture(part)
+	// No makeRoom here: BeginRecord left the step half the staging ring,
+	// and waiting for the device would undo the overlap this is for.
+	b.dev.beginRecord(part)
 }
 
 // Name implements compute.Backend.
@@ -523,7 +527,10 @@ var _ compute.Router = (*Backend)(nil)
 // Routes implements compute.Router: bf16 expert weights, which the rows
 // kernel takes at a device-chosen expert (matmul_rows_at).
 func (b *Backend) Routes(w *compute.Tensor) bool {
-	return routeOnDevice && w != nil && w.Rank() == 3 && w.DType() == compute.BF16 && !warpMatMul && rowsMaxM >= 1 && rowsKernel == "matmul_rows"
+	// With stacking off the host path runs an expert's gate and up apart,
+	// each split by its own shape, where MatMulAt runs them as one.
+	return routeOnDevice && stackMatMuls && w != nil && w.Rank() == 3 && w.DType() == compute.BF16 && !warpMatMul &&
+		rowsMaxM >= 1 && rowsKernel == "matmul_rows"
 }
 
 // RouteExperts implements compute.Router with moe_route.

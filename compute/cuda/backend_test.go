@@ -438,6 +438,7 @@ func TestMatMulSpeed(t *testing.T) {
 	// carveout is reset after each variant).
 	variants = append(variants, variant{"rows/carveout=15", func() { g.setCarveout(15) }})
 	defer restoreMatMul()()
+	defer g.setCarveout(streamCarveout)
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)

@@ -497,7 +497,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			nextNorm = m.layers[i+1].inNorm
 		}
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
-		if (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
+		if len(ids) > 1 && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
 			compute.Checkpoint(b)
 		}
 	}
@@ -640,10 +640,11 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	return b.MatMul(out.Reshape(N, nH*d), l.o)
 }
 
-// checkpointLayers is how many layers a recorded pass (a CUDA graph)
-// captures before launching them and recording the rest: a verify pass,
-// which the host cannot issue ahead, then starts on the device while the
-// host is still recording its later layers.
+// checkpointLayers is how many layers a recorded pass of several tokens
+// (a CUDA graph) captures before launching them and recording the rest: a
+// verify pass, which the host cannot issue ahead, then starts on the device
+// while the host is still recording its later layers. A lone token's step
+// is issued ahead of the device already and is not split.
 const checkpointLayers = 6
 
 // feedForward is the FFN sub-block before post_feedforward_layernorm: the
