@@ -58,7 +58,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "copy_cols", "rmsnorm2", "moe_route"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at"},
 }
@@ -585,7 +585,8 @@ var _ compute.Stacker = (*Backend)(nil)
 // MatMuls implements compute.Stacker. Weights that are consecutive rows of
 // one tensor (a loader's stack) run as one product over the whole stack,
 // whose K split is chosen from the stack's shape; the products are then
-// views of its output (one row) or copies of its columns (several rows).
+// views of its output (one row) or copies of its columns (several rows,
+// split_cols).
 // Anything else runs as separate MatMuls.
 func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
 	out := make([]*compute.Tensor, len(ws))
@@ -597,33 +598,34 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 		return out
 	}
 	y := b.MatMul(x, whole)
-	M, W := y.Rows(), whole.Dim(0)
+	M := y.Rows()
 	lead := x.Shape()[:x.Rank()-1]
 	off := 0
 	for i, w := range ws {
-		n := w.Dim(0)
-		shape := append(append([]int(nil), lead...), n)
-		switch {
-		case M == 1:
+		shape := append(append([]int(nil), lead...), w.Dim(0))
+		if M == 1 {
 			out[i] = b.view(y, shape, off)
-		default:
+		} else {
 			out[i] = b.alloc(compute.F32, shape...)
-			if M > 0 {
-				b.launch("copy_cols", grid1(M*n), 256, ptrOf(out[i]), ptrOf(y), M, W, off, n)
-			}
 		}
-		off += n
+		off += w.Dim(0)
 	}
-	if M > 1 {
+	if M > 1 { // one launch splits the columns (stacked holds at most three)
+		d := [3]any{}
+		n := [3]int{}
+		for i, w := range ws {
+			d[i], n[i] = ptrOf(out[i]), w.Dim(0)
+		}
+		b.launch("split_cols", grid1(M*whole.Dim(0)), 256, d[0], d[1], d[2], ptrOf(y), M, n[0], n[1], n[2])
 		b.recycle(y)
 	}
 	return out
 }
 
 // stacked returns ws as one [ΣN, K] view when they are consecutive rows of
-// one allocation (two or more, one dtype and width), or nil.
+// one allocation (two or three, one dtype and width), or nil.
 func (b *Backend) stacked(ws []*compute.Tensor) *compute.Tensor {
-	if !stackMatMuls || len(ws) < 2 {
+	if !stackMatMuls || len(ws) < 2 || len(ws) > 3 {
 		return nil
 	}
 	first := memOf(ws[0])

@@ -91,14 +91,18 @@ extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n)
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
 }
 
-// copy_cols: dst[r][j] = src[r][off + j] for r < M, j < n, where src's rows
-// hold W floats: each product of a stacked matmul (MatMuls) as its own
-// tensor.
-extern "C" __global__ void copy_cols(float* dst, const float* src, int M, int W, int off, int n) {
-    const size_t total = (size_t)M * n;
+// split_cols: src's rows of W = n0 + n1 + n2 floats into d0 [M, n0],
+// d1 [M, n1] and d2 [M, n2] (n2 may be 0): the products of a stacked matmul
+// (MatMuls) as tensors of their own, in one launch.
+extern "C" __global__ void split_cols(float* d0, float* d1, float* d2, const float* src, int M, int n0, int n1, int n2) {
+    const int W = n0 + n1 + n2;
+    const size_t total = (size_t)M * W;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = i / n, j = i % n;
-        dst[i] = src[r * W + off + j];
+        const size_t r = i / W;
+        const int c = (int)(i % W);
+        if (c < n0) d0[r * n0 + c] = src[i];
+        else if (c < n0 + n1) d1[r * n1 + (c - n0)] = src[i];
+        else d2[r * n2 + (c - n0 - n1)] = src[i];
     }
 }
 
