@@ -239,6 +239,22 @@ func AddRMSNorm(b Backend, r, x, w *Tensor, eps float32) *Tensor {
 	return b.Add(r, b.RMSNorm(x, w, eps))
 }
 
+// FusedQKV is implemented by backends with a layer's per-head norms in one
+// op (QKVNorms below); it must give the sequence's bits.
+type FusedQKV interface {
+	QKVNorms(q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE) (qo, ko, vo *Tensor)
+}
+
+// QKVNorms is a layer's per-head norms: RMSNormRoPE of the queries q and the
+// keys k ([T, heads, d]) with their weights, and RMSNorm of the values v
+// without a weight (v may be k).
+func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE) (qo, ko, vo *Tensor) {
+	if f, ok := b.(FusedQKV); ok {
+		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope)
+	}
+	return RMSNormRoPE(b, q, qw, eps, pos, rope), RMSNormRoPE(b, k, kw, eps, pos, rope), b.RMSNorm(v, nil, eps)
+}
+
 // AddRMSNormNorm is a layer boundary's two norms: the residual stream
 // y = Add(r, RMSNorm(x, w1, eps)), times the one-element tensor s unless s
 // is nil, and the next block's input h = RMSNorm(y, w2, eps).

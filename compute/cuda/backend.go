@@ -58,7 +58,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at"},
 }
@@ -1022,6 +1022,33 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 		}
 	}
 	return y, h
+}
+
+// QKVNorms implements compute.FusedQKV with qkv_norms (with rmsnorm2,
+// behind TANDEM_CUDA_NORM2=1).
+func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE) (qo, ko, vo *compute.Tensor) {
+	if !fusedOps || !fusedNorm2 {
+		return b.RMSNormRoPE(q, qw, eps, pos, r), b.RMSNormRoPE(k, kw, eps, pos, r), b.RMSNorm(v, nil, eps)
+	}
+	T, Hq, d, err := compute.CheckRoPE(q, pos, r)
+	if err != nil {
+		panic("cuda: " + err.Error())
+	}
+	Tk, Hk, dk, err := compute.CheckRoPE(k, pos, r)
+	if err != nil || Tk != T || dk != d || !compute.SameShape(v.Shape(), k.Shape()) {
+		panic(fmt.Sprintf("cuda: QKVNorms of %v, %v and %v (%v)", q, k, v, err))
+	}
+	f32(q, "QKVNorms")
+	f32(k, "QKVNorms")
+	f32(v, "QKVNorms")
+	qp, qt := normWeight(q, qw, d, "QKVNorms")
+	kp, kt := normWeight(k, kw, d, "QKVNorms")
+	qo, ko, vo = b.alloc(compute.F32, q.Shape()...), b.alloc(compute.F32, k.Shape()...), b.alloc(compute.F32, v.Shape()...)
+	if n := T * (Hq + 2*Hk); n > 0 && d > 0 {
+		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, 256, ptrOf(qo), ptrOf(ko), ptrOf(vo), ptrOf(q), ptrOf(k), ptrOf(v),
+			qp, qt, kp, kt, eps, ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim/2)
+	}
+	return qo, ko, vo
 }
 
 // RMSNormRoPE implements compute.Fused: one kernel normalises each head's

@@ -624,6 +624,31 @@ func TestFusedOpsMatch(t *testing.T) {
 			}
 		}
 	}
+	// A layer's per-head norms in one kernel (qkv_norms): queries and keys
+	// with their weights and RoPE, values plain; values may be the keys.
+	for _, d := range []int{256, 512, 64} {
+		const T, Hq, Hk = 3, 4, 2
+		q, k, v := g.FromF32(randF32(r, T*Hq*d), T, Hq, d), g.FromF32(randF32(r, T*Hk*d), T, Hk, d), g.FromF32(randF32(r, T*Hk*d), T, Hk, d)
+		pos := []int32{7, 1000, 4095}
+		for _, c := range []struct {
+			qw, kw, v *compute.Tensor
+			rope      *compute.RoPE
+		}{
+			{weight(g, compute.BF16, randF32(r, d), d), weight(g, compute.F32, randF32(r, d), d), v, compute.DefaultRoPE(d, 10000)},
+			{nil, weight(g, compute.BF16, randF32(r, d), d), k, compute.ProportionalRoPE(d, 1e6, 0.25)},
+		} {
+			fusedNorm2 = false
+			q0, k0, v0 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope)
+			want := [][]float32{g.ToF32(q0), g.ToF32(k0), g.ToF32(v0)}
+			fusedNorm2 = true
+			q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope)
+			for i, got := range [][]float32{g.ToF32(q1), g.ToF32(k1), g.ToF32(v1)} {
+				if err := sameBits(got, want[i]); err != nil {
+					t.Fatalf("QKVNorms d=%d (values are keys: %v) output %d: %v", d, c.v == k, i, err)
+				}
+			}
+		}
+	}
 	// Producers of matmul inputs write the split as they write their output
 	// (the matmul then skips split_bf16): the product must not change.
 	for _, D := range []int{1536, 300} {

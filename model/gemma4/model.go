@@ -604,11 +604,12 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	default:
 		proj = compute.MatMuls(b, h, l.q, l.k, l.v)
 	}
-	q := compute.RMSNormRoPE(b, proj[0].Reshape(N, nH, d), l.qNorm, eps, pos, rope)
-	var kNew, vNew *compute.Tensor
-	if !l.Shared {
-		kNew = compute.RMSNormRoPE(b, proj[1].Reshape(N, l.KVHeads, d), l.kNorm, eps, pos, rope)
-		vNew = b.RMSNorm(proj[2].Reshape(N, l.KVHeads, d), nil, eps)
+	var q, kNew, vNew *compute.Tensor
+	if l.Shared {
+		q = compute.RMSNormRoPE(b, proj[0].Reshape(N, nH, d), l.qNorm, eps, pos, rope)
+	} else {
+		q, kNew, vNew = compute.QKVNorms(b, proj[0].Reshape(N, nH, d), proj[1].Reshape(N, l.KVHeads, d),
+			proj[2].Reshape(N, l.KVHeads, d), l.qNorm, l.kNorm, eps, pos, rope)
 	}
 	views[i] = make([]kvView, len(rows))
 	var out *compute.Tensor

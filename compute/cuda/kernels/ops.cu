@@ -368,6 +368,38 @@ extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* 
     for (int j = 2 * half + threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, w, wt);
 }
 
+// qkv_norms: a layer's per-head norms in one launch, one block per
+// (token, head row): the query heads (qw, then RoPE), the key heads (kw,
+// then RoPE) and the value heads (no weight, no rotation; v may be k).
+// Each row is rmsnorm_rope's or rmsnorm's arithmetic, so the bits are those
+// of the three kernels.
+extern "C" __global__ void qkv_norms(float* qo, float* ko, float* vo, const float* q, const float* k, const float* v,
+                                     const void* qw, int qwt, const void* kw, int kwt, float eps, const int* pos,
+                                     const float* freq, int Hq, int Hk, int d, int half) {
+    __shared__ double sh[RBLOCK];
+    const int per = Hq + 2 * Hk, t = blockIdx.x / per, i = blockIdx.x % per;
+    const float* xr;
+    float* yr;
+    const void* w = 0;
+    int wt = 0;
+    if (i < Hq) {
+        xr = q + ((size_t)t * Hq + i) * d, yr = qo + ((size_t)t * Hq + i) * d, w = qw, wt = qwt;
+    } else if (i < Hq + Hk) {
+        xr = k + ((size_t)t * Hk + i - Hq) * d, yr = ko + ((size_t)t * Hk + i - Hq) * d, w = kw, wt = kwt;
+    } else {
+        xr = v + ((size_t)t * Hk + i - Hq - Hk) * d, yr = vo + ((size_t)t * Hk + i - Hq - Hk) * d;
+    }
+    const float r = row_rscale(xr, d, eps, sh);
+    if (i >= Hq + Hk) {
+        for (int j = threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, 0, 0);
+        return;
+    }
+    const float p = (float)pos[t];
+    for (int j = threadIdx.x; j < half; j += RBLOCK)
+        rotate(yr, j, half, normed(xr, j, r, w, wt), normed(xr, j + half, r, w, wt), p, freq[j]);
+    for (int j = 2 * half + threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, w, wt);
+}
+
 extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
     const int t = blockIdx.x / H;
     const float* xr = x + (size_t)blockIdx.x * d;
