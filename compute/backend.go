@@ -242,17 +242,29 @@ func AddRMSNorm(b Backend, r, x, w *Tensor, eps float32) *Tensor {
 // FusedQKV is implemented by backends with a layer's per-head norms in one
 // op (QKVNorms below); it must give the sequence's bits.
 type FusedQKV interface {
-	QKVNorms(q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE) (qo, ko, vo *Tensor)
+	QKVNorms(q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, kdst, vdst *Tensor) (qo, ko, vo *Tensor)
 }
 
 // QKVNorms is a layer's per-head norms: RMSNormRoPE of the queries q and the
 // keys k ([T, heads, d]) with their weights, and RMSNorm of the values v
-// without a weight (v may be k).
-func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE) (qo, ko, vo *Tensor) {
+// without a weight (v may be k). With kdst and vdst (tensors of k's shape,
+// a cache's slots) the keys and values are written there, and ko, vo are
+// them.
+func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, kdst, vdst *Tensor) (qo, ko, vo *Tensor) {
 	if f, ok := b.(FusedQKV); ok {
-		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope)
+		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope, kdst, vdst)
 	}
-	return RMSNormRoPE(b, q, qw, eps, pos, rope), RMSNormRoPE(b, k, kw, eps, pos, rope), b.RMSNorm(v, nil, eps)
+	qo, ko, vo = RMSNormRoPE(b, q, qw, eps, pos, rope), RMSNormRoPE(b, k, kw, eps, pos, rope), b.RMSNorm(v, nil, eps)
+	return qo, Into(b, kdst, ko), Into(b, vdst, vo)
+}
+
+// Into copies t into dst and returns dst, or returns t when dst is nil.
+func Into(b Backend, dst, t *Tensor) *Tensor {
+	if dst == nil {
+		return t
+	}
+	b.Copy(dst, 0, t)
+	return dst
 }
 
 // AddRMSNormNorm is a layer boundary's two norms: the residual stream

@@ -169,24 +169,12 @@ func (l *Layer) alloc(slots int) {
 // Full layers grow as needed; rings write slot position mod capacity.
 func (l *Layer) Write(start int, k, v *compute.Tensor) {
 	n := k.Dim(0)
-	if l.spec.Window == 0 {
-		if need := start + n; need > len(l.pos) {
-			l.alloc(max(need, 2*len(l.pos), 64))
-		}
-		l.b.Copy(l.k, start, k)
-		l.b.Copy(l.v, start, v)
-		for i := range n {
-			l.pos[start+i] = int32(start + i)
-		}
+	if kd, vd, ok := l.Slots(start, n); ok {
+		l.b.Copy(kd, 0, k)
+		l.b.Copy(vd, 0, v)
 		return
 	}
-	// A ring has MaxStep−1 slots of headroom beyond its window: a wider
-	// write would overwrite keys the write's first queries still need.
-	// Forward rejects such rows, so reaching here is a programming error.
-	c := len(l.pos)
-	if step := c - l.spec.Window + 1; n > step {
-		panic(fmt.Sprintf("kvcache: writing %d positions into a ring of window %d and %d slots (at most %d, the cache's MaxStep, per write)", n, l.spec.Window, c, step))
-	}
+	c := len(l.pos) // a ring's write that wraps: two runs
 	for done := 0; done < n; {
 		slot := (start + done) % c
 		m := min(n-done, c-slot) // contiguous run up to the ring's end
@@ -197,6 +185,36 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 		}
 		done += m
 	}
+}
+
+// Slots returns the cache's storage for positions start..start+n−1 as
+// [n, KVHeads, HeadDim] views, when those slots are contiguous (always in
+// a full layer, which grows as needed; in a ring unless the run wraps), and
+// records the positions as written: the caller then writes the views, as
+// an op that produces the keys and values in place instead of Write's copy
+// does. ok is false, and nothing recorded, for a run that wraps.
+func (l *Layer) Slots(start, n int) (k, v *compute.Tensor, ok bool) {
+	slot := start
+	if l.spec.Window == 0 {
+		if need := start + n; need > len(l.pos) {
+			l.alloc(max(need, 2*len(l.pos), 64))
+		}
+	} else {
+		// A ring has MaxStep−1 slots of headroom beyond its window: a wider
+		// write would overwrite keys the write's first queries still need.
+		// Forward rejects such rows, so reaching here is a programming error.
+		c := len(l.pos)
+		if step := c - l.spec.Window + 1; n > step {
+			panic(fmt.Sprintf("kvcache: writing %d positions into a ring of window %d and %d slots (at most %d, the cache's MaxStep, per write)", n, l.spec.Window, c, step))
+		}
+		if slot = start % c; slot+n > c {
+			return nil, nil, false
+		}
+	}
+	for i := range n {
+		l.pos[slot+i] = int32(start + i)
+	}
+	return l.b.Slice(l.k, slot, slot+n), l.b.Slice(l.v, slot, slot+n), true
 }
 
 // View returns the keys, values and per-slot positions to attend over after

@@ -509,3 +509,44 @@ func TestBytesBoundsTheCache(t *testing.T) {
 		}
 	}
 }
+
+// Writing a step's keys and values in place through Slots (as a producer
+// that writes the cache directly does) leaves every layer as Write leaves
+// it; a ring's run that wraps is refused with nothing recorded, and Write
+// takes it in two runs.
+func TestSlotsMatchWrite(t *testing.T) {
+	b := cpu.New(1)
+	specs := []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: 4}}
+	viaWrite, viaSlots := kvcache.New(b, specs, 3), kvcache.New(b, specs, 3)
+	for _, n := range []int{3, 1, 3, 2, 3, 3, 1} {
+		k, v := kvBlock(b, viaWrite.Len(), make([]int, n))
+		for i := range viaWrite.NumLayers() {
+			viaWrite.Layer(i).Write(viaWrite.Len(), k, v)
+			l := viaSlots.Layer(i)
+			_, _, before, _ := l.View(viaSlots.Len())
+			before = slices.Clone(before)
+			kd, vd, ok := l.Slots(viaSlots.Len(), n)
+			if !ok {
+				if l.Spec().Window == 0 {
+					t.Fatalf("a full layer refused positions %d..%d", viaSlots.Len(), viaSlots.Len()+n-1)
+				}
+				if _, _, after, _ := l.View(viaSlots.Len()); !slices.Equal(after, before) {
+					t.Fatalf("a refused run changed the ring's positions: %v, then %v", before, after)
+				}
+				l.Write(viaSlots.Len(), k, v)
+				continue
+			}
+			b.Copy(kd, 0, k)
+			b.Copy(vd, 0, v)
+		}
+		viaWrite.Advance(n)
+		viaSlots.Advance(n)
+		for i := range viaWrite.NumLayers() {
+			wk, wv, wp, ws := viaWrite.Layer(i).View(viaWrite.Len())
+			sk, sv, sp, ss := viaSlots.Layer(i).View(viaSlots.Len())
+			if !slices.Equal(b.ToF32(wk), b.ToF32(sk)) || !slices.Equal(b.ToF32(wv), b.ToF32(sv)) || !slices.Equal(wp, sp) || ws != ss {
+				t.Fatalf("layer %d after %d positions: written in place differs from Write", i, viaWrite.Len())
+			}
+		}
+	}
+}

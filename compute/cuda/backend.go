@@ -1026,9 +1026,10 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 
 // QKVNorms implements compute.FusedQKV with qkv_norms (with rmsnorm2,
 // behind TANDEM_CUDA_NORM2=1).
-func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE) (qo, ko, vo *compute.Tensor) {
+func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE, kdst, vdst *compute.Tensor) (qo, ko, vo *compute.Tensor) {
 	if !fusedOps || !fusedNorm2 {
-		return b.RMSNormRoPE(q, qw, eps, pos, r), b.RMSNormRoPE(k, kw, eps, pos, r), b.RMSNorm(v, nil, eps)
+		qo, ko, vo = b.RMSNormRoPE(q, qw, eps, pos, r), b.RMSNormRoPE(k, kw, eps, pos, r), b.RMSNorm(v, nil, eps)
+		return qo, compute.Into(b, kdst, ko), compute.Into(b, vdst, vo)
 	}
 	T, Hq, d, err := compute.CheckRoPE(q, pos, r)
 	if err != nil {
@@ -1043,7 +1044,16 @@ func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []i
 	f32(v, "QKVNorms")
 	qp, qt := normWeight(q, qw, d, "QKVNorms")
 	kp, kt := normWeight(k, kw, d, "QKVNorms")
-	qo, ko, vo = b.alloc(compute.F32, q.Shape()...), b.alloc(compute.F32, k.Shape()...), b.alloc(compute.F32, v.Shape()...)
+	qo, ko, vo = b.alloc(compute.F32, q.Shape()...), kdst, vdst
+	if kdst == nil {
+		ko, vo = b.alloc(compute.F32, k.Shape()...), b.alloc(compute.F32, v.Shape()...)
+	} else if kdst.DType() != compute.F32 || vdst.DType() != compute.F32 || !compute.SameShape(kdst.Shape(), k.Shape()) ||
+		!compute.SameShape(vdst.Shape(), k.Shape()) {
+		panic(fmt.Sprintf("cuda: QKVNorms into %v and %v of keys %v", kdst, vdst, k))
+	} else {
+		b.forgetWrites(kdst)
+		b.forgetWrites(vdst)
+	}
 	if n := T * (Hq + 2*Hk); n > 0 && d > 0 {
 		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, 256, ptrOf(qo), ptrOf(ko), ptrOf(vo), ptrOf(q), ptrOf(k), ptrOf(v),
 			qp, qt, kp, kt, eps, ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim/2)

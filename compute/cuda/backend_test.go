@@ -638,13 +638,31 @@ func TestFusedOpsMatch(t *testing.T) {
 			{nil, weight(g, compute.BF16, randF32(r, d), d), k, compute.ProportionalRoPE(d, 1e6, 0.25)},
 		} {
 			fusedNorm2 = false
-			q0, k0, v0 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope)
+			q0, k0, v0 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, nil, nil)
 			want := [][]float32{g.ToF32(q0), g.ToF32(k0), g.ToF32(v0)}
-			fusedNorm2 = true
-			q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope)
-			for i, got := range [][]float32{g.ToF32(q1), g.ToF32(k1), g.ToF32(v1)} {
-				if err := sameBits(got, want[i]); err != nil {
-					t.Fatalf("QKVNorms d=%d (values are keys: %v) output %d: %v", d, c.v == k, i, err)
+			for _, into := range []bool{false, true} {
+				fusedNorm2 = true
+				var kdst, vdst, kc, vc *compute.Tensor
+				if into { // straight into slots 2..4 of a cache-like tensor
+					kc, vc = g.Zeros(compute.F32, T+3, Hk, d), g.Zeros(compute.F32, T+3, Hk, d)
+					kdst, vdst = g.Slice(kc, 2, 2+T), g.Slice(vc, 2, 2+T)
+				}
+				q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, kdst, vdst)
+				for i, got := range [][]float32{g.ToF32(q1), g.ToF32(k1), g.ToF32(v1)} {
+					if err := sameBits(got, want[i]); err != nil {
+						t.Fatalf("QKVNorms d=%d (values are keys: %v, into slots: %v) output %d: %v", d, c.v == k, into, i, err)
+					}
+				}
+				if into {
+					for _, cache := range []*compute.Tensor{kc, vc} {
+						for _, s := range []int{0, 1, T + 2} {
+							for _, x := range g.ToF32(g.Index(cache, s)) {
+								if x != 0 {
+									t.Fatalf("QKVNorms into slots 2..%d wrote slot %d", T+1, s)
+								}
+							}
+						}
+					}
 				}
 			}
 		}

@@ -605,11 +605,16 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		proj = compute.MatMuls(b, h, l.q, l.k, l.v)
 	}
 	var q, kNew, vNew *compute.Tensor
+	written := false // a lone row's keys and values went straight into its cache
 	if l.Shared {
 		q = compute.RMSNormRoPE(b, proj[0].Reshape(N, nH, d), l.qNorm, eps, pos, rope)
 	} else {
+		var kdst, vdst *compute.Tensor
+		if len(rows) == 1 {
+			kdst, vdst, written = rows[0].Cache.Layer(m.cacheOf[i]).Slots(rows[0].Cache.Len(), N)
+		}
 		q, kNew, vNew = compute.QKVNorms(b, proj[0].Reshape(N, nH, d), proj[1].Reshape(N, l.KVHeads, d),
-			proj[2].Reshape(N, l.KVHeads, d), l.qNorm, l.kNorm, eps, pos, rope)
+			proj[2].Reshape(N, l.KVHeads, d), l.qNorm, l.kNorm, eps, pos, rope, kdst, vdst)
 	}
 	views[i] = make([]kvView, len(rows))
 	var out *compute.Tensor
@@ -623,7 +628,9 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 			kv = views[l.KVSource][ri]
 		} else {
 			cl := r.Cache.Layer(m.cacheOf[i])
-			cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
+			if !written {
+				cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
+			}
 			kv.k, kv.v, kv.pos, kv.start = cl.View(r.Cache.Len() + e - s)
 		}
 		views[i][ri] = kv
