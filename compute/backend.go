@@ -1,6 +1,9 @@
 package compute
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Backend is the op set the model code is written against. Activations are
 // F32; weights may be F32, BF16 or F16 and are widened inside the ops.
@@ -254,8 +257,24 @@ func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope
 	if f, ok := b.(FusedQKV); ok {
 		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope, kdst, vdst)
 	}
+	if err := CheckQKVInto(k, kdst, vdst); err != nil {
+		panic(err)
+	}
 	qo, ko, vo = RMSNormRoPE(b, q, qw, eps, pos, rope), RMSNormRoPE(b, k, kw, eps, pos, rope), b.RMSNorm(v, nil, eps)
 	return qo, Into(b, kdst, ko), Into(b, vdst, vo)
+}
+
+// CheckQKVInto checks QKVNorms' destinations for keys k: both or neither,
+// F32 tensors of k's shape, and not the same memory.
+func CheckQKVInto(k, kdst, vdst *Tensor) error {
+	switch {
+	case kdst == nil && vdst == nil:
+		return nil
+	case kdst == nil || vdst == nil || kdst == vdst || kdst.DType() != F32 || vdst.DType() != F32 ||
+		!SameShape(kdst.Shape(), k.Shape()) || !SameShape(vdst.Shape(), k.Shape()):
+		return fmt.Errorf("QKVNorms into %v and %v of keys %v: want both or neither, distinct, F32, of the keys' shape", kdst, vdst, k)
+	}
+	return nil
 }
 
 // Into copies t into dst and returns dst, or returns t when dst is nil.

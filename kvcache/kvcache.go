@@ -192,7 +192,10 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 // a full layer, which grows as needed; in a ring unless the run wraps), and
 // records the positions as written: the caller then writes the views, as
 // an op that produces the keys and values in place instead of Write's copy
-// does. ok is false, and nothing recorded, for a run that wraps.
+// does. ok is false, and nothing recorded, for a run that wraps. The
+// positions are recorded before the data lands: a write that then fails
+// leaves them naming stale slots, so a failed step's cache must be dropped
+// or truncated (as after any failed forward).
 func (l *Layer) Slots(start, n int) (k, v *compute.Tensor, ok bool) {
 	slot := start
 	if l.spec.Window == 0 {

@@ -518,7 +518,11 @@ func TestSlotsMatchWrite(t *testing.T) {
 	b := cpu.New(1)
 	specs := []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: 4}}
 	viaWrite, viaSlots := kvcache.New(b, specs, 3), kvcache.New(b, specs, 3)
-	for _, n := range []int{3, 1, 3, 2, 3, 3, 1} {
+	widths := []int{3, 1, 3, 2, 3, 3, 1}
+	for range 20 { // past 64 positions: the full layer grows, copying what it holds
+		widths = append(widths, 3, 2)
+	}
+	for _, n := range widths {
 		k, v := kvBlock(b, viaWrite.Len(), make([]int, n))
 		for i := range viaWrite.NumLayers() {
 			viaWrite.Layer(i).Write(viaWrite.Len(), k, v)

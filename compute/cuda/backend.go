@@ -19,10 +19,13 @@ import (
 var opsSource string
 
 var (
-	_ compute.Backend    = (*Backend)(nil)
-	_ compute.MemoryInfo = (*Backend)(nil)
-	_ compute.Recorder   = (*Backend)(nil)
-	_ compute.Fused      = (*Backend)(nil)
+	_ compute.Backend       = (*Backend)(nil)
+	_ compute.MemoryInfo    = (*Backend)(nil)
+	_ compute.Recorder      = (*Backend)(nil)
+	_ compute.Fused         = (*Backend)(nil)
+	_ compute.FusedBoundary = (*Backend)(nil)
+	_ compute.FusedQKV      = (*Backend)(nil)
+	_ compute.Checkpointer  = (*Backend)(nil)
 )
 
 // Backend implements compute.Backend on one GPU. Tensors live in device
@@ -1025,9 +1028,14 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 }
 
 // QKVNorms implements compute.FusedQKV with qkv_norms (with rmsnorm2,
-// behind TANDEM_CUDA_NORM2=1).
+// behind TANDEM_CUDA_NORM2=1). Its rows take rmsnorm_rope's two-pass scale
+// rather than rmsnorm's register cache: the same bits, and heads of at most
+// 512 elements gain little from the cache.
 func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE, kdst, vdst *compute.Tensor) (qo, ko, vo *compute.Tensor) {
 	if !fusedOps || !fusedNorm2 {
+		if err := compute.CheckQKVInto(k, kdst, vdst); err != nil {
+			panic("cuda: " + err.Error())
+		}
 		qo, ko, vo = b.RMSNormRoPE(q, qw, eps, pos, r), b.RMSNormRoPE(k, kw, eps, pos, r), b.RMSNorm(v, nil, eps)
 		return qo, compute.Into(b, kdst, ko), compute.Into(b, vdst, vo)
 	}
@@ -1044,12 +1052,12 @@ func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []i
 	f32(v, "QKVNorms")
 	qp, qt := normWeight(q, qw, d, "QKVNorms")
 	kp, kt := normWeight(k, kw, d, "QKVNorms")
+	if err := compute.CheckQKVInto(k, kdst, vdst); err != nil {
+		panic("cuda: " + err.Error())
+	}
 	qo, ko, vo = b.alloc(compute.F32, q.Shape()...), kdst, vdst
 	if kdst == nil {
 		ko, vo = b.alloc(compute.F32, k.Shape()...), b.alloc(compute.F32, v.Shape()...)
-	} else if kdst.DType() != compute.F32 || vdst.DType() != compute.F32 || !compute.SameShape(kdst.Shape(), k.Shape()) ||
-		!compute.SameShape(vdst.Shape(), k.Shape()) {
-		panic(fmt.Sprintf("cuda: QKVNorms into %v and %v of keys %v", kdst, vdst, k))
 	} else {
 		b.forgetWrites(kdst)
 		b.forgetWrites(vdst)

@@ -636,6 +636,7 @@ func TestFusedOpsMatch(t *testing.T) {
 		}{
 			{weight(g, compute.BF16, randF32(r, d), d), weight(g, compute.F32, randF32(r, d), d), v, compute.DefaultRoPE(d, 10000)},
 			{nil, weight(g, compute.BF16, randF32(r, d), d), k, compute.ProportionalRoPE(d, 1e6, 0.25)},
+			{weight(g, compute.F16, randF32(r, d), d), nil, v, compute.DefaultRoPE(d/2, 10000)}, // rotates half the head
 		} {
 			fusedNorm2 = false
 			q0, k0, v0 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, nil, nil)
