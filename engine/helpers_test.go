@@ -289,20 +289,9 @@ func (g *stepGate) until(t *testing.T, ch <-chan Event) Event {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		// Wait for the scheduler to be parked at the gate with no step
-		// granted: whatever it was doing (admitting, a granted step) is done.
-		for {
-			g.mu.Lock()
-			parked := g.arrived > g.passed && g.grants == 0
-			g.mu.Unlock()
-			if parked {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the engine never came back to the gate")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		// Parked at the gate with no step granted: whatever the scheduler
+		// was doing (admitting, a granted step) is done.
+		g.poll(t, deadline, "the engine never came back to the gate", func() bool { return g.arrived > g.passed && g.grants == 0 })
 		select {
 		case ev := <-ch:
 			return ev
@@ -312,19 +301,24 @@ func (g *stepGate) until(t *testing.T, ch <-chan Event) Event {
 		g.grants++
 		g.cond.Broadcast()
 		g.mu.Unlock()
-		// The step let through must start (pass the gate) before parking
-		// again counts.
-		for {
-			g.mu.Lock()
-			started := g.grants == 0
-			g.mu.Unlock()
-			if started {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the engine never took the step let through")
-			}
-			time.Sleep(time.Millisecond)
+		// The step let through must start before parking again counts.
+		g.poll(t, deadline, "the engine never took the step let through", func() bool { return g.grants == 0 })
+	}
+}
+
+// poll waits until cond (read under the gate's lock) holds.
+func (g *stepGate) poll(t *testing.T, deadline time.Time, failure string, cond func() bool) {
+	t.Helper()
+	for {
+		g.mu.Lock()
+		ok := cond()
+		g.mu.Unlock()
+		if ok {
+			return
 		}
+		if time.Now().After(deadline) {
+			t.Fatal(failure)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
