@@ -231,16 +231,7 @@ __device__ __forceinline__ float normed(const float* xr, int j, float r, const v
     return w ? __fmul_rn(v, load(w, wt, j)) : v;
 }
 
-// rmsnorm: one block per row. With res, the row is added to res's row
-// after the norm: the bits of Add(res, RMSNorm(x)).
-//
-// A decode step's rows are single blocks, so a row's time is its chain of
-// memory round trips: rows up to RCACHE·RBLOCK elements are loaded into
-// registers all at once (x, the weight and the residual), which leaves one
-// round trip instead of one per RBLOCK elements per pass. The sums are the
-// same, thread by thread and in the same order, so the bits are too
-// (cache = 0 takes the loop for any D, for the test that says so).
-#define RCACHE 24
+#define RCACHE 24 // elements a thread holds of a register-cached row (rmsnorm, rmsnorm2)
 
 // cached_rscale is row_rscale for a row held in registers, thread t's
 // elements t + u·RBLOCK: the same sums in the same order.
@@ -252,6 +243,50 @@ __device__ __forceinline__ float cached_rscale(const float xv[RCACHE], int D, fl
     ss = block_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
+
+// cached_row loads thread t's elements t + u·RBLOCK of row xr into
+// registers, with the weight's (1 past D or without one) and the
+// residual's (0 without one).
+__device__ __forceinline__ void cached_row(float xv[RCACHE], float wv[RCACHE], float rv[RCACHE], const float* xr,
+                                           const void* w, int wt, const float* rr, int D) {
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++) {
+        const int j = threadIdx.x + u * RBLOCK;
+        const bool in = j < D;
+        xv[u] = in ? xr[j] : 0.0f;
+        wv[u] = in && w ? load(w, wt, j) : 1.0f;
+        rv[u] = in && rr ? rr[j] : 0.0f;
+    }
+}
+
+// cached_store writes a register-held row normalised by r, times the
+// weight and plus the residual when given, as row yr and its split (element
+// base + j of parts).
+__device__ __forceinline__ void cached_store(float* yr, const float xv[RCACHE], const float wv[RCACHE],
+                                             const float rv[RCACHE], float r, bool w, bool res, int D,
+                                             unsigned short* parts, size_t n, size_t base) {
+#pragma unroll
+    for (int u = 0; u < RCACHE; u++) {
+        const int j = threadIdx.x + u * RBLOCK;
+        if (j < D) {
+            float v = __fmul_rn(xv[u], r);
+            if (w) v = __fmul_rn(v, wv[u]);
+            if (res) v = __fadd_rn(rv[u], v);
+            yr[j] = v;
+            emit(parts, n, base + j, v);
+        }
+    }
+}
+
+// rmsnorm: one block per row. With res, the row is added to res's row
+// after the norm: the bits of Add(res, RMSNorm(x)).
+//
+// A decode step's rows are single blocks, so a row's time is its chain of
+// memory round trips: rows up to RCACHE·RBLOCK elements are loaded into
+// registers all at once (x, the weight and the residual), which leaves one
+// round trip instead of one per RBLOCK elements per pass. The sums are the
+// same, thread by thread and in the same order, so the bits are too
+// (cache = 0 takes the loop for any D, for the test that says so).
 extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res,
                                    unsigned short* parts, size_t n, int cache) {
     __shared__ double sh[RBLOCK];
@@ -260,26 +295,8 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
     const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
     if (cache && D <= RCACHE * RBLOCK) {
         float xv[RCACHE], wv[RCACHE], rv[RCACHE];
-#pragma unroll
-        for (int u = 0; u < RCACHE; u++) {
-            const int j = threadIdx.x + u * RBLOCK;
-            const bool in = j < D;
-            xv[u] = in ? xr[j] : 0.0f;
-            wv[u] = in && w ? load(w, wt, j) : 1.0f;
-            rv[u] = in && rr ? rr[j] : 0.0f;
-        }
-        const float r = cached_rscale(xv, D, eps, sh);
-#pragma unroll
-        for (int u = 0; u < RCACHE; u++) {
-            const int j = threadIdx.x + u * RBLOCK;
-            if (j < D) {
-                float v = __fmul_rn(xv[u], r);
-                if (w) v = __fmul_rn(v, wv[u]);
-                if (rr) v = __fadd_rn(rv[u], v);
-                yr[j] = v;
-                emit(parts, n, (size_t)blockIdx.x * D + j, v);
-            }
-        }
+        cached_row(xv, wv, rv, xr, w, wt, rr, D);
+        cached_store(yr, xv, wv, rv, cached_rscale(xv, D, eps, sh), w, rr, D, parts, n, (size_t)blockIdx.x * D);
         return;
     }
     const float r = row_rscale(xr, D, eps, sh);
@@ -303,14 +320,7 @@ extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const 
     __shared__ double sh[RBLOCK];
     const size_t row = (size_t)blockIdx.x * D;
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
-#pragma unroll
-    for (int u = 0; u < RCACHE; u++) {
-        const int j = threadIdx.x + u * RBLOCK;
-        const bool in = j < D;
-        xv[u] = in ? x[row + j] : 0.0f;
-        wv[u] = in && w1 ? load(w1, w1t, j) : 1.0f;
-        rv[u] = in ? res[row + j] : 0.0f;
-    }
+    cached_row(xv, wv, rv, x + row, w1, w1t, res + row, D);
     float r = cached_rscale(xv, D, eps, sh);
     const float sc = s ? load(s, st, 0) : 1.0f;
 #pragma unroll
@@ -324,17 +334,7 @@ extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const 
         wv[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
         if (j < D) y[row + j] = v;
     }
-    r = cached_rscale(xv, D, eps, sh);
-#pragma unroll
-    for (int u = 0; u < RCACHE; u++) {
-        const int j = threadIdx.x + u * RBLOCK;
-        if (j < D) {
-            float v = __fmul_rn(xv[u], r);
-            if (w2) v = __fmul_rn(v, wv[u]);
-            out[row + j] = v;
-            emit(parts, n, row + j, v);
-        }
-    }
+    cached_store(out + row, xv, wv, rv, cached_rscale(xv, D, eps, sh), w2, false, D, parts, n, row);
 }
 
 // rope: one block per (token, head) row of d values; pairs (j, j+half).
