@@ -24,9 +24,9 @@ var (
 )
 
 // combineInValuesOn lets a single split's attn_values normalise its output
-// itself (TANDEM_CUDA_COMBINE=1). Written without a GPU: off until
-// TestOpsMatchCPU and TestBatchInvariance have passed on one.
-var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") == "1"
+// itself, one kernel fewer a layer; TANDEM_CUDA_COMBINE=0 always runs
+// attn_combine, for comparisons.
+var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the

@@ -434,11 +434,7 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, n := range []int{4096, 32768} {
 		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
-	// The streaming kernels with L1 preferred over shared memory (the
-	// carveout is reset after each variant).
-	variants = append(variants, variant{"rows/carveout=15", func() { g.setCarveout(15) }})
 	defer restoreMatMul()()
-	defer g.setCarveout(streamCarveout)
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
@@ -454,7 +450,6 @@ func TestMatMulSpeed(t *testing.T) {
 				v.set()
 				d := deviceTime(t, g, 20, func() { g.MatMul(x, w) })
 				restore()
-				g.setCarveout(streamCarveout)
 				line += fmt.Sprintf("  %s %v %.0f GB/s", v.name, d.Round(100*time.Nanosecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
 				if M > 16 { // useful work: the three parts' mmas count once
 					line += fmt.Sprintf(" %.0f TFLOP/s", float64(2*M*s.N*s.K)/d.Seconds()/1e12)

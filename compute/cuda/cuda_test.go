@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // openOrSkip opens device 0, skipping the test where no driver exists (CI).
@@ -327,5 +328,32 @@ func matmulSpeed(t *testing.T, dev *Device, k Kernel, grid func(int) uint32) {
 		dev.Free(w)
 		dev.Free(x)
 		dev.Free(y)
+	}
+}
+
+// TestLaunchConfigLayout protects the hand-written mirrors of cuda.h's
+// CUlaunchConfig and CUlaunchAttribute that cuLaunchKernelEx reads: a
+// field out of place would launch the wrong grid or stream.
+func TestLaunchConfigLayout(t *testing.T) {
+	var c launchConfig
+	var a launchAttr
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof CUlaunchConfig", unsafe.Sizeof(c), 56},
+		{"CUlaunchConfig.sharedMemBytes", unsafe.Offsetof(c.shmem), 24},
+		{"CUlaunchConfig.hStream", unsafe.Offsetof(c.stream), 32},
+		{"CUlaunchConfig.attrs", unsafe.Offsetof(c.attrs), 40},
+		{"CUlaunchConfig.numAttrs", unsafe.Offsetof(c.nattrs), 48},
+		{"sizeof CUlaunchAttribute", unsafe.Sizeof(a), 72},
+		{"CUlaunchAttribute.value", unsafe.Offsetof(a.value), 8},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s = %d, want %d", f.name, f.got, f.want)
+		}
+	}
+	if pdlAttr.id != 6 || pdlAttr.value[0] != 1 {
+		t.Errorf("pdlAttr = id %d value %d, want CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) allowed (1)", pdlAttr.id, pdlAttr.value[0])
 	}
 }

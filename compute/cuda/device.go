@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -220,19 +221,8 @@ type Kernel struct {
 	name string
 }
 
-// Function attributes for FuncAttribute and SetFuncAttribute.
-const (
-	funcAttrNumRegs  = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
-	funcAttrCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: percent of the maximum, −1 the default
-)
-
-// SetFuncAttribute sets one of k's CUfunction_attribute values.
-func (dev *Device) SetFuncAttribute(k Kernel, attr, v int32) error {
-	if dev.d.cuFuncSetAttribute == nil {
-		return fmt.Errorf("cuda: the driver library lacks cuFuncSetAttribute")
-	}
-	return dev.do(func() error { return dev.d.check("cuFuncSetAttribute", dev.d.cuFuncSetAttribute(k.fn, attr, v)) })
-}
+// funcAttrNumRegs is CU_FUNC_ATTRIBUTE_NUM_REGS, for FuncAttribute.
+const funcAttrNumRegs = 4
 
 // FuncAttribute reads one of k's CUfunction_attribute values.
 func (dev *Device) FuncAttribute(k Kernel, attr int32) (int, error) {
@@ -370,6 +360,36 @@ func (dev *Device) runAll(batch []func() error) {
 	}
 }
 
+// programmaticLaunch launches every kernel with programmatic stream
+// serialization (TANDEM_CUDA_PDL=1): the device may schedule a kernel's
+// blocks while the kernel before it finishes, hiding the gap between
+// kernels. Every kernel starts with pdl_start (kernels/*.cu), which waits
+// for its predecessor before touching memory, so results cannot change.
+// Written without a GPU: off until measured.
+var programmaticLaunch = os.Getenv("TANDEM_CUDA_PDL") == "1"
+
+// launchConfig is CUlaunchConfig (cuda.h), launchAttr CUlaunchAttribute: an
+// id and a 64-byte value union.
+type launchConfig struct {
+	grid, block [3]uint32
+	shmem       uint32
+	_           uint32
+	stream      uintptr
+	attrs       *launchAttr
+	nattrs      uint32
+	_           uint32
+}
+
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [64]byte
+}
+
+// pdlAttr is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) with
+// programmaticStreamSerializationAllowed = 1.
+var pdlAttr = launchAttr{id: 6, value: [64]byte{1}}
+
 func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args []any) (func() error, error) {
 	// One 8-byte slot per argument and one array of pointers to the slots,
 	// two allocations per launch. Go's collector does not move heap
@@ -411,6 +431,14 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 		}
 		if dev.prof != nil {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
+		}
+		if programmaticLaunch && dev.d.launchExFn != 0 {
+			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
+			r, _, _ := purego.SyscallN(dev.d.launchExFn, uintptr(unsafe.Pointer(cfg)), k.fn, pp, 0)
+			runtime.KeepAlive(cfg)
+			runtime.KeepAlive(vals)
+			runtime.KeepAlive(params)
+			return dev.d.check("cuLaunchKernelEx", result(int32(r)))
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), dev.stream, pp, 0)

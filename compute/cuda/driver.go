@@ -38,7 +38,6 @@ type driverAPI struct {
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
 	cuGetErrorString         func(r result, s **byte) result
 	cuFuncGetAttribute       func(v *int32, attrib int32, fn uintptr) result
-	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result // optional: nil when missing
 	cuEventCreate            func(ev *uintptr, flags uint32) result
 	cuEventRecord            func(ev, stream uintptr) result
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
@@ -57,6 +56,9 @@ type driverAPI struct {
 	// launchFn is cuLaunchKernel's address, called through SyscallN on the
 	// hot path (RegisterLibFunc's reflection costs microseconds per call).
 	launchFn uintptr
+	// launchExFn is cuLaunchKernelEx's (CUDA 12+; zero where the driver
+	// lacks it), for launches with attributes.
+	launchExFn uintptr
 }
 
 const (
@@ -113,9 +115,6 @@ func loadDriver() (*driverAPI, error) {
 			}
 			purego.RegisterLibFunc(fn, h, name)
 		}
-		if _, err := purego.Dlsym(h, "cuFuncSetAttribute"); err == nil {
-			purego.RegisterLibFunc(&d.cuFuncSetAttribute, h, "cuFuncSetAttribute")
-		}
 		// Newer drivers export the timing call with a _v2 suffix as well.
 		for _, name := range []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"} {
 			if _, err := purego.Dlsym(h, name); err == nil {
@@ -131,6 +130,7 @@ func loadDriver() (*driverAPI, error) {
 			driverErr = fmt.Errorf("cuda: the driver library lacks cuLaunchKernel: %v", err)
 			return
 		}
+		d.launchExFn, _ = purego.Dlsym(h, "cuLaunchKernelEx")
 		driver = d
 	})
 	return driver, driverErr

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -71,5 +72,59 @@ func TestGraphsMatchDirect(t *testing.T) {
 	s := g.dev.GraphStats()
 	if s.Launched < 9 || s.Fallbacks != 0 {
 		t.Fatalf("%d recordings launched as graphs, %d ran directly; want at least 9 and none", s.Launched, s.Fallbacks)
+	}
+}
+
+// TestProgrammaticLaunchWaits protects pdl_start (TANDEM_CUDA_PDL): a
+// kernel launched while the one before it still writes must not read
+// early. A 256 MB copy writes its last word at its very end, and a
+// one-word copy of that word is launched right behind it; its
+// launch_dependents lets the second be scheduled as soon as the first's
+// last block starts, so without the wait it reads the zero that was there.
+func TestProgrammaticLaunchWaits(t *testing.T) {
+	b := backendOrSkip(t)
+	if b.dev.d.launchExFn == 0 {
+		t.Skip("the driver lacks cuLaunchKernelEx")
+	}
+	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
+	programmaticLaunch = true
+	const n = 64 << 20
+	src := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
+	}
+	dev := b.dev
+	var bufs [3]Buffer
+	for i, size := range []int{4 * n, 4 * n, 4} {
+		buf, err := dev.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Free(buf)
+		bufs[i] = buf
+	}
+	s, d, out := bufs[0], bufs[1], bufs[2]
+	if err := dev.Upload(s, src); err != nil {
+		t.Fatal(err)
+	}
+	last := Buffer{ptr: d.ptr + 4*(n-1), Size: 4}
+	zeros := make([]byte, 4*n)
+	for trial := range 4 {
+		if err := dev.Upload(d, zeros); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.LaunchAsync(b.k["copy_words"], grid1(n), [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1}, 0, out, last, 1); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4)
+		if err := dev.Download(got, out); err != nil {
+			t.Fatal(err)
+		}
+		if g, want := binary.LittleEndian.Uint32(got), uint32(n-1)|1; g != want {
+			t.Fatalf("trial %d: the second kernel read %#x, want %#x (it ran before the first had written)", trial, g, want)
+		}
 	}
 }

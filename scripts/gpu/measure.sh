@@ -4,8 +4,9 @@
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
 # Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|ncu]...   (default: e2b 31b)
-# pending: E2B, 26B-A4B and 31B decode with the switches written without a GPU
-# (docs/gpu.md) on, against off; pending-each: the 31B shape with each alone.
+# pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
+# without a GPU, docs/gpu.md) on, against the defaults; pending-each: the 31B
+# shape with each alone.
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # long: the 31B shape at contexts 4k and 32k.
@@ -17,7 +18,8 @@ out=${OUT:-gpu-logs}
 mkdir -p "$out"
 bin=bin/gpu/tandem
 [ -x "$bin" ] || { echo "measure.sh: $bin is missing; run scripts/gpu/build.sh here first" >&2; exit 2; }
-off=(TANDEM_CUDA_MATMUL=mma8 TANDEM_CUDA_ATTN=untiled TANDEM_CUDA_GRAPHS=0 TANDEM_CUDA_FUSE=0)
+off=(TANDEM_CUDA_MATMUL=mma8 TANDEM_CUDA_ATTN=untiled TANDEM_CUDA_GRAPHS=0 TANDEM_CUDA_FUSE=0 TANDEM_CUDA_STACK=0
+  TANDEM_CUDA_NORM2=0 TANDEM_CUDA_COMBINE=0 TANDEM_CUDA_CHECKPOINT=0 TANDEM_CUDA_ROUTE=0)
 bench() { # name, env..., -- bench args...
   local name=$1; shift
   local envs=()
@@ -50,15 +52,17 @@ for w in "${want[@]}"; do
         bench "rounds-host-$p" TANDEM_SPEC_ROUNDS=host -- "${args[@]}"
       done
       ;;
-    pending)
+    pending) # PENDING="A=1 B=1": the switches written without a GPU, all on against the defaults
+      read -ra sws <<<"${PENDING:-}"
       for p in e2b 26b-a4b 31b; do
         args=(--preset "gemma4-$p" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 64)
-        bench "pending-$p-on" TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 TANDEM_CUDA_CARVEOUT=15 TANDEM_CUDA_CHECKPOINT=1 TANDEM_CUDA_ROUTE=1 -- "${args[@]}"
+        bench "pending-$p-on" "${sws[@]}" -- "${args[@]}"
         bench "pending-$p-off" -- "${args[@]}"
       done
       ;;
-    pending-each)
-      for sw in TANDEM_CUDA_NORM2=1 TANDEM_CUDA_COMBINE=1 TANDEM_CUDA_CARVEOUT=15 TANDEM_CUDA_CHECKPOINT=1; do
+    pending-each) # each of PENDING alone, on the 31B shape
+      read -ra sws <<<"${PENDING:-}"
+      for sw in "${sws[@]}"; do
         bench "pending-31b-${sw%%=*}" "$sw" -- --preset gemma4-31b --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48
       done
       ;;

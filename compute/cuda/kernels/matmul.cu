@@ -10,6 +10,25 @@
 
 #define ROWS 8 // rows per pass; M may be larger (the passes are independent)
 
+// pdl_start begins every kernel. A kernel launched with programmatic
+// stream serialization (TANDEM_CUDA_PDL) may be scheduled while the kernel
+// before it in the stream still runs; griddepcontrol.wait holds each thread
+// until that kernel has finished and its writes are visible, so nothing is
+// read or written before it. launch_dependents then lets the next kernel be
+// scheduled early in turn. Without the launch attribute (or below sm_90)
+// both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_start() {
+    pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float bf16(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
@@ -32,6 +51,7 @@ __device__ __forceinline__ void load8(float wk[8], const unsigned short* p, bool
 extern "C" __global__ void matmul_bf16(const float* __restrict__ x,
                                        const unsigned short* __restrict__ w,
                                        float* __restrict__ y, int M, int N, int K) {
+    pdl_start();
     __shared__ float partial[32][ROWS];
     const int n = blockIdx.x;
     const unsigned short* wr = w + (size_t)n * K;
@@ -156,16 +176,19 @@ __device__ void matmul_warp(const float* __restrict__ x, const void* __restrict_
 
 extern "C" __global__ void matmul_bf16_warp(const float* __restrict__ x, const unsigned short* __restrict__ w,
                                             float* __restrict__ y, int M, int N, int K) {
+    pdl_start();
     matmul_warp<1>(x, w, y, M, N, K);
 }
 
 extern "C" __global__ void matmul_f32_warp(const float* __restrict__ x, const float* __restrict__ w,
                                            float* __restrict__ y, int M, int N, int K) {
+    pdl_start();
     matmul_warp<0>(x, w, y, M, N, K);
 }
 
 extern "C" __global__ void matmul_f16_warp(const float* __restrict__ x, const unsigned short* __restrict__ w,
                                            float* __restrict__ y, int M, int N, int K) {
+    pdl_start();
     matmul_warp<2>(x, w, y, M, N, K);
 }
 
@@ -356,6 +379,7 @@ __device__ __forceinline__ void finish_splits(float* y, const float* part, int* 
 #define MMA_KERNEL(name, MT, U, NC)                                                                        \
     extern "C" __global__ void name(const unsigned short* xs, const unsigned short* w, float* y, float* part, \
                                     int* counters, int M, int N, int K, int kchunk, int aligned) {          \
+        pdl_start();                                                                                        \
         matmul_mma<MT, U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                       \
         finish_splits(y, part, counters, M, N);                                                             \
     }
@@ -424,9 +448,14 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
     const rows_act x = rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // The first step's weights are loaded before pdl_start: weights are
+    // never written, so under TANDEM_CUDA_PDL their stream starts while the
+    // kernel before this one (a norm, say) still runs.
+    uint4 cur[U];
+    if (k0 < k1) wload_step<U, NC>(cur, wr, k0, t, k1, wok, al);
+    pdl_start();
     for (int kb = k0; kb < k1; kb += 32 * U) {
-        uint4 cur[U];
-        wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
+        if (kb != k0) wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
@@ -450,6 +479,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned) {                                                             \
         matmul_rows<U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                             \
+        pdl_start(); /* warps past N skipped matmul_rows' wait */                                              \
         finish_splits(y, part, counters, M, N);                                                                \
     }
 ROWS_KERNEL(matmul_rows, 4, true)
@@ -462,6 +492,7 @@ ROWS_KERNEL(matmul_rows_plain, 4, false) // plain loads, for comparison
 extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_at(const unsigned short* xs, const unsigned short* w,
         float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, const int* sel, int slot,
         size_t stride) {
+    pdl_start(); // sel is the previous kernel's output
     matmul_rows<4, true>(xs, w + (size_t)sel[slot] * stride, part, M, N, K, kchunk, aligned);
     finish_splits(y, part, counters, M, N);
 }
@@ -497,6 +528,7 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
 
 extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                         float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
+    pdl_start();
     __shared__ __align__(16) unsigned short as[2][3][TBM][32];
     __shared__ __align__(16) unsigned short bs[2][TBN][32];
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
@@ -575,6 +607,7 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {
+    pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
         float s = part[i];
         for (int j = 1; j < splits; j++) s = __fadd_rn(s, part[(size_t)j * n + i]);

@@ -11,6 +11,25 @@
 #define DT_BF16 1
 #define DT_F16 2
 
+// pdl_start begins every kernel. A kernel launched with programmatic
+// stream serialization (TANDEM_CUDA_PDL) may be scheduled while the kernel
+// before it in the stream still runs; griddepcontrol.wait holds each thread
+// until that kernel has finished and its writes are visible, so nothing is
+// read or written before it. launch_dependents then lets the next kernel be
+// scheduled early in turn. Without the launch attribute (or below sm_90)
+// both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_start() {
+    pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
     unsigned s = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
     if (e == 0) {
@@ -52,6 +71,7 @@ __device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, 
 // mid = bf16(x − hi), lo = bf16(x − hi − mid); the subtractions are exact)
 // for the tensor-core matmul (matmul.cu).
 extern "C" __global__ void split_bf16(unsigned short* parts, const float* x, int n) {
+    pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x)
         emit(parts, n, i, x[i]);
 }
@@ -71,6 +91,7 @@ __device__ __forceinline__ unsigned short f32_to_f16(float f) {
 // convert copies n elements from src (dtype sd) to dst (dtype dd). Equal
 // dtypes copy bits; F32 → BF16/F16 rounds; BF16/F16 → F32 widens.
 extern "C" __global__ void convert(void* dst, int dd, const void* src, int sd, int n) {
+    pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
         if (dd == sd) {
             if (dd == DT_F32) ((unsigned*)dst)[i] = ((const unsigned*)src)[i];
@@ -88,6 +109,7 @@ extern "C" __global__ void convert(void* dst, int dd, const void* src, int sd, i
 // step (a layer's KV write) run as this kernel: a copy-engine node in a
 // CUDA graph left the SMs idle around it (about 14 µs a copy on the H200).
 extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n) {
+    pdl_start();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
 }
 
@@ -95,6 +117,7 @@ extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n)
 // d1 [M, n1] and d2 [M, n2] (n2 may be 0): the products of a stacked matmul
 // (MatMuls) as tensors of their own, in one launch.
 extern "C" __global__ void split_cols(float* d0, float* d1, float* d2, const float* src, int M, int n0, int n1, int n2) {
+    pdl_start();
     const int W = n0 + n1 + n2;
     const size_t total = (size_t)M * W;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -112,6 +135,7 @@ extern "C" __global__ void split_cols(float* d0, float* d1, float* d2, const flo
 // host's arithmetic in model/gemma4's experts. One thread; k is small.
 extern "C" __global__ void moe_route(int* experts, float* scales, const float* vals, const int* idx, const void* pe,
                                      int pet, int k) {
+    pdl_start();
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     float sum = 0.0f;
     for (int j = 0; j < k; j++) sum = __fadd_rn(sum, vals[j]);
@@ -132,6 +156,7 @@ extern "C" __global__ void moe_route(int* experts, float* scales, const float* v
 
 // gather: out[i] = table[ids[i]] widened; grid.x = len(ids).
 extern "C" __global__ void gather(float* out, const void* table, int dt, const int* ids, int D) {
+    pdl_start();
     const size_t row = (size_t)ids[blockIdx.x] * D;
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
         if (dt == DT_I32)
@@ -144,6 +169,7 @@ extern "C" __global__ void gather(float* out, const void* table, int dt, const i
 // add_rows: dst[rows[i]] += scale[i]·src[i] for i in order, one thread per
 // column, so repeated rows accumulate in the same order as on the CPU.
 extern "C" __global__ void add_rows(float* dst, const float* src, const int* rows, const float* scale, int n, int D) {
+    pdl_start();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= D) return;
     for (int i = 0; i < n; i++) {
@@ -155,6 +181,7 @@ extern "C" __global__ void add_rows(float* dst, const float* src, const int* row
 
 // concat joins rows of a [rows, da] and b [rows, db]; esize is 4 or 2 bytes.
 extern "C" __global__ void concat(void* out, const void* a, const void* b, int rows, int da, int db, int esize) {
+    pdl_start();
     const int w = da + db;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)rows * w; i += (size_t)gridDim.x * blockDim.x) {
         const size_t r = i / w;
@@ -169,6 +196,7 @@ extern "C" __global__ void concat(void* out, const void* a, const void* b, int r
 
 // binary: out = x op y with y (dtype yt) indexed by i % period; op 0 adds, 1 multiplies.
 extern "C" __global__ void binary(float* out, const float* x, const void* y, int yt, int n, int period, int op) {
+    pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
         const float b = load(y, yt, i % period);
         out[i] = op == 0 ? __fadd_rn(x[i], b) : __fmul_rn(x[i], b);
@@ -184,6 +212,7 @@ __device__ __forceinline__ float gelu(float v) {
 
 // unary: op 0 scales by s, 1 is GELU (tanh), 2 is the softcap s·tanh(x/s).
 extern "C" __global__ void unary(float* out, const float* x, int n, int op, float s) {
+    pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
         const float v = x[i];
         if (op == 0) out[i] = __fmul_rn(v, s);
@@ -193,6 +222,7 @@ extern "C" __global__ void unary(float* out, const float* x, int n, int op, floa
 }
 
 extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, int n, unsigned short* parts) {
+    pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
         const float v = __fmul_rn(gelu(g[i]), u[i]);
         out[i] = v;
@@ -289,6 +319,7 @@ __device__ __forceinline__ void cached_store(float* yr, const float xv[RCACHE], 
 // (cache = 0 takes the loop for any D, for the test that says so).
 extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res,
                                    unsigned short* parts, size_t n, int cache) {
+    pdl_start();
     __shared__ double sh[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
     float* yr = out + (size_t)blockIdx.x * D;
@@ -317,6 +348,7 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
 extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const float* res, const void* w1, int w1t,
                                     const void* s, int st, const void* w2, int w2t, int D, float eps,
                                     unsigned short* parts, size_t n) {
+    pdl_start();
     __shared__ double sh[RBLOCK];
     const size_t row = (size_t)blockIdx.x * D;
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
@@ -357,6 +389,7 @@ __device__ __forceinline__ void rotate(float* yr, int j, int half, float x0, flo
 // rotation, the bits of the two kernels in sequence.
 extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* w, int wt, float eps,
                                         const int* pos, const float* freq, int H, int d, int half) {
+    pdl_start();
     __shared__ double sh[RBLOCK];
     const int t = blockIdx.x / H;
     const float* xr = x + (size_t)blockIdx.x * d;
@@ -376,6 +409,7 @@ extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* 
 extern "C" __global__ void qkv_norms(float* qo, float* ko, float* vo, const float* q, const float* k, const float* v,
                                      const void* qw, int qwt, const void* kw, int kwt, float eps, const int* pos,
                                      const float* freq, int Hq, int Hk, int d, int half) {
+    pdl_start();
     __shared__ double sh[RBLOCK];
     const int per = Hq + 2 * Hk, t = blockIdx.x / per, i = blockIdx.x % per;
     const float* xr;
@@ -401,6 +435,7 @@ extern "C" __global__ void qkv_norms(float* qo, float* ko, float* vo, const floa
 }
 
 extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
+    pdl_start();
     const int t = blockIdx.x / H;
     const float* xr = x + (size_t)blockIdx.x * d;
     float* yr = out + (size_t)blockIdx.x * d;
@@ -417,6 +452,7 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 
 // softmax: one block per row.
 extern "C" __global__ void softmax(float* out, const float* x, int D) {
+    pdl_start();
     __shared__ double sh[RBLOCK];
     __shared__ float shm[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
@@ -470,6 +506,7 @@ __device__ void block_best(float* v, int* i, float* shv, int* shi) {
 // argmax_part: grid (R, P); block p of row r takes elements
 // [p·span, (p+1)·span) and writes its best to pv, pi[r·P + p].
 extern "C" __global__ void argmax_part(float* pv, int* pi, const float* x, int D, int span) {
+    pdl_start();
     __shared__ float shv[RBLOCK];
     __shared__ int shi[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
@@ -490,6 +527,7 @@ extern "C" __global__ void argmax_part(float* pv, int* pi, const float* x, int D
 
 // argmax_finish: one block per row, the best of its P candidates.
 extern "C" __global__ void argmax_finish(float* vals, int* idx, const float* pv, const int* pi, int P) {
+    pdl_start();
     __shared__ float shv[RBLOCK];
     __shared__ int shi[RBLOCK];
     float bv = 0.0f;
@@ -520,6 +558,7 @@ __device__ __forceinline__ bool keyed_above(float a, int ka, int ia, float b, in
 // argmax_keyed: one block per row; out[row] is the key of the row's best
 // value (the row's first key when every value is NaN).
 extern "C" __global__ void argmax_keyed(int* out, const float* x, const int* keys, int D) {
+    pdl_start();
     __shared__ float shv[RBLOCK];
     __shared__ int shk[RBLOCK], shi[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
@@ -547,6 +586,7 @@ extern "C" __global__ void argmax_keyed(int* out, const float* x, const int* key
 // topk: one block per row; k rounds, each picking the best element ranking
 // strictly below the previous pick (k = 1 is argmax).
 extern "C" __global__ void topk(float* vals, int* idx, const float* x, int D, int k) {
+    pdl_start();
     __shared__ float shv[RBLOCK];
     __shared__ int shi[RBLOCK];
     const float* xr = x + (size_t)blockIdx.x * D;
@@ -591,6 +631,7 @@ __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) 
 extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax,
                                        const int* slot_of, const int* minpos, const int* qpos,
                                        int L, int Hq, int Hkv, int S, int D, float scale, int causal, int window) {
+    pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
@@ -651,6 +692,7 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
                                        const int* slot_of, const int* minpos, const int* qpos,
                                        int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,
                                        float* out, unsigned short* parts, size_t n) {
+    pdl_start();
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
@@ -728,6 +770,7 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, float* sc, float* cmax,
                                              const int* slot_of, const int* minpos, const int* qpos,
                                              int L, int Hq, int Hkv, int S, int D, float scale, int causal, int window) {
+    pdl_start();
     __shared__ float qs[QT][512];
     __shared__ float shm[QT][RBLOCK / 32];
     const int h = blockIdx.x, tiles = (L + QT - 1) / QT, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * QT;
@@ -806,6 +849,7 @@ extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, flo
 extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
                                              const int* slot_of, const int* minpos, const int* qpos,
                                              int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window) {
+    pdl_start();
     __shared__ float es[QT][ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
@@ -869,6 +913,7 @@ extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, co
 // query that sees no key gets zeros.
 extern "C" __global__ void attn_combine(float* out, const float* pv, const double* pe, int Hq, int Dv, int nsplit,
                                         unsigned short* parts, size_t n) {
+    pdl_start();
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     double e = 0;
     for (int i = 0; i < nsplit; i++) e += pe[bh * nsplit + i];
@@ -884,6 +929,7 @@ extern "C" __global__ void attn_combine(float* out, const float* pv, const doubl
 // spin keeps one thread busy for ns nanoseconds: work queued behind it then
 // runs back to back, however slowly the host issues it (for measurements).
 extern "C" __global__ void spin(int ns) {
+    pdl_start();
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do {
