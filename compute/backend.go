@@ -347,9 +347,10 @@ func MatMuls(b Backend, x *Tensor, ws ...*Tensor) []*Tensor {
 // layer (and can be recorded whole). Each op gives the bits of the host's
 // way of doing the same (named below).
 type Router interface {
-	// Routes reports whether the backend routes on the device with expert
-	// weights w ([E, rows, K]); the host path is taken otherwise.
-	Routes(w *Tensor) bool
+	// Routes reports whether the backend routes tokens tokens on the
+	// device with expert weights w ([E, rows, K]); the host path is taken
+	// otherwise. Several tokens are routed one by one, each as a lone token.
+	Routes(w *Tensor, tokens int) bool
 	// RouteExperts takes one token's top-k router probabilities vals and
 	// expert ids idx ([1, k], TopK's order) to the experts in ascending id
 	// (I32 [k]) and their scales (F32 [k]): vals[j] / Σ vals ·

@@ -69,8 +69,8 @@ type Routing struct {
 	Calls int // RouteExperts calls
 }
 
-// Routes implements compute.Router.
-func (b *Routing) Routes(*compute.Tensor) bool { return true }
+// Routes implements compute.Router, for any number of tokens.
+func (b *Routing) Routes(*compute.Tensor, int) bool { return true }
 
 // RouteExperts implements compute.Router.
 func (b *Routing) RouteExperts(vals, idx, perExpert *compute.Tensor) (experts, scales *compute.Tensor) {

@@ -488,11 +488,24 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 // per layer); TANDEM_CUDA_ROUTE=0 routes on the host, for comparisons.
 var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") != "0"
 
+// routeRows routes a pass of up to maxRouteRows tokens (a verify) on the
+// device too, each token as a lone one (TANDEM_CUDA_ROUTE_ROWS=1): no read
+// per layer, so the pass is recorded whole, at the price of reading an
+// expert once per token that chose it rather than once per pass. The host
+// path read the choice back 30 times a 26B-A4B verify, which took 4-5
+// decode steps. Written without a GPU: off until measured.
+var routeRows = os.Getenv("TANDEM_CUDA_ROUTE_ROWS") == "1"
+
+const maxRouteRows = 8
+
 var _ compute.Router = (*Backend)(nil)
 
 // Routes implements compute.Router: bf16 expert weights, which the rows
 // kernel takes at a device-chosen expert (matmul_rows_at).
-func (b *Backend) Routes(w *compute.Tensor) bool {
+func (b *Backend) Routes(w *compute.Tensor, tokens int) bool {
+	if tokens != 1 && (!routeRows || tokens < 1 || tokens > maxRouteRows) {
+		return false
+	}
 	// With stacking off the host path runs an expert's gate and up apart,
 	// each split by its own shape, where MatMulAt runs them as one.
 	return routeOnDevice && stackMatMuls && w != nil && w.Rank() == 3 && w.DType() == compute.BF16 && !warpMatMul &&

@@ -77,14 +77,26 @@ func TestGraphsMatchDirect(t *testing.T) {
 
 // TestProgrammaticLaunchWaits protects pdl_start (TANDEM_CUDA_PDL): a
 // kernel launched while the one before it still writes must not read
-// early. A 256 MB copy writes its last word at its very end, and a
-// one-word copy of that word is launched right behind it; its
-// launch_dependents lets the second be scheduled as soon as the first's
-// last block starts, so without the wait it reads the zero that was there.
+// early. A 256 MB copy on one block per multiprocessor starts all its
+// blocks at once, and their launch_dependents lets the next kernel be
+// scheduled at once too; the copy writes its last word at its very end.
+// A one-word copy of that word launched right behind it must read the
+// written value. The same copy by a test kernel without the wait must read
+// the zero that was there, or the launches did not overlap and the test
+// would prove nothing.
 func TestProgrammaticLaunchWaits(t *testing.T) {
 	b := backendOrSkip(t)
 	if b.dev.d.launchExFn == 0 {
 		t.Skip("the driver lacks cuLaunchKernelEx")
+	}
+	early, err := b.dev.Compile(`extern "C" __global__ void copy_early(unsigned* dst, const unsigned* src, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}`, "early.cu", "copy_early")
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
 	programmaticLaunch = true
@@ -109,22 +121,35 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 	}
 	last := Buffer{ptr: d.ptr + 4*(n-1), Size: 4}
 	zeros := make([]byte, 4*n)
-	for trial := range 4 {
+	read := func(reader Kernel) uint32 {
+		t.Helper()
 		if err := dev.Upload(d, zeros); err != nil {
 			t.Fatal(err)
 		}
-		if err := dev.LaunchAsync(b.k["copy_words"], grid1(n), [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
 			t.Fatal(err)
 		}
-		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1}, 0, out, last, 1); err != nil {
+		if err := dev.LaunchAsync(reader, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, out, last, 1); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]byte, 4)
 		if err := dev.Download(got, out); err != nil {
 			t.Fatal(err)
 		}
-		if g, want := binary.LittleEndian.Uint32(got), uint32(n-1)|1; g != want {
+		return binary.LittleEndian.Uint32(got)
+	}
+	want := uint32(n-1) | 1
+	stale := 0
+	for trial := range 4 {
+		if g := read(b.k["copy_words"]); g != want {
 			t.Fatalf("trial %d: the second kernel read %#x, want %#x (it ran before the first had written)", trial, g, want)
 		}
+		if read(early["copy_early"]) != want {
+			stale++
+		}
 	}
+	if stale == 0 {
+		t.Fatal("a reader without griddepcontrol.wait never read early: the launches did not overlap, so the wait went untested")
+	}
+	t.Logf("the reader without the wait read early in %d of 4 trials", stale)
 }

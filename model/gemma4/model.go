@@ -672,30 +672,28 @@ func (m *Model) feedForward(l *layer, x, h *compute.Tensor) *compute.Tensor {
 
 // experts routes each token to its top-k experts and sums their weighted
 // outputs. Experts are visited in ascending id, so every token's sum has the
-// same order whatever else is in the batch. A lone token on a backend that
-// routes on the device (compute.Router) never reads the choice back; the
-// gate and up projections of an expert are one product where the backend
-// stacks (compute.MatMuls), on both paths.
+// same order whatever else is in the batch. On a backend that routes on the
+// device (compute.Router) the choice is never read back: each token runs
+// as a lone one (every op is batch-invariant, so the bits are the host
+// path's). The gate and up projections of an expert are one product where
+// the backend stacks (compute.MatMuls), on both paths.
 func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
-	eps := float32(c.RMSNormEps)
 	N, H := r.Dim(0), c.HiddenSize
-	E, K, I := deref(c.NumExperts), deref(c.TopKExperts), deref(c.MoEIntermediateSize)
-
-	z := b.Scale(b.Mul(b.RMSNorm(r, nil, eps), l.routerScale), float32(1/math.Sqrt(float64(H))))
-	vals, idx := b.TopK(b.Softmax(b.MatMul(z, l.routerProj)), K)
-	if rt, ok := b.(compute.Router); ok && N == 1 && l.expertScale != nil && rt.Routes(l.expGateUp) && rt.Routes(l.expDown) {
-		experts, scales := rt.RouteExperts(vals, idx, l.expertScale)
-		x2 := b.RMSNorm(r, l.preFF2, eps)
+	if rt, ok := b.(compute.Router); ok && l.expertScale != nil && rt.Routes(l.expGateUp, N) && rt.Routes(l.expDown, N) {
+		if N == 1 {
+			return m.routedExperts(rt, l, r)
+		}
 		out := b.Zeros(compute.F32, N, H)
-		for j := range K {
-			gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I).Reshape(2, I)
-			act := b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
-			rt.AddRowAt(out, rt.MatMulAt(act, l.expDown, experts, j, 0, H), scales, j)
+		for n := range N {
+			b.Copy(out, n, m.routedExperts(rt, l, b.Slice(r, n, n+1)))
 		}
 		return out
 	}
+	eps := float32(c.RMSNormEps)
+	E, K, I := deref(c.NumExperts), deref(c.TopKExperts), deref(c.MoEIntermediateSize)
+	vals, idx := m.route(l, r)
 	weights, experts := b.ToF32(vals), b.ToI32(idx)
 	perExpert := l.perExpert
 	tokens := make([][]int32, E)
@@ -722,6 +720,31 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 		p := compute.MatMuls(b, xe, b.Slice(gu, 0, I), b.Slice(gu, I, 2*I))
 		act := b.GeluMul(p[0], p[1])
 		b.AddRows(out, b.MatMul(act, b.Index(l.expDown, e)), tokens[e], scales[e])
+	}
+	return out
+}
+
+// route is the router: each token's top-k expert probabilities and ids.
+func (m *Model) route(l *layer, r *compute.Tensor) (vals, idx *compute.Tensor) {
+	c := &m.Config.Text
+	b := m.b
+	z := b.Scale(b.Mul(b.RMSNorm(r, nil, float32(c.RMSNormEps)), l.routerScale), float32(1/math.Sqrt(float64(c.HiddenSize))))
+	return b.TopK(b.Softmax(b.MatMul(z, l.routerProj)), deref(c.TopKExperts))
+}
+
+// routedExperts is experts for one token r [1, H] on the device.
+func (m *Model) routedExperts(rt compute.Router, l *layer, r *compute.Tensor) *compute.Tensor {
+	c := &m.Config.Text
+	b := m.b
+	K, I, H := deref(c.TopKExperts), deref(c.MoEIntermediateSize), c.HiddenSize
+	vals, idx := m.route(l, r)
+	experts, scales := rt.RouteExperts(vals, idx, l.expertScale)
+	x2 := b.RMSNorm(r, l.preFF2, float32(c.RMSNormEps))
+	out := b.Zeros(compute.F32, 1, H)
+	for j := range K {
+		gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I).Reshape(2, I)
+		act := b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
+		rt.AddRowAt(out, rt.MatMulAt(act, l.expDown, experts, j, 0, H), scales, j)
 	}
 	return out
 }

@@ -74,39 +74,50 @@ func TestStackedWeightsMatch(t *testing.T) {
 }
 
 // TestDeviceRoutingMatches protects the MoE layer's on-device routing
-// path (compute.Router, taken for a lone token): decoding the tiny MoE
-// preset token by token through it gives the bits of the host path.
+// path (compute.Router): decoding the tiny MoE preset through it, a token
+// at a time and several tokens a pass (each routed as a lone token), gives
+// the bits of the host path.
 func TestDeviceRoutingMatches(t *testing.T) {
 	p, err := gemma4.LookupPreset("gemma4-tiny-26b-a4b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	decode := func(b compute.Backend) [][]float32 {
-		m, err := p.Random(b, compute.BF16, 9, gemma4.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache := m.NewCache(16)
-		var out [][]float32
-		for _, tok := range []int32{2, 17, 99, 3, 250, 41} {
-			o, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
-			if err != nil {
-				t.Fatal(err)
+	for _, tc := range []struct {
+		name   string
+		passes [][]int32
+	}{
+		{"one token a pass", [][]int32{{2}, {17}, {99}, {3}, {250}, {41}}},
+		{"several tokens a pass", [][]int32{{2, 17, 99}, {3}, {250, 41, 7, 19}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			decode := func(b compute.Backend) [][]float32 {
+				m, err := p.Random(b, compute.BF16, 9, gemma4.LoadOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cache := m.NewCache(16)
+				var out [][]float32
+				for _, toks := range tc.passes {
+					o, err := m.Forward([]gemma4.Row{{Tokens: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, b.ToF32(o.Logits))
+				}
+				return out
 			}
-			out = append(out, b.ToF32(o.Logits))
-		}
-		return out
-	}
-	routing := &computetest.Routing{Backend: cpu.New(0)}
-	want, got := decode(cpu.New(0)), decode(routing)
-	if routing.Calls == 0 {
-		t.Fatal("the MoE layers never routed on the device path")
-	}
-	for s := range want {
-		for i := range want[s] {
-			if got[s][i] != want[s][i] {
-				t.Fatalf("step %d logit %d: routed on the device %v, on the host %v", s, i, got[s][i], want[s][i])
+			routing := &computetest.Routing{Backend: cpu.New(0)}
+			want, got := decode(cpu.New(0)), decode(routing)
+			if routing.Calls == 0 {
+				t.Fatal("the MoE layers never routed on the device path")
 			}
-		}
+			for s := range want {
+				for i := range want[s] {
+					if got[s][i] != want[s][i] {
+						t.Fatalf("pass %d logit %d: routed on the device %v, on the host %v", s, i, got[s][i], want[s][i])
+					}
+				}
+			}
+		})
 	}
 }

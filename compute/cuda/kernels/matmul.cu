@@ -17,14 +17,9 @@
 // read or written before it. launch_dependents then lets the next kernel be
 // scheduled early in turn. Without the launch attribute (or below sm_90)
 // both are no-ops.
-__device__ __forceinline__ void pdl_wait() {
+__device__ __forceinline__ void pdl_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_start() {
-    pdl_wait();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
@@ -448,14 +443,9 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
     const rows_act x = rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // The first step's weights are loaded before pdl_start: weights are
-    // never written, so under TANDEM_CUDA_PDL their stream starts while the
-    // kernel before this one (a norm, say) still runs.
-    uint4 cur[U];
-    if (k0 < k1) wload_step<U, NC>(cur, wr, k0, t, k1, wok, al);
-    pdl_start();
     for (int kb = k0; kb < k1; kb += 32 * U) {
-        if (kb != k0) wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
+        uint4 cur[U];
+        wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
@@ -478,8 +468,8 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned) {                                                             \
+        pdl_start();                                                                                           \
         matmul_rows<U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                             \
-        pdl_start(); /* warps past N skipped matmul_rows' wait */                                              \
         finish_splits(y, part, counters, M, N);                                                                \
     }
 ROWS_KERNEL(matmul_rows, 4, true)

@@ -18,14 +18,9 @@
 // read or written before it. launch_dependents then lets the next kernel be
 // scheduled early in turn. Without the launch attribute (or below sm_90)
 // both are no-ops.
-__device__ __forceinline__ void pdl_wait() {
+__device__ __forceinline__ void pdl_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_start() {
-    pdl_wait();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
