@@ -347,18 +347,20 @@ func MatMuls(b Backend, x *Tensor, ws ...*Tensor) []*Tensor {
 // layer (and can be recorded whole). Each op gives the bits of the host's
 // way of doing the same (named below).
 type Router interface {
-	// Routes reports whether the backend routes tokens tokens on the
-	// device with expert weights w ([E, rows, K]); the host path is taken
-	// otherwise. Several tokens are routed one by one, each as a lone token.
+	// Routes reports whether the backend routes a pass of tokens tokens on
+	// the device with expert weights w ([E, rows, K]); the host path is
+	// taken otherwise. Each token is routed as a lone one.
 	Routes(w *Tensor, tokens int) bool
-	// RouteExperts takes one token's top-k router probabilities vals and
-	// expert ids idx ([1, k], TopK's order) to the experts in ascending id
-	// (I32 [k]) and their scales (F32 [k]): vals[j] / Σ vals ·
+	// RouteExperts takes each token's top-k router probabilities vals and
+	// expert ids idx ([N, k], TopK's order) to its experts in ascending id
+	// (I32 [N, k]) and their scales (F32 [N, k]): vals[j] / Σ vals ·
 	// perExpert[idx[j]] in float32, the sum in j order.
 	RouteExperts(vals, idx, perExpert *Tensor) (experts, scales *Tensor)
-	// MatMulAt is MatMul(x, Slice(Index(w, experts[slot]), off, off+n))
-	// for one row x [1, K].
+	// MatMulAt gives, for each token row r of x [N, K], row r of its result
+	// [N, n] as MatMul(x[r], Slice(Index(w, experts[r, slot]), off, off+n))
+	// of that row alone.
 	MatMulAt(x, w, experts *Tensor, slot, off, n int) *Tensor
-	// AddRowAt is AddRows(dst, src, {0}, {scales[slot]}) for one row.
+	// AddRowAt is AddRows(dst, src, {0, …, N−1}, {scales[r, slot]}) for
+	// dst and src [N, D].
 	AddRowAt(dst, src, scales *Tensor, slot int)
 }

@@ -66,7 +66,8 @@ func (b *Stacking) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.
 // expert routing path on the CPU too.
 type Routing struct {
 	compute.Backend
-	Calls int // RouteExperts calls
+	Calls  int // RouteExperts calls
+	Tokens int // tokens routed in passes of several
 }
 
 // Routes implements compute.Router, for any number of tokens.
@@ -75,34 +76,53 @@ func (b *Routing) Routes(*compute.Tensor, int) bool { return true }
 // RouteExperts implements compute.Router.
 func (b *Routing) RouteExperts(vals, idx, perExpert *compute.Tensor) (experts, scales *compute.Tensor) {
 	b.Calls++
+	if vals.Rows() > 1 {
+		b.Tokens += vals.Rows()
+	}
 	v, ids, pe := b.ToF32(vals), b.ToI32(idx), b.ToF32(perExpert)
-	var sum float32
-	for _, x := range v {
-		sum += x
+	N, k := vals.Rows(), vals.Dim(-1)
+	es, ss := make([]int32, N*k), make([]float32, N*k)
+	for r := range N {
+		var sum float32
+		for _, x := range v[r*k : (r+1)*k] {
+			sum += x
+		}
+		type pick struct {
+			e int32
+			s float32
+		}
+		picks := make([]pick, k)
+		for j := range picks {
+			e := ids[r*k+j]
+			picks[j] = pick{e, v[r*k+j] / sum * pe[e]}
+		}
+		sort.Slice(picks, func(i, j int) bool { return picks[i].e < picks[j].e })
+		for j, p := range picks {
+			es[r*k+j], ss[r*k+j] = p.e, p.s
+		}
 	}
-	type pick struct {
-		e int32
-		s float32
-	}
-	picks := make([]pick, len(v))
-	for j := range v {
-		picks[j] = pick{ids[j], v[j] / sum * pe[ids[j]]}
-	}
-	sort.Slice(picks, func(i, j int) bool { return picks[i].e < picks[j].e })
-	es, ss := make([]int32, len(v)), make([]float32, len(v))
-	for j, p := range picks {
-		es[j], ss[j] = p.e, p.s
-	}
-	return b.FromI32(es, len(es)), b.FromF32(ss, len(ss))
+	return b.FromI32(es, N, k), b.FromF32(ss, N, k)
 }
 
-// MatMulAt implements compute.Router.
+// MatMulAt implements compute.Router, a row at a time.
 func (b *Routing) MatMulAt(x, w, experts *compute.Tensor, slot, off, n int) *compute.Tensor {
-	e := int(b.ToI32(experts)[slot])
-	return b.MatMul(x, b.Slice(b.Index(w, e), off, off+n))
+	N, k := x.Rows(), experts.Dim(-1)
+	es := b.ToI32(experts)
+	y := b.Zeros(compute.F32, N, n)
+	for r := range N {
+		e := int(es[r*k+slot])
+		b.Copy(y, r, b.MatMul(b.Slice(x, r, r+1), b.Slice(b.Index(w, e), off, off+n)))
+	}
+	return y
 }
 
 // AddRowAt implements compute.Router.
 func (b *Routing) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
-	b.AddRows(dst, src, []int32{0}, []float32{b.ToF32(scales)[slot]})
+	N, k := dst.Rows(), scales.Dim(-1)
+	ss := b.ToF32(scales)
+	rows, sc := make([]int32, N), make([]float32, N)
+	for r := range N {
+		rows[r], sc[r] = int32(r), ss[r*k+slot]
+	}
+	b.AddRows(dst, src, rows, sc)
 }

@@ -61,7 +61,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at"},
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -489,11 +489,13 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") != "0"
 
 // routeRows routes a pass of up to maxRouteRows tokens (a verify) on the
-// device too, each token as a lone one (TANDEM_CUDA_ROUTE_ROWS=1): no read
-// per layer, so the pass is recorded whole, at the price of reading an
-// expert once per token that chose it rather than once per pass. The host
-// path read the choice back 30 times a 26B-A4B verify, which took 4-5
-// decode steps. Written without a GPU: off until measured.
+// device too (TANDEM_CUDA_ROUTE_ROWS=1): every token's slot j in one launch
+// (matmul_rows_tokens), so the pass launches what a lone token's step does
+// plus two gathers a slot, reads nothing back per layer and is recorded
+// whole, at the price of reading an expert once per token that chose it
+// rather than once per pass. The host path reads the choice back 30 times
+// a 26B-A4B verify, which took 4-5 decode steps. Written without a GPU:
+// off until measured.
 var routeRows = os.Getenv("TANDEM_CUDA_ROUTE_ROWS") == "1"
 
 const maxRouteRows = 8
@@ -501,7 +503,8 @@ const maxRouteRows = 8
 var _ compute.Router = (*Backend)(nil)
 
 // Routes implements compute.Router: bf16 expert weights, which the rows
-// kernel takes at a device-chosen expert (matmul_rows_at).
+// kernel takes at a device-chosen expert (matmul_rows_at, and
+// matmul_rows_tokens for a pass of several tokens).
 func (b *Backend) Routes(w *compute.Tensor, tokens int) bool {
 	if tokens != 1 && (!routeRows || tokens < 1 || tokens > maxRouteRows) {
 		return false
@@ -512,47 +515,58 @@ func (b *Backend) Routes(w *compute.Tensor, tokens int) bool {
 		rowsMaxM >= 1 && rowsKernel == "matmul_rows"
 }
 
-// RouteExperts implements compute.Router with moe_route.
+// RouteExperts implements compute.Router with moe_route, a block a token.
 func (b *Backend) RouteExperts(vals, idx, perExpert *compute.Tensor) (experts, scales *compute.Tensor) {
 	f32(vals, "RouteExperts")
-	k := vals.Len()
-	if idx.DType() != compute.I32 || idx.Len() != k || vals.Rows() > 1 || k == 0 || !perExpert.DType().IsFloat() {
+	N, k := vals.Rows(), vals.Dim(-1)
+	if idx.DType() != compute.I32 || idx.Len() != vals.Len() || idx.Dim(-1) != k || N < 1 || k == 0 || !perExpert.DType().IsFloat() {
 		panic(fmt.Sprintf("cuda: RouteExperts of %v, %v with %v", vals, idx, perExpert))
 	}
-	experts, scales = b.alloc(compute.I32, k), b.alloc(compute.F32, k)
-	b.launch("moe_route", [3]uint32{1, 1, 1}, 32, ptrOf(experts), ptrOf(scales), ptrOf(vals), ptrOf(idx),
+	experts, scales = b.alloc(compute.I32, N, k), b.alloc(compute.F32, N, k)
+	b.launch("moe_route", [3]uint32{uint32(N), 1, 1}, 32, ptrOf(experts), ptrOf(scales), ptrOf(vals), ptrOf(idx),
 		ptrOf(perExpert), dtCode(perExpert.DType()), k)
 	return experts, scales
 }
 
 // MatMulAt implements compute.Router: the rows kernel on expert
-// experts[slot]'s rows [off, off+n), chosen on the device.
+// experts[r, slot]'s rows [off, off+n), chosen on the device, for each
+// token row r (matmul_rows_at for one, matmul_rows_tokens for several).
 func (b *Backend) MatMulAt(x, w, experts *compute.Tensor, slot, off, n int) *compute.Tensor {
-	K := x.Dim(-1)
-	if x.DType() != compute.F32 || x.Rows() != 1 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K ||
-		off < 0 || n < 1 || off+n > w.Dim(1) || experts.DType() != compute.I32 || slot < 0 || slot >= experts.Len() || K == 0 {
+	K, N, k := x.Dim(-1), x.Rows(), experts.Dim(-1)
+	if x.DType() != compute.F32 || N < 1 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K ||
+		off < 0 || n < 1 || off+n > w.Dim(1) || experts.DType() != compute.I32 || experts.Len() != N*k || slot < 0 ||
+		slot >= k || K == 0 {
 		panic(fmt.Sprintf("cuda: MatMulAt of %v and rows [%d, %d) of %v, expert %d of %v", x, off, off+n, w, slot, experts))
 	}
-	y := b.alloc(compute.F32, 1, n)
+	y := b.alloc(compute.F32, N, n)
 	rows := b.view(w, []int{n, K}, off*K) // expert 0's; the kernel moves to the chosen one
-	b.matmulMMA(y, x, rows, 1, n, K, &expertAt{sel: ptrOf(experts), slot: slot, stride: w.Dim(1) * K})
+	b.matmulMMA(y, x, rows, N, n, K, &expertAt{sel: ptrOf(experts), slot: slot, stride: w.Dim(1) * K, k: k})
 	return y
 }
 
-// AddRowAt implements compute.Router: add_rows with the scale read at
-// scales[slot].
+// AddRowAt implements compute.Router: add_rows with row r's scale read at
+// scales[r, slot].
 func (b *Backend) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
 	b.forgetWrites(dst)
-	D := dst.Dim(-1)
-	if dst.DType() != compute.F32 || src.DType() != compute.F32 || dst.Rows() != 1 || src.Rows() != 1 || src.Dim(-1) != D ||
-		scales.DType() != compute.F32 || slot < 0 || slot >= scales.Len() {
+	D, N, k := dst.Dim(-1), dst.Rows(), scales.Dim(-1)
+	if dst.DType() != compute.F32 || src.DType() != compute.F32 || src.Rows() != N || src.Dim(-1) != D ||
+		scales.DType() != compute.F32 || scales.Len() != N*k || slot < 0 || slot >= k {
 		panic(fmt.Sprintf("cuda: AddRowAt of %v into %v scaled by %d of %v", src, dst, slot, scales))
 	}
 	if D == 0 {
 		return
 	}
-	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table([]int32{0})),
-		at(ptrOf(scales), slot), 1, D)
+	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table(tokenRows(N))),
+		at(ptrOf(scales), slot), k, N, D)
+}
+
+// tokenRows is the index table 0, 1, …, n−1.
+func tokenRows(n int) []int32 {
+	rows := make([]int32, n)
+	for i := range rows {
+		rows[i] = int32(i)
+	}
+	return rows
 }
 
 // stackMatMuls turns MatMuls of stacked weights into one product;
@@ -658,17 +672,19 @@ func splitK(N, K int) (splits, chunk int) {
 	return (K + chunk - 1) / chunk, chunk
 }
 
-// expertAt picks a matmul's weights on the device: the rows of expert
-// sel[slot], stride elements after the previous expert's (MatMulAt).
+// expertAt picks a matmul's weights on the device: for token z, the rows
+// of expert sel[z·k + slot], stride elements after the previous expert's
+// (MatMulAt).
 type expertAt struct {
 	sel          Buffer
 	slot, stride int
+	k            int // experts a token in sel
 }
 
 // matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
 // the product per K split, and the splits summed in order. With at, w is
-// expert 0's rows and the kernel (the rows kernel, one row) moves to the
-// expert the device chose.
+// expert 0's rows and the kernel (the rows kernel, each token a row of its
+// own) moves to the expert the device chose for the token.
 func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) {
 	splits, chunk := splitK(N, K)
 	out := y
@@ -677,8 +693,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	}
 	name := mma1Kernel
 	switch {
-	case at != nil:
+	case at != nil && M == 1:
 		name = "matmul_rows_at"
+	case at != nil:
+		name = "matmul_rows_tokens"
 	case M <= min(rowsMaxM, 5): // three tile rows per activation row fit five rows
 		name = rowsKernel
 	case M > 16:
@@ -695,8 +713,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	grid := [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
 	switch {
-	case at != nil:
+	case at != nil && M == 1:
 		tail = append(tail, at.sel, at.slot, at.stride)
+	case at != nil: // a block of the third dimension a token
+		grid[2], tail = uint32(M), append(tail, at.sel, at.slot, at.stride, at.k)
 	case M > 16 && tiledMatMul && al == 1:
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
@@ -831,6 +851,11 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 	if len(ids) == 0 || D == 0 {
 		return b.gather(table, len(ids), nil)
 	}
+	if routeRows && len(ids) > 1 && len(ids) <= 2*maxRouteRows {
+		// A routed pass's gate and up rows (model/gemma4's routedExperts),
+		// the same ids every layer: memoised, not uploaded each time.
+		return b.gather(table, len(ids), ptrOf(b.table(ids)))
+	}
 	idx := b.ints(ids)
 	out := b.gather(table, len(ids), ptrOf(idx))
 	b.recycle(idx)
@@ -883,7 +908,7 @@ func (b *Backend) AddRows(dst, src *compute.Tensor, rows []int32, scale []float3
 	if scale != nil {
 		sc = ptrOf(b.floats(scale))
 	}
-	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.ints(rows)), sc, len(rows), D)
+	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.ints(rows)), sc, 1, len(rows), D)
 }
 
 // Concat implements compute.Backend.

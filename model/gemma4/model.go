@@ -673,23 +673,16 @@ func (m *Model) feedForward(l *layer, x, h *compute.Tensor) *compute.Tensor {
 // experts routes each token to its top-k experts and sums their weighted
 // outputs. Experts are visited in ascending id, so every token's sum has the
 // same order whatever else is in the batch. On a backend that routes on the
-// device (compute.Router) the choice is never read back: each token runs
-// as a lone one (every op is batch-invariant, so the bits are the host
-// path's). The gate and up projections of an expert are one product where
-// the backend stacks (compute.MatMuls), on both paths.
+// device (compute.Router) the choice is never read back and each token's
+// products are computed as a lone token's (every op is batch-invariant, so
+// the bits are the host path's). The gate and up projections of an expert
+// are one product where the backend stacks (compute.MatMuls), on both paths.
 func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
 	N, H := r.Dim(0), c.HiddenSize
 	if rt, ok := b.(compute.Router); ok && l.expertScale != nil && rt.Routes(l.expGateUp, N) && rt.Routes(l.expDown, N) {
-		if N == 1 {
-			return m.routedExperts(rt, l, r)
-		}
-		out := b.Zeros(compute.F32, N, H)
-		for n := range N {
-			b.Copy(out, n, m.routedExperts(rt, l, b.Slice(r, n, n+1)))
-		}
-		return out
+		return m.routedExperts(rt, l, r)
 	}
 	eps := float32(c.RMSNormEps)
 	E, K, I := deref(c.NumExperts), deref(c.TopKExperts), deref(c.MoEIntermediateSize)
@@ -732,18 +725,30 @@ func (m *Model) route(l *layer, r *compute.Tensor) (vals, idx *compute.Tensor) {
 	return b.TopK(b.Softmax(b.MatMul(z, l.routerProj)), deref(c.TopKExperts))
 }
 
-// routedExperts is experts for one token r [1, H] on the device.
+// routedExperts is experts on the device: slot j of every token's
+// ascending experts at once, each token's product its own.
 func (m *Model) routedExperts(rt compute.Router, l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
-	K, I, H := deref(c.TopKExperts), deref(c.MoEIntermediateSize), c.HiddenSize
+	N, K, I, H := r.Dim(0), deref(c.TopKExperts), deref(c.MoEIntermediateSize), c.HiddenSize
 	vals, idx := m.route(l, r)
 	experts, scales := rt.RouteExperts(vals, idx, l.expertScale)
 	x2 := b.RMSNorm(r, l.preFF2, float32(c.RMSNormEps))
-	out := b.Zeros(compute.F32, 1, H)
+	// A token's gate and up are one product [2I]; as rows of I they are
+	// rows 2n and 2n+1.
+	gates, ups := make([]int32, N), make([]int32, N)
+	for n := range N {
+		gates[n], ups[n] = int32(2*n), int32(2*n+1)
+	}
+	out := b.Zeros(compute.F32, N, H)
 	for j := range K {
-		gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I).Reshape(2, I)
-		act := b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
+		gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I).Reshape(2*N, I)
+		var act *compute.Tensor
+		if N == 1 {
+			act = b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
+		} else {
+			act = b.GeluMul(b.Gather(gu, gates), b.Gather(gu, ups))
+		}
 		rt.AddRowAt(out, rt.MatMulAt(act, l.expDown, experts, j, 0, H), scales, j)
 	}
 	return out

@@ -87,7 +87,7 @@ func TestDeviceRoutingMatches(t *testing.T) {
 		passes [][]int32
 	}{
 		{"one token a pass", [][]int32{{2}, {17}, {99}, {3}, {250}, {41}}},
-		{"several tokens a pass", [][]int32{{2, 17, 99}, {3}, {250, 41, 7, 19}}},
+		{"several tokens a pass", [][]int32{{2, 17, 99}, {3}, {250, 41, 7, 19}, {5, 6}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			decode := func(b compute.Backend) [][]float32 {
@@ -110,6 +110,9 @@ func TestDeviceRoutingMatches(t *testing.T) {
 			want, got := decode(cpu.New(0)), decode(routing)
 			if routing.Calls == 0 {
 				t.Fatal("the MoE layers never routed on the device path")
+			}
+			if several := len(tc.passes[0]) > 1; several != (routing.Tokens > 0) {
+				t.Fatalf("%d tokens routed in passes of several, want them iff a pass has several", routing.Tokens)
 			}
 			for s := range want {
 				for i := range want[s] {

@@ -412,18 +412,28 @@ __device__ __forceinline__ rows_act rows_act_of(const unsigned short* xs, int M,
     return a;
 }
 
-// rows_store writes a warp's 8 columns for every row from its accumulator
-// (c[0..1]: tile row g, columns 2t and 2t+1; c[2..3]: tile row g + 8)
-// through tile, the warp's 16 × 9 floats of shared memory: each output is
-// its row's three parts summed (lo + mid) + hi.
-__device__ __forceinline__ void rows_store(float* tile, const float c[4], int g, int t, int lane, float* out, int M, int N,
+// rows_act_token is rows_act_of for token z of the M in xs taken alone:
+// the tile rows of a one-row product over that token's three parts.
+__device__ __forceinline__ rows_act rows_act_token(const unsigned short* xs, int M, int K, int g, int z) {
+    rows_act a;
+    a.ok0 = g < 3;
+    a.ok1 = false;
+    a.x0 = xs + (a.ok0 ? (size_t)(g % 3) * M * K + (size_t)z * K : 0);
+    a.x1 = xs;
+    return a;
+}
+
+// rows_store writes a warp's 8 columns for each of M rows at o from its
+// accumulator (c[0..1]: tile row g, columns 2t and 2t+1; c[2..3]: tile row
+// g + 8) through tile, the warp's 16 × 9 floats of shared memory: each
+// output is its row's three parts summed (lo + mid) + hi.
+__device__ __forceinline__ void rows_store(float* tile, const float c[4], int g, int t, int lane, float* o, int M, int N,
                                            int n0) {
     tile[g * 9 + 2 * t] = c[0];
     tile[g * 9 + 2 * t + 1] = c[1];
     tile[(g + 8) * 9 + 2 * t] = c[2];
     tile[(g + 8) * 9 + 2 * t + 1] = c[3];
     __syncwarp();
-    float* o = out + (size_t)blockIdx.y * M * N;
     for (int e = lane; e < 8 * M; e += 32) {
         const int r = e >> 3, j = e & 7;
         if (n0 + j < N)
@@ -431,7 +441,10 @@ __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g,
     }
 }
 
-template <int U, bool NC>
+// With Tok, block z of the grid's third dimension computes token z of the M
+// alone (matmul_rows_tokens): the arithmetic of a launch with M = 1, its
+// split partials at row z of out's [splits][M][N].
+template <int U, bool NC, bool Tok>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned) {
     __shared__ float tile[8][16][9];
@@ -441,7 +454,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const bool wok = n0 + g < N, al = aligned != 0;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
-    const rows_act x = rows_act_of(xs, M, K, g);
+    const rows_act x = Tok ? rows_act_token(xs, M, K, g, blockIdx.z) : rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int kb = k0; kb < k1; kb += 32 * U) {
         uint4 cur[U];
@@ -455,7 +468,10 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
             mma_part(c, cur[u], a0, a1);
         }
     }
-    rows_store(&tile[wid][0][0], c, g, t, lane, out, M, N, n0);
+    if (Tok)
+        rows_store(&tile[wid][0][0], c, g, t, lane, out + ((size_t)blockIdx.y * M + blockIdx.z) * N, 1, N, n0);
+    else
+        rows_store(&tile[wid][0][0], c, g, t, lane, out + (size_t)blockIdx.y * M * N, M, N, n0);
 }
 
 // At most 64 registers: four blocks per multiprocessor. (More weight bytes
@@ -469,7 +485,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned) {                                                             \
         pdl_start();                                                                                           \
-        matmul_rows<U, NC>(xs, w, part, M, N, K, kchunk, aligned);                                             \
+        matmul_rows<U, NC, false>(xs, w, part, M, N, K, kchunk, aligned);                                      \
         finish_splits(y, part, counters, M, N);                                                                \
     }
 ROWS_KERNEL(matmul_rows, 4, true)
@@ -483,8 +499,22 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_at(const unsign
         float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, const int* sel, int slot,
         size_t stride) {
     pdl_start(); // sel is the previous kernel's output
-    matmul_rows<4, true>(xs, w + (size_t)sel[slot] * stride, part, M, N, K, kchunk, aligned);
+    matmul_rows<4, true, false>(xs, w + (size_t)sel[slot] * stride, part, M, N, K, kchunk, aligned);
     finish_splits(y, part, counters, M, N);
+}
+
+// matmul_rows_tokens: matmul_rows_at for each of M tokens at once, block z
+// of the grid's third dimension on token z with expert sel[z·k + slot]
+// (sel holds k experts a token), each token's product the bits of
+// matmul_rows_at on that token alone. Its K split's counters are per token
+// and column group.
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_tokens(const unsigned short* xs, const unsigned short* w,
+        float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, const int* sel, int slot,
+        size_t stride, int k) {
+    pdl_start();
+    const int z = blockIdx.z;
+    matmul_rows<4, true, true>(xs, w + (size_t)sel[z * k + slot] * stride, part, M, N, K, kchunk, aligned);
+    finish_group(y, part, counters, z * gridDim.x + blockIdx.x, M, N, z, z + 1);
 }
 
 // ---------------------------------------------------------------------------

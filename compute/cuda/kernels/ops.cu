@@ -124,14 +124,17 @@ extern "C" __global__ void split_cols(float* d0, float* d1, float* d2, const flo
     }
 }
 
-// moe_route: one token's top-k router output (vals, idx: k each, TopK's
+// moe_route: each token's top-k router output (vals, idx: k a token, TopK's
 // order) to its experts in ascending id and their scales
 // vals[j] / Σ vals · per_expert[idx[j]] (float32, the sum in j order): the
-// host's arithmetic in model/gemma4's experts. One thread; k is small.
+// host's arithmetic in model/gemma4's experts. One block a token, one
+// thread of it; k is small.
 extern "C" __global__ void moe_route(int* experts, float* scales, const float* vals, const int* idx, const void* pe,
                                      int pet, int k) {
     pdl_start();
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    if (threadIdx.x != 0) return;
+    const size_t row = (size_t)blockIdx.x * k; // one block a token
+    experts += row, scales += row, vals += row, idx += row;
     float sum = 0.0f;
     for (int j = 0; j < k; j++) sum = __fadd_rn(sum, vals[j]);
     for (int j = 0; j < k; j++) { // insertion by id
@@ -161,16 +164,17 @@ extern "C" __global__ void gather(float* out, const void* table, int dt, const i
     }
 }
 
-// add_rows: dst[rows[i]] += scale[i]·src[i] for i in order, one thread per
-// column, so repeated rows accumulate in the same order as on the CPU.
-extern "C" __global__ void add_rows(float* dst, const float* src, const int* rows, const float* scale, int n, int D) {
+// add_rows: dst[rows[i]] += scale[i·ss]·src[i] for i in order, one thread
+// per column, so repeated rows accumulate in the same order as on the CPU.
+extern "C" __global__ void add_rows(float* dst, const float* src, const int* rows, const float* scale, int ss, int n,
+                                    int D) {
     pdl_start();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= D) return;
     for (int i = 0; i < n; i++) {
         float* d = dst + (size_t)rows[i] * D + j;
         const float s = src[(size_t)i * D + j];
-        *d = __fadd_rn(*d, scale ? __fmul_rn(scale[i], s) : s);
+        *d = __fadd_rn(*d, scale ? __fmul_rn(scale[(size_t)i * ss], s) : s);
     }
 }
 
