@@ -364,3 +364,21 @@ type Router interface {
 	// dst and src [N, D].
 	AddRowAt(dst, src, scales *Tensor, slot int)
 }
+
+// ExpertBatcher is a Router that also runs every expert choice of a pass
+// at once: one launch for all k choices of all N tokens instead of one per
+// slot. Results are the bits of the Router's per-slot ops.
+type ExpertBatcher interface {
+	Router
+	// BatchesExperts reports whether the batched ops below should be used.
+	BatchesExperts() bool
+	// MatMulExperts gives row n·k + j of its result [N·k, cols] as MatMul
+	// of one row with rows [off, off+cols) of expert experts[n, j] of w
+	// (experts [N, k]): row n of x when x is [N, K], row n·k + j when x is
+	// [N·k, K] (an input a choice).
+	MatMulExperts(x, w, experts *Tensor, off, cols int) *Tensor
+	// AddExperts adds to each row n of dst [N, D] the rows n·k … n·k+k−1
+	// of src [N·k, D] scaled by scales[n, j], in j order: AddRows(dst, src,
+	// {0 (k times), 1 (k times), …}, scales).
+	AddExperts(dst, src, scales *Tensor)
+}

@@ -66,8 +66,37 @@ func (b *Stacking) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.
 // expert routing path on the CPU too.
 type Routing struct {
 	compute.Backend
-	Calls  int // RouteExperts calls
-	Tokens int // tokens routed in passes of several
+	Calls  int  // RouteExperts calls
+	Tokens int  // tokens routed in passes of several
+	Batch  bool // run the compute.ExpertBatcher ops
+}
+
+// BatchesExperts implements compute.ExpertBatcher.
+func (b *Routing) BatchesExperts() bool { return b.Batch }
+
+// MatMulExperts implements compute.ExpertBatcher, a choice at a time.
+func (b *Routing) MatMulExperts(x, w, experts *compute.Tensor, off, cols int) *compute.Tensor {
+	N, k := experts.Rows(), experts.Dim(-1)
+	es := b.ToI32(experts)
+	y := b.Zeros(compute.F32, N*k, cols)
+	for i := range N * k {
+		row := i
+		if x.Rows() == N {
+			row = i / k
+		}
+		b.Copy(y, i, b.MatMul(b.Slice(x, row, row+1), b.Slice(b.Index(w, int(es[i])), off, off+cols)))
+	}
+	return y
+}
+
+// AddExperts implements compute.ExpertBatcher.
+func (b *Routing) AddExperts(dst, src, scales *compute.Tensor) {
+	N, k := dst.Rows(), scales.Dim(-1)
+	rows := make([]int32, N*k)
+	for i := range rows {
+		rows[i] = int32(i / k)
+	}
+	b.AddRows(dst, src, rows, b.ToF32(scales))
 }
 
 // Routes implements compute.Router, for any number of tokens.

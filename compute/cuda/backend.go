@@ -540,7 +540,7 @@ func (b *Backend) MatMulAt(x, w, experts *compute.Tensor, slot, off, n int) *com
 	}
 	y := b.alloc(compute.F32, N, n)
 	rows := b.view(w, []int{n, K}, off*K) // expert 0's; the kernel moves to the chosen one
-	b.matmulMMA(y, x, rows, N, n, K, &expertAt{sel: ptrOf(experts), slot: slot, stride: w.Dim(1) * K, k: k})
+	b.matmulMMA(y, x, rows, N, n, K, &expertAt{sel: ptrOf(experts), step: k, off: slot, stride: w.Dim(1) * K, xdiv: 1, rows: N})
 	return y
 }
 
@@ -558,6 +558,56 @@ func (b *Backend) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
 	}
 	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table(tokenRows(N))),
 		at(ptrOf(scales), slot), k, N, D)
+}
+
+// batchExperts runs a pass's expert choices all at once
+// (compute.ExpertBatcher, TANDEM_CUDA_MOE_BATCH=1): per MoE layer a few
+// launches instead of four a choice, 32 a token on the 26B-A4B shape,
+// whose decode step is bound by its launches. Written without a GPU: off
+// until measured.
+var batchExperts = os.Getenv("TANDEM_CUDA_MOE_BATCH") == "1"
+
+var _ compute.ExpertBatcher = (*Backend)(nil)
+
+// BatchesExperts implements compute.ExpertBatcher.
+func (b *Backend) BatchesExperts() bool { return batchExperts }
+
+// MatMulExperts implements compute.ExpertBatcher: matmul_rows_tokens with
+// a block row a choice.
+func (b *Backend) MatMulExperts(x, w, experts *compute.Tensor, off, cols int) *compute.Tensor {
+	K, M, N, k := x.Dim(-1), x.Rows(), experts.Rows(), experts.Dim(-1)
+	if x.DType() != compute.F32 || (M != N && M != N*k) || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K ||
+		off < 0 || cols < 1 || off+cols > w.Dim(1) || experts.DType() != compute.I32 || experts.Len() != N*k || k == 0 || K == 0 {
+		panic(fmt.Sprintf("cuda: MatMulExperts of %v and rows [%d, %d) of %v, experts %v", x, off, off+cols, w, experts))
+	}
+	xdiv := 1
+	if M == N && k > 1 {
+		xdiv = k
+	}
+	y := b.alloc(compute.F32, N*k, cols)
+	rows := b.view(w, []int{cols, K}, off*K) // expert 0's; the kernel moves to the chosen one
+	b.matmulMMA(y, x, rows, M, cols, K, &expertAt{sel: ptrOf(experts), step: 1, stride: w.Dim(1) * K, xdiv: xdiv, rows: N * k})
+	return y
+}
+
+// AddExperts implements compute.ExpertBatcher: add_rows over every choice
+// in order, its row table memoised.
+func (b *Backend) AddExperts(dst, src, scales *compute.Tensor) {
+	b.forgetWrites(dst)
+	D, N, k := dst.Dim(-1), dst.Rows(), scales.Dim(-1)
+	if dst.DType() != compute.F32 || src.DType() != compute.F32 || src.Rows() != N*k || src.Dim(-1) != D ||
+		scales.DType() != compute.F32 || scales.Len() != N*k || k == 0 {
+		panic(fmt.Sprintf("cuda: AddExperts of %v into %v scaled by %v", src, dst, scales))
+	}
+	if D == 0 {
+		return
+	}
+	rows := make([]int32, N*k)
+	for i := range rows {
+		rows[i] = int32(i / k)
+	}
+	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table(rows)),
+		ptrOf(scales), 1, N*k, D)
 }
 
 // tokenRows is the index table 0, 1, …, n−1.
@@ -672,13 +722,13 @@ func splitK(N, K int) (splits, chunk int) {
 	return (K + chunk - 1) / chunk, chunk
 }
 
-// expertAt picks a matmul's weights on the device: for token z, the rows
-// of expert sel[z·k + slot], stride elements after the previous expert's
-// (MatMulAt).
+// expertAt picks a matmul's weights on the device: output row z is input
+// row z / xdiv times the rows of expert sel[z·step + off], stride elements
+// after the previous expert's (MatMulAt, MatMulExperts).
 type expertAt struct {
-	sel          Buffer
-	slot, stride int
-	k            int // experts a token in sel
+	sel               Buffer
+	step, off, stride int
+	xdiv, rows        int // rows: of the output
 }
 
 // matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
@@ -687,13 +737,18 @@ type expertAt struct {
 // own) moves to the expert the device chose for the token.
 func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) {
 	splits, chunk := splitK(N, K)
+	R := M // output rows
+	if at != nil {
+		R = at.rows
+	}
 	out := y
 	if splits > 1 {
-		out = b.alloc(compute.F32, splits*M*N)
+		out = b.alloc(compute.F32, splits*R*N)
 	}
+	lone := at != nil && M == 1 && R == 1
 	name := mma1Kernel
 	switch {
-	case at != nil && M == 1:
+	case lone:
 		name = "matmul_rows_at"
 	case at != nil:
 		name = "matmul_rows_tokens"
@@ -713,10 +768,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	grid := [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
 	switch {
-	case at != nil && M == 1:
-		tail = append(tail, at.sel, at.slot, at.stride)
-	case at != nil: // a block of the third dimension a token
-		grid[2], tail = uint32(M), append(tail, at.sel, at.slot, at.stride, at.k)
+	case lone:
+		tail = append(tail, at.sel, at.off, at.stride)
+	case at != nil: // a block of the third dimension an output row
+		grid[2], tail = uint32(R), append(tail, at.sel, at.step, at.off, at.stride, at.xdiv)
 	case M > 16 && tiledMatMul && al == 1:
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
@@ -727,7 +782,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	}
 	b.launch(name, grid, 256, append([]any{ptrOf(xs), ptrOf(w), yArg, ptrOf(out), counters}, tail...)...)
 	if separate {
-		b.launch("sum_splits", grid1(M*N), 256, ptrOf(y), ptrOf(out), M*N, splits)
+		b.launch("sum_splits", grid1(R*N), 256, ptrOf(y), ptrOf(out), R*N, splits)
 	}
 	if out != y {
 		b.recycle(out)
@@ -851,7 +906,7 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 	if len(ids) == 0 || D == 0 {
 		return b.gather(table, len(ids), nil)
 	}
-	if routeRows && len(ids) > 1 && len(ids) <= 2*maxRouteRows {
+	if (routeRows || batchExperts) && len(ids) > 1 && len(ids) <= 256 {
 		// A routed pass's gate and up rows (model/gemma4's routedExperts),
 		// the same ids every layer: memoised, not uploaded each time.
 		return b.gather(table, len(ids), ptrOf(b.table(ids)))

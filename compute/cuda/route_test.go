@@ -11,7 +11,8 @@ import (
 )
 
 // TestRouterMatchesHost protects the on-device expert routing
-// (compute.Router) for a lone token and for a pass of several: each
+// (compute.Router and compute.ExpertBatcher) for a lone token and for a
+// pass of several: each
 // token's experts in ascending id with the host's float32 scales, each
 // token's product on its expert's rows as MatMul of that token alone on the
 // same rows (the bits, K split included), and the scaled add as AddRows.
@@ -95,5 +96,32 @@ func routerMatchesHost(t *testing.T, g *Backend, N int) {
 		if err := sameBits(g.ToF32(dst), g.ToF32(ref)); err != nil {
 			t.Fatalf("slot %d: AddRowAt: %v", j, err)
 		}
+	}
+
+	// Every choice at once (compute.ExpertBatcher): row n·k + j from the
+	// token's input (gate/up) or from the choice's own (down).
+	got := g.ToF32(g.MatMulExperts(x, gateUp, experts, 0, 2*I))
+	acts := g.FromF32(randF32(r, N*k*I), N*k, I)
+	ys := g.MatMulExperts(acts, down, experts, 0, H)
+	gotDown := g.ToF32(ys)
+	for i := range N * k {
+		e := int(gotE[i])
+		if err := sameBits(got[i*2*I:(i+1)*2*I], alone(x, gateUp, i/k, e, 0, 2*I)); err != nil {
+			t.Fatalf("MatMulExperts: token %d choice %d (expert %d) gate/up: %v", i/k, i%k, e, err)
+		}
+		if err := sameBits(gotDown[i*H:(i+1)*H], alone(acts, down, i, e, 0, H)); err != nil {
+			t.Fatalf("MatMulExperts: token %d choice %d (expert %d) down: %v", i/k, i%k, e, err)
+		}
+	}
+	base := randF32(r, N*H)
+	dst, ref := g.FromF32(base, N, H), g.FromF32(base, N, H)
+	g.AddExperts(dst, ys, scales)
+	rows := make([]int32, N*k)
+	for i := range rows {
+		rows[i] = int32(i / k)
+	}
+	g.AddRows(ref, ys, rows, gotS)
+	if err := sameBits(g.ToF32(dst), g.ToF32(ref)); err != nil {
+		t.Fatalf("AddExperts: %v", err)
 	}
 }

@@ -726,7 +726,8 @@ func (m *Model) route(l *layer, r *compute.Tensor) (vals, idx *compute.Tensor) {
 }
 
 // routedExperts is experts on the device: slot j of every token's
-// ascending experts at once, each token's product its own.
+// ascending experts at once, each token's product its own, or every slot
+// at once where the backend batches them (compute.ExpertBatcher).
 func (m *Model) routedExperts(rt compute.Router, l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
@@ -734,22 +735,32 @@ func (m *Model) routedExperts(rt compute.Router, l *layer, r *compute.Tensor) *c
 	vals, idx := m.route(l, r)
 	experts, scales := rt.RouteExperts(vals, idx, l.expertScale)
 	x2 := b.RMSNorm(r, l.preFF2, float32(c.RMSNormEps))
-	// A token's gate and up are one product [2I]; as rows of I they are
-	// rows 2n and 2n+1.
-	gates, ups := make([]int32, N), make([]int32, N)
-	for n := range N {
-		gates[n], ups[n] = int32(2*n), int32(2*n+1)
-	}
 	out := b.Zeros(compute.F32, N, H)
+	if eb, ok := rt.(compute.ExpertBatcher); ok && eb.BatchesExperts() {
+		gu := eb.MatMulExperts(x2, l.expGateUp, experts, 0, 2*I)
+		y := eb.MatMulExperts(m.gateUp(gu, N*K, I), l.expDown, experts, 0, H)
+		eb.AddExperts(out, y, scales)
+		return out
+	}
 	for j := range K {
-		gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I).Reshape(2*N, I)
-		var act *compute.Tensor
-		if N == 1 {
-			act = b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
-		} else {
-			act = b.GeluMul(b.Gather(gu, gates), b.Gather(gu, ups))
-		}
-		rt.AddRowAt(out, rt.MatMulAt(act, l.expDown, experts, j, 0, H), scales, j)
+		gu := rt.MatMulAt(x2, l.expGateUp, experts, j, 0, 2*I)
+		rt.AddRowAt(out, rt.MatMulAt(m.gateUp(gu, N, I), l.expDown, experts, j, 0, H), scales, j)
 	}
 	return out
+}
+
+// gateUp is the expert activation of n rows of one product each [n, 2I],
+// gate first then up: GeluMul of its halves, which as rows of I are rows
+// 2i and 2i+1.
+func (m *Model) gateUp(gu *compute.Tensor, n, I int) *compute.Tensor {
+	b := m.b
+	gu = gu.Reshape(2*n, I)
+	if n == 1 {
+		return b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
+	}
+	gates, ups := make([]int32, n), make([]int32, n)
+	for i := range n {
+		gates[i], ups[i] = int32(2*i), int32(2*i+1)
+	}
+	return b.GeluMul(b.Gather(gu, gates), b.Gather(gu, ups))
 }

@@ -74,9 +74,10 @@ func TestStackedWeightsMatch(t *testing.T) {
 }
 
 // TestDeviceRoutingMatches protects the MoE layer's on-device routing
-// path (compute.Router): decoding the tiny MoE preset through it, a token
-// at a time and several tokens a pass (each routed as a lone token), gives
-// the bits of the host path.
+// path (compute.Router, and compute.ExpertBatcher's every choice at once):
+// decoding the tiny MoE preset through it, a token at a time and several
+// tokens a pass (each routed as a lone token), gives the bits of the host
+// path.
 func TestDeviceRoutingMatches(t *testing.T) {
 	p, err := gemma4.LookupPreset("gemma4-tiny-26b-a4b")
 	if err != nil {
@@ -85,9 +86,12 @@ func TestDeviceRoutingMatches(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		passes [][]int32
+		batch  bool
 	}{
-		{"one token a pass", [][]int32{{2}, {17}, {99}, {3}, {250}, {41}}},
-		{"several tokens a pass", [][]int32{{2, 17, 99}, {3}, {250, 41, 7, 19}, {5, 6}}},
+		{"one token a pass", [][]int32{{2}, {17}, {99}, {3}, {250}, {41}}, false},
+		{"several tokens a pass", [][]int32{{2, 17, 99}, {3}, {250, 41, 7, 19}, {5, 6}}, false},
+		{"one token a pass, choices batched", [][]int32{{2}, {17}, {99}, {3}, {250}, {41}}, true},
+		{"several tokens a pass, choices batched", [][]int32{{2, 17, 99}, {3}, {250, 41, 7, 19}, {5, 6}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			decode := func(b compute.Backend) [][]float32 {
@@ -106,7 +110,7 @@ func TestDeviceRoutingMatches(t *testing.T) {
 				}
 				return out
 			}
-			routing := &computetest.Routing{Backend: cpu.New(0)}
+			routing := &computetest.Routing{Backend: cpu.New(0), Batch: tc.batch}
 			want, got := decode(cpu.New(0)), decode(routing)
 			if routing.Calls == 0 {
 				t.Fatal("the MoE layers never routed on the device path")

@@ -5,8 +5,8 @@
 # ./gpu-logs), one file per run.
 # Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|ncu]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
-# without a GPU, docs/gpu.md) on, against the defaults; pending-each: the 31B
-# shape with each alone.
+# without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
+# shape ($SHAPE, default 31b) with each alone.
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # long: the 31B shape at contexts 4k and 32k.
@@ -60,10 +60,11 @@ for w in "${want[@]}"; do
         bench "pending-$p-off" -- "${args[@]}"
       done
       ;;
-    pending-each) # each of PENDING alone, on the 31B shape
+    pending-each) # each of PENDING alone, on the shape SHAPE (default 31b)
       read -ra sws <<<"${PENDING:-}"
+      shape=${SHAPE:-31b}
       for sw in "${sws[@]}"; do
-        bench "pending-31b-${sw%%=*}" "$sw" -- --preset gemma4-31b --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48
+        bench "pending-$shape-${sw%%=*}" "$sw" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48
       done
       ;;
     long)

@@ -441,12 +441,12 @@ __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g,
     }
 }
 
-// With Tok, block z of the grid's third dimension computes token z of the M
-// alone (matmul_rows_tokens): the arithmetic of a launch with M = 1, its
-// split partials at row z of out's [splits][M][N].
+// With Tok, block z of the grid's third dimension computes row z / xdiv of
+// the M in xs alone (matmul_rows_tokens): the arithmetic of a launch with
+// M = 1, its split partials at row z of out's [splits][gridDim.z][N].
 template <int U, bool NC, bool Tok>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
-                            int M, int N, int K, int kchunk, int aligned) {
+                            int M, int N, int K, int kchunk, int aligned, int xdiv = 1) {
     __shared__ float tile[8][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
@@ -454,7 +454,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const bool wok = n0 + g < N, al = aligned != 0;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
-    const rows_act x = Tok ? rows_act_token(xs, M, K, g, blockIdx.z) : rows_act_of(xs, M, K, g);
+    const rows_act x = Tok ? rows_act_token(xs, M, K, g, blockIdx.z / xdiv) : rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int kb = k0; kb < k1; kb += 32 * U) {
         uint4 cur[U];
@@ -469,7 +469,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
         }
     }
     if (Tok)
-        rows_store(&tile[wid][0][0], c, g, t, lane, out + ((size_t)blockIdx.y * M + blockIdx.z) * N, 1, N, n0);
+        rows_store(&tile[wid][0][0], c, g, t, lane, out + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * N, 1, N, n0);
     else
         rows_store(&tile[wid][0][0], c, g, t, lane, out + (size_t)blockIdx.y * M * N, M, N, n0);
 }
@@ -503,18 +503,20 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_at(const unsign
     finish_splits(y, part, counters, M, N);
 }
 
-// matmul_rows_tokens: matmul_rows_at for each of M tokens at once, block z
-// of the grid's third dimension on token z with expert sel[z·k + slot]
-// (sel holds k experts a token), each token's product the bits of
-// matmul_rows_at on that token alone. Its K split's counters are per token
-// and column group.
+// matmul_rows_tokens: matmul_rows_at for many rows at once. Block z of the
+// grid's third dimension computes row z of y ([gridDim.z][N]) from row
+// z / xdiv of the M in xs, with expert sel[z·step + off]: a pass's slot j of
+// every token (step k, off j, xdiv 1), or every token's every slot (step 1,
+// off 0, xdiv k for the token's input, 1 for one input a slot). Each row is
+// the bits of matmul_rows_at on it alone. K-split counters are per row and
+// column group.
 extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_tokens(const unsigned short* xs, const unsigned short* w,
-        float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, const int* sel, int slot,
-        size_t stride, int k) {
+        float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, const int* sel, int step,
+        int off, size_t stride, int xdiv) {
     pdl_start();
     const int z = blockIdx.z;
-    matmul_rows<4, true, true>(xs, w + (size_t)sel[z * k + slot] * stride, part, M, N, K, kchunk, aligned);
-    finish_group(y, part, counters, z * gridDim.x + blockIdx.x, M, N, z, z + 1);
+    matmul_rows<4, true, true>(xs, w + (size_t)sel[z * step + off] * stride, part, M, N, K, kchunk, aligned, xdiv);
+    finish_group(y, part, counters, z * gridDim.x + blockIdx.x, gridDim.z, N, z, z + 1);
 }
 
 // ---------------------------------------------------------------------------
