@@ -20,8 +20,10 @@ const tableMemoSize = 64
 // so a step queues a few host-to-device copies instead of five a layer: in
 // a CUDA graph each copy node left the SMs idle around it. Tables are
 // never written after their upload. An evicted table is only dropped: it
-// returns to the pool when no tensor refers to it, so a caller on another
-// goroutine still holding it keeps it intact until its launch is queued.
+// returns to the pool when no tensor refers to it, and the pool hands its
+// memory to work queued after the launches that read it. (Callers pass
+// ptrOf(b.table(…)) straight to a launch; a collection in between would
+// need another goroutine to evict 64 tables in that instant.)
 type tableMemo struct {
 	mu      sync.Mutex
 	seed    maphash.Seed

@@ -46,3 +46,25 @@ func TestTableMemo(t *testing.T) {
 		t.Fatalf("the memo holds %d tables (the least recently used kept: %v), want %d", len(g.tables.entries), held([]int32{4, 50, 6}), tableMemoSize)
 	}
 }
+
+// TestAlternate protects the pattern Gather memoises under the MoE switches:
+// only a stacked gate/up product's half rows, so ids that change every pass
+// (embeddings, logit rows) do not crowd the table memo.
+func TestAlternate(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []int32
+		want bool
+	}{
+		{[]int32{0, 2, 4, 6}, true},
+		{[]int32{1, 3}, true},
+		{[]int32{0}, false},
+		{[]int32{2, 4, 6}, false},
+		{[]int32{0, 2, 5}, false},
+		{[]int32{0, 1, 2}, false},
+		{[]int32{17, 99, 3}, false},
+	} {
+		if got := alternate(tc.ids); got != tc.want {
+			t.Errorf("alternate(%v) = %v, want %v", tc.ids, got, tc.want)
+		}
+	}
+}
