@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -725,13 +726,33 @@ var (
 // arithmetic (the K split sets the summation order), never chosen per call.
 var splitWarps = 16384
 
+// maxChunk, when set (TANDEM_CUDA_KCHUNK=elements), caps a K split's
+// length: a block's activation rows then stay small enough for L1. The
+// 31B LM head (K = 5376, no split) costs 39% more for a verify's four rows
+// than for one; the MLP shapes, split to 1,344 elements or fewer, 10-17%.
+// Part of the arithmetic like splitWarps. Written without a GPU: off until
+// measured.
+var maxChunk = envInt("TANDEM_CUDA_KCHUNK")
+
+// envInt reads a positive integer switch; anything else is 0 (off).
+func envInt(name string) int {
+	n, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
 // invariance): enough warps to keep every SM streaming, at least 512
-// elements of K per split.
+// elements of K per split (and at most maxChunk, when set).
 func splitK(N, K int) (splits, chunk int) {
 	groups := (N + 7) / 8
 	splits = max(1, min((splitWarps+groups-1)/groups, K/512))
+	if maxChunk >= 512 {
+		splits = max(splits, (K+maxChunk-1)/maxChunk)
+	}
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
 }
