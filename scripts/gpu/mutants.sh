@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Checks that the GPU-only tests can fail: each mutant is the CUDA package's
+# test binary built with one deliberate fault, and the test that pins that
+# code must fail on it. A test that passes on its mutant proves nothing.
+#
+# Here:        scripts/gpu/mutants.sh build     (builds bin/gpu/mutants/*.test, restoring every source)
+# GPU machine: scripts/gpu/mutants.sh run       (runs each mutant's test; logs to $OUT)
+#
+# A mutant is: name | file | exact text | replacement | test (a -test.run pattern).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+mutants=(
+  # pdl_start without its wait: a kernel launched with PDL reads before its predecessor has written.
+  'pdl-wait|compute/cuda/kernels/ops.cu|extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n) {
+    pdl_start();|extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n) {
+    asm volatile("griddepcontrol.launch_dependents;" :::);|^TestProgrammaticLaunchWaits$'
+  # a token of a routed pass reads the next token's input
+  'tokens-row|compute/cuda/kernels/matmul.cu|rows_act_token(xs, M, K, g, blockIdx.z / xdiv)|rows_act_token(xs, M, K, g, (blockIdx.z / xdiv + 1) % M)|^TestRouterMatchesHost$'
+  # the split partials of a routed pass summed for the wrong row
+  'tokens-finish|compute/cuda/kernels/matmul.cu|finish_group(y, part, counters, z * gridDim.x + blockIdx.x, gridDim.z, N, z, z + 1);|finish_group(y, part, counters, z * gridDim.x + blockIdx.x, gridDim.z, N, 0, 1);|^TestRouterMatchesHost$'
+  # moe_route of several tokens all reading the first token
+  'route-row|compute/cuda/kernels/ops.cu|const size_t row = (size_t)blockIdx.x * k;|const size_t row = 0;|^TestRouterMatchesHost$'
+  # AddRowAt reading every token'"'"'s scale from the first token
+  'scale-stride|compute/cuda/backend.go|at(ptrOf(scales), slot), k, N, D)|at(ptrOf(scales), slot), 0, N, D)|^TestRouterMatchesHost$'
+  # every choice's gate/up product from the wrong token'"'"'s input
+  'experts-input|compute/cuda/backend.go|		xdiv = k
+|		xdiv = k + 1
+|^TestRouterMatchesHost$'
+)
+case ${1:-} in
+  build)
+    rm -rf bin/gpu/mutants
+    mkdir -p bin/gpu/mutants
+    for m in "${mutants[@]}"; do
+      IFS='|' read -r -d '' name file old new _ <<<"$m"
+      cp "$file" "$file.orig"
+      if ! OLD="$old" NEW="$new" perl -0pi -e 'my $n = s/\Q$ENV{OLD}\E/$ENV{NEW}/g; die "mutant: text not found once\n" if $n != 1' "$file"; then
+        mv "$file.orig" "$file"
+        echo "mutants.sh: $name: its text is not in $file; update the mutant" >&2
+        exit 1
+      fi
+      git --no-pager diff --stat -- "$file" | head -1
+      CGO_ENABLED=0 go test -c -trimpath -ldflags='-s -w' -o "bin/gpu/mutants/$name.test" ./compute/cuda
+      rc=$?
+      mv "$file.orig" "$file"
+      [ $rc -eq 0 ] || exit 1
+    done
+    git diff --quiet -- compute || { echo "mutants.sh: a source was left changed" >&2; exit 1; }
+    ls -la bin/gpu/mutants
+    ;;
+  run)
+    out=${OUT:-gpu-logs}
+    mkdir -p "$out"
+    status=0
+    for m in "${mutants[@]}"; do
+      IFS='|' read -r -d '' name _ _ _ test <<<"$m"
+      test=${test%$'\n'}
+      (cd compute/cuda && timeout 120 "../../bin/gpu/mutants/$name.test" -test.run "$test" -test.count=1) >"$out/mutant-$name.log" 2>&1
+      if [ $? -eq 0 ]; then
+        echo "== $name: $test PASSED on its mutant: the test cannot catch this fault"
+        status=1
+      else
+        echo "== $name: caught ($(grep -m1 -E 'want|differ|FAIL' "$out/mutant-$name.log" | cut -c1-160))"
+      fi
+    done
+    exit $status
+    ;;
+  *) echo "usage: scripts/gpu/mutants.sh build|run" >&2; exit 2 ;;
+esac
