@@ -28,6 +28,15 @@ var (
 // attn_combine, for comparisons.
 var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
 
+// deepAttention runs the untiled attention kernels (decode, verify) with
+// more loads in flight (TANDEM_CUDA_ATTN_DEEP=1): a thread's key 64
+// elements at a time instead of 32, and 64 values ahead instead of 16, the
+// sums in the same order. A decode step's attention is a few blocks a
+// layer whose threads wait on dependent loads: 3.7 ms of a 31B step, 62 µs
+// a layer, in the fifth session's profile. Written without a GPU: off
+// until measured.
+var deepAttention = os.Getenv("TANDEM_CUDA_ATTN_DEEP") == "1"
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -180,6 +189,9 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			}
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
+		if deepAttention {
+			scores, values = "attn_scores_deep", "attn_values_deep"
+		}
 		if tiledAttention && n >= attnTileMin {
 			// QT (ops.cu) queries of a row per block: keys and values are
 			// read once per tile instead of once per query.
@@ -188,7 +200,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
 			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
 		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
-		if values == "attn_values" {
+		if values != "attn_values_tiled" {
 			if combineInValues {
 				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len())...)
 				continue

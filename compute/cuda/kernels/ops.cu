@@ -619,18 +619,20 @@ extern "C" __global__ void topk(float* vals, int* idx, const float* x, int D, in
 // not on how many queries share the launch, the cache's capacity or where a
 // ring buffer wrapped.
 #define ATTN_CHUNK 1024 // positions per score block and per value split
-#define VB 16           // values attn_values loads ahead
 
 __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) {
     return (!causal || kp <= qp) && (window <= 0 || kp > qp - window);
 }
 
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
-// key's score sc[bh][r] = float32(q·k)·scale and the chunk's max.
-extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax,
-                                       const int* slot_of, const int* minpos, const int* qpos,
-                                       int L, int Hq, int Hkv, int S, int D, float scale, int causal, int window) {
-    pdl_start();
+// key's score sc[bh][r] = float32(q·k)·scale and the chunk's max. A thread
+// loads CH four-float chunks of its key ahead of their sums (8: 32
+// elements; the deep variant 16 where D allows), in element order either
+// way, so both give the same bits.
+template <int CH>
+__device__ void attn_scores_t(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
+                              const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S, int D, float scale,
+                              int causal, int window) {
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
@@ -643,20 +645,21 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
     // One thread per key, summing q·k in element order (a warp per key with
     // a butterfly was tried: faster, but its different rounding flipped a
     // near-tied MoE route of the 26B fixture, so the order stays). Keys
-    // are read 32 elements at a time with 16-byte loads, ahead of the sums.
-    const bool vec = (D & 31) == 0 && ((size_t)k & 15) == 0;
+    // are read 4·CH elements at a time with 16-byte loads, ahead of the
+    // sums.
+    const bool vec = D % (4 * CH) == 0 && ((size_t)k & 15) == 0;
     for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
         if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
         const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
         float dot = 0.0f;
         if (vec) {
-            for (int j = 0; j < D; j += 32) {
-                float4 kk[8];
+            for (int j = 0; j < D; j += 4 * CH) {
+                float4 kk[CH];
 #pragma unroll
-                for (int u = 0; u < 8; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
+                for (int u = 0; u < CH; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
 #pragma unroll
-                for (int u = 0; u < 8; u++) {
+                for (int u = 0; u < CH; u++) {
                     const float* qj = qs + j + 4 * u;
                     dot = fmaf(qj[0], kk[u].x, dot);
                     dot = fmaf(qj[1], kk[u].y, dot);
@@ -680,18 +683,33 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
     if (threadIdx.x == 0) cmax[bh * gridDim.z + blockIdx.z] = shm[0];
 }
 
+#define ATTN_SCORES_KERNEL(name, deep)                                                                           \
+    extern "C" __global__ void name(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,  \
+                                    const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S, int D,     \
+                                    float scale, int causal, int window) {                                       \
+        pdl_start();                                                                                             \
+        if (deep && D % 64 == 0)                                                                                 \
+            attn_scores_t<16>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
+        else                                                                                                     \
+            attn_scores_t<8>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);    \
+    }
+ATTN_SCORES_KERNEL(attn_scores, false)
+ATTN_SCORES_KERNEL(attn_scores_deep, true) // TANDEM_CUDA_ATTN_DEEP=1
+
 // attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
 // absolute positions of chunk (minpos >> 10) + i. It writes the split's
 // Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
 // with e = exp(score − max) and max the exact maximum over all chunks.
 // With out (one split only) it writes the normalised result instead, with
 // attn_combine's arithmetic for one split (and its split to parts), and
-// attn_combine is not launched.
-extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
-                                       const int* slot_of, const int* minpos, const int* qpos,
-                                       int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,
-                                       float* out, unsigned short* parts, size_t n) {
-    pdl_start();
+// attn_combine is not launched. Values are loaded VB at a time ahead of
+// their sums (16; the deep variant 64), the sums in position order either
+// way, so both give the same bits.
+template <int VB>
+__device__ void attn_values_t(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
+                              const int* slot_of, const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S,
+                              int Dv, int nscore, int nsplit, int causal, int window, float* out, unsigned short* parts,
+                              size_t n) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
@@ -739,6 +757,18 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
             for (int u = 0; u < VB; u++)
                 if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
         }
+        if (VB > 16 && o < ohi) { // the rest as one batch, its loads in flight together
+            float vv[VB];
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int s = o + u < ohi ? ss[o + u] : -1;
+                vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < VB; u++)
+                if (o + u < ohi && ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
+            o = ohi;
+        }
         for (; o < ohi; o++) {
             const int s = ss[o];
             if (s < 0 || es[o] == 0.0f) continue;
@@ -755,6 +785,18 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
     }
     if (!out && threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
 }
+
+#define ATTN_VALUES_KERNEL(name, VB)                                                                             \
+    extern "C" __global__ void name(const float* v, const float* sc, const float* cmax, float* pv, double* pe,   \
+                                    const int* slot_of, const int* minpos, const int* qpos, int L, int Hq,       \
+                                    int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,      \
+                                    float* out, unsigned short* parts, size_t n) {                               \
+        pdl_start();                                                                                             \
+        attn_values_t<VB>(v, sc, cmax, pv, pe, slot_of, minpos, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, \
+                          window, out, parts, n);                                                                \
+    }
+ATTN_VALUES_KERNEL(attn_values, 16)
+ATTN_VALUES_KERNEL(attn_values_deep, 64) // TANDEM_CUDA_ATTN_DEEP=1
 
 // Query-tiled variants for passes with many queries per row (prefill): a
 // block serves QT consecutive queries of one batch row and one head, so each
