@@ -431,7 +431,7 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, v := range rowsVariants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
 	}
-	for _, n := range []int{4096, 32768} {
+	for _, n := range []int{4096, 8192, 12288, 32768} {
 		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
 	// K splits of at most 2,048 elements (TANDEM_CUDA_KCHUNK): activation
