@@ -29,9 +29,9 @@ var (
 var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
 
 // deepAttention runs the untiled attention kernels (decode, verify) with
-// more loads in flight (TANDEM_CUDA_ATTN_DEEP=1): a thread's key 64
-// elements at a time instead of 32, and 64 values ahead instead of 16, the
-// sums in the same order. A decode step's attention is a few blocks a
+// more loads in flight (TANDEM_CUDA_ATTN_DEEP=1): a thread's key 128 (or
+// 64) elements at a time instead of 32, and 64 values ahead instead of 16,
+// the sums in the same order. A decode step's attention is a few blocks a
 // layer whose threads wait on dependent loads: 3.7 ms of a 31B step, 62 µs
 // a layer, in the fifth session's profile. Written without a GPU: off
 // until measured.

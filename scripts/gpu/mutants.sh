@@ -23,7 +23,7 @@ mutants=(
   # AddRowAt reading every token'"'"'s scale from the first token
   'scale-stride|compute/cuda/backend.go|at(ptrOf(scales), slot), k, N, D)|at(ptrOf(scales), slot), 0, N, D)|^TestRouterMatchesHost$'
   # deep key loads taken where the head width is not a multiple of 64
-  'deep-keys|compute/cuda/kernels/ops.cu|if (deep && D % 64 == 0)|if (deep && D % 32 == 0)|^TestDeepAttentionMatches$'
+  'deep-keys|compute/cuda/kernels/ops.cu|if (deep && D % 128 == 0)|if (deep && D % 32 == 0)|^TestDeepAttentionMatches$'
   # the deep values kernel'"'"'s last batch loading one value for all
   'deep-tail|compute/cuda/kernels/ops.cu|                const int s = o + u < ohi ? ss[o + u] : -1;|                const int s = o + u < ohi ? ss[o] : -1;|^TestDeepAttentionMatches$'
   # every choice's gate/up product from the wrong token'"'"'s input

@@ -627,8 +627,8 @@ __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) 
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
 // key's score sc[bh][r] = float32(q·k)·scale and the chunk's max. A thread
 // loads CH four-float chunks of its key ahead of their sums (8: 32
-// elements; the deep variant 16 where D allows), in element order either
-// way, so both give the same bits.
+// elements; the deep variant 32 or 16 where D allows), in element order
+// either way, so both give the same bits.
 template <int CH>
 __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
                               const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S, int D, float scale,
@@ -688,7 +688,9 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
                                     const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S, int D,     \
                                     float scale, int causal, int window) {                                       \
         pdl_start();                                                                                             \
-        if (deep && D % 64 == 0)                                                                                 \
+        if (deep && D % 128 == 0)                                                                                \
+            attn_scores_t<32>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
+        else if (deep && D % 64 == 0)                                                                            \
             attn_scores_t<16>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
         else                                                                                                     \
             attn_scores_t<8>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);    \
