@@ -54,7 +54,12 @@ func (d *Assistant) ProposeAt(r Round) (*compute.Tensor, error) {
 	var drafts *compute.Tensor
 	for j := range r.K {
 		end := compute.Record(b, fmt.Sprintf("draft-at%d", min(j, 1)))
-		out, err := a.Step([]gemma4.DraftRow{row}, d.Opt)
+		// The round's first step starts on an idle device: its first layer
+		// runs while the host records the rest. Later steps are issued
+		// while the device still runs the one before.
+		opt := d.Opt
+		opt.LaunchEarly = j == 0
+		out, err := a.Step([]gemma4.DraftRow{row}, opt)
 		if err != nil {
 			end()
 			return nil, err

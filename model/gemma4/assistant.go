@@ -275,6 +275,10 @@ type DraftOptions struct {
 	// MaxSharedKV > 0 limits attention over full-attention keys to the last
 	// MaxSharedKV committed positions.
 	MaxSharedKV int
+	// LaunchEarly, in a recorded step (a CUDA graph), launches the first
+	// layer's work before the rest is recorded (compute.Checkpoint): for a
+	// step the device sits idle waiting for, a round's first draft.
+	LaunchEarly bool
 }
 
 // DraftRow is one sequence's drafting state for a step.
@@ -381,6 +385,9 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
 		if i+1 < len(a.layers) {
 			z, h = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, a.layers[i+1].inNorm, eps)
+			if i == 0 && opt.LaunchEarly {
+				compute.Checkpoint(b)
+			}
 			continue
 		}
 		z, n = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, a.norm, eps)
