@@ -3,13 +3,14 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|ncu]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|profile-round|ncu]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone.
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
-# long: the 31B shape at contexts 4k and 32k.
+# long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
+# of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
 # Compute (--clock-control none, as the device notes ask).
 set -uo pipefail
@@ -69,6 +70,12 @@ for w in "${want[@]}"; do
       ;;
     long)
       bench long -- --preset gemma4-31b --contexts 4k,32k --tokens 32
+      ;;
+    profile-round) # where a 31B P = 0 round's time goes, with PDL off and on
+      for pdl in 0 1; do
+        bench "profile-round-pdl$pdl" TANDEM_CUDA_PDL=$pdl -- --preset gemma4-31b --draft auto --synthetic-acceptance 0 \
+          --contexts 128 --tokens 24 --kernel-profile
+      done
       ;;
     ncu)
       for shape in 21504x5376x1 5376x21504x1 262144x5376x1; do
