@@ -491,7 +491,7 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 
 var (
 	mma1Variants = []string{"matmul_mma1", "matmul_mma1n"}
-	rowsVariants = []string{"matmul_rows", "matmul_rows_plain"}
+	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_u8", "matmul_rows_u16"}
 )
 
 // restoreMatMul returns a function that puts the matmul variant switches

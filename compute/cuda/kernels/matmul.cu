@@ -480,16 +480,23 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 // multiprocessor, streamed the 31B MLP shapes at 2.3-2.6 TB/s against
 // 2.6-3.1 for this kernel. So did weights streamed through shared memory
 // by cp.async, 4 KB in flight per warp: 2.4-2.5 TB/s against 2.7-3.1.)
-#define ROWS_KERNEL(name, U, NC)                                                                              \
-    extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w, \
+// The small products of a decode step (the E2B shape's 6-40 MB) are bound
+// by latency: a few dependent load rounds per warp. matmul_rows_u8 and _u16
+// load 8 and 16 chunks a step (three and two blocks per multiprocessor), the
+// same arithmetic; TestMatMulSpeed times them on every shape, so that
+// small weights can take whichever wins.
+#define ROWS_KERNEL(name, U, NC, MINB)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned) {                                                             \
         pdl_start();                                                                                           \
         matmul_rows<U, NC, false>(xs, w, part, M, N, K, kchunk, aligned);                                      \
         finish_splits(y, part, counters, M, N);                                                                \
     }
-ROWS_KERNEL(matmul_rows, 4, true)
-ROWS_KERNEL(matmul_rows_plain, 4, false) // plain loads, for comparison
+ROWS_KERNEL(matmul_rows, 4, true, 4)
+ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
+ROWS_KERNEL(matmul_rows_u8, 8, true, 3)
+ROWS_KERNEL(matmul_rows_u16, 16, true, 2)
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
