@@ -257,6 +257,12 @@ func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope
 	if f, ok := b.(FusedQKV); ok {
 		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope, kdst, vdst)
 	}
+	return QKVNormsUnfused(b, q, k, v, qw, kw, eps, pos, rope, kdst, vdst)
+}
+
+// QKVNormsUnfused is QKVNorms as its sequence of ops, for a FusedQKV
+// backend that does not fuse every case.
+func QKVNormsUnfused(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, kdst, vdst *Tensor) (qo, ko, vo *Tensor) {
 	if err := CheckQKVInto(k, kdst, vdst); err != nil {
 		panic(err)
 	}
@@ -293,7 +299,14 @@ func AddRMSNormNorm(b Backend, r, x, w1, s, w2 *Tensor, eps float32) (y, h *Tens
 	if f, ok := b.(FusedBoundary); ok {
 		return f.AddRMSNormNorm(r, x, w1, s, w2, eps)
 	}
-	y = b.Add(r, b.RMSNorm(x, w1, eps))
+	return AddRMSNormNormUnfused(b, r, x, w1, s, w2, eps)
+}
+
+// AddRMSNormNormUnfused is AddRMSNormNorm as its sequence of ops (with
+// AddRMSNorm fused where the backend fuses it), for a FusedBoundary backend
+// that does not fuse every case.
+func AddRMSNormNormUnfused(b Backend, r, x, w1, s, w2 *Tensor, eps float32) (y, h *Tensor) {
+	y = AddRMSNorm(b, r, x, w1, eps)
 	if s != nil {
 		y = b.Mul(y, s)
 	}

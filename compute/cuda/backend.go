@@ -1091,11 +1091,7 @@ var fusedNorm2 = os.Getenv("TANDEM_CUDA_NORM2") != "0"
 func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (y, h *compute.Tensor) {
 	D := x.Dim(-1)
 	if !fusedOps || !fusedNorm2 || D > rcacheElems {
-		y = b.AddRMSNorm(r, x, w1, eps)
-		if s != nil {
-			y = b.Mul(y, s)
-		}
-		return y, b.RMSNorm(y, w2, eps)
+		return compute.AddRMSNormNormUnfused(b, r, x, w1, s, w2, eps)
 	}
 	f32(x, "AddRMSNormNorm")
 	f32(r, "AddRMSNormNorm")
@@ -1126,11 +1122,7 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 // 512 elements gain little from the cache.
 func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE, kdst, vdst *compute.Tensor) (qo, ko, vo *compute.Tensor) {
 	if !fusedOps || !fusedNorm2 {
-		if err := compute.CheckQKVInto(k, kdst, vdst); err != nil {
-			panic("cuda: " + err.Error())
-		}
-		qo, ko, vo = b.RMSNormRoPE(q, qw, eps, pos, r), b.RMSNormRoPE(k, kw, eps, pos, r), b.RMSNorm(v, nil, eps)
-		return qo, compute.Into(b, kdst, ko), compute.Into(b, vdst, vo)
+		return compute.QKVNormsUnfused(b, q, k, v, qw, kw, eps, pos, r, kdst, vdst)
 	}
 	T, Hq, d, err := compute.CheckRoPE(q, pos, r)
 	if err != nil {
