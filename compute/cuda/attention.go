@@ -192,7 +192,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		if deepAttention {
 			scores, values = "attn_scores_deep", "attn_values_deep"
 		}
-		if tiledAttention && n >= attnTileMin {
+		tiled := tiledAttention && n >= attnTileMin
+		if tiled {
 			// QT (ops.cu) queries of a row per block: keys and values are
 			// read once per tile instead of once per query.
 			scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((n+attnTile-1)/attnTile)
@@ -200,7 +201,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
 			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
 		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
-		if values != "attn_values_tiled" {
+		if !tiled { // the untiled values kernels take the output, for combineInValues
 			if combineInValues {
 				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len())...)
 				continue

@@ -156,9 +156,10 @@ func (b *Backend) Checkpoint() {
 	b.recPart++
 	part := fmt.Sprintf("%s/%d", site, b.recPart)
 	b.mu.Unlock()
-	b.dev.endRecord()
-	// No makeRoom here: BeginRecord left the step half the staging ring,
-	// and waiting for the device would undo the overlap this is for.
+	// beginRecord ends (and launches) the recording so far first, in the
+	// same handoff to the device thread. No makeRoom here: BeginRecord left
+	// the step half the staging ring, and waiting for the device would undo
+	// the overlap this is for.
 	b.dev.beginRecord(part)
 }
 
@@ -535,15 +536,26 @@ func (b *Backend) RouteExperts(vals, idx, perExpert *compute.Tensor) (experts, s
 // experts[r, slot]'s rows [off, off+n), chosen on the device, for each
 // token row r (matmul_rows_at for one, matmul_rows_tokens for several).
 func (b *Backend) MatMulAt(x, w, experts *compute.Tensor, slot, off, n int) *compute.Tensor {
-	K, N, k := x.Dim(-1), x.Rows(), experts.Dim(-1)
-	if x.DType() != compute.F32 || N < 1 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K ||
-		off < 0 || n < 1 || off+n > w.Dim(1) || experts.DType() != compute.I32 || experts.Len() != N*k || slot < 0 ||
-		slot >= k || K == 0 {
-		panic(fmt.Sprintf("cuda: MatMulAt of %v and rows [%d, %d) of %v, expert %d of %v", x, off, off+n, w, slot, experts))
+	N, k := x.Rows(), experts.Dim(-1)
+	if N < 1 || experts.Len() != N*k || slot < 0 || slot >= k {
+		panic(fmt.Sprintf("cuda: MatMulAt of %v, expert %d of %v", x, slot, experts))
 	}
-	y := b.alloc(compute.F32, N, n)
-	rows := b.view(w, []int{n, K}, off*K) // expert 0's; the kernel moves to the chosen one
-	b.matmulMMA(y, x, rows, N, n, K, &expertAt{sel: ptrOf(experts), step: k, off: slot, stride: w.Dim(1) * K, xdiv: 1, rows: N})
+	return b.expertMatMul("MatMulAt", x, w, experts, off, n, expertAt{step: k, off: slot, xdiv: 1, rows: N})
+}
+
+// expertMatMul is MatMulAt and MatMulExperts: y [at.rows, cols], each row
+// the rows kernel's product of its input row with rows [off, off+cols) of
+// the expert at picks from experts.
+func (b *Backend) expertMatMul(op string, x, w, experts *compute.Tensor, off, cols int, at expertAt) *compute.Tensor {
+	K := x.Dim(-1)
+	if x.DType() != compute.F32 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K || K == 0 ||
+		off < 0 || cols < 1 || off+cols > w.Dim(1) || experts.DType() != compute.I32 {
+		panic(fmt.Sprintf("cuda: %s of %v and rows [%d, %d) of %v, experts %v", op, x, off, off+cols, w, experts))
+	}
+	y := b.alloc(compute.F32, at.rows, cols)
+	at.sel, at.stride = ptrOf(experts), w.Dim(1)*K
+	rows := b.view(w, []int{cols, K}, off*K) // expert 0's; the kernel moves to the chosen one
+	b.matmulMMA(y, x, rows, x.Rows(), cols, K, &at)
 	return y
 }
 
@@ -556,11 +568,15 @@ func (b *Backend) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
 		scales.DType() != compute.F32 || scales.Len() != N*k || slot < 0 || slot >= k {
 		panic(fmt.Sprintf("cuda: AddRowAt of %v into %v scaled by %d of %v", src, dst, slot, scales))
 	}
-	if D == 0 {
-		return
+	b.addRows(dst, src, b.table(tokenRows(N)), at(ptrOf(scales), slot), k, N)
+}
+
+// addRows launches add_rows: dst[rows[i]] += scale[i·ss]·src[i] for the n
+// rows of src, in order (scale nil: unscaled).
+func (b *Backend) addRows(dst, src, rows *compute.Tensor, scale any, ss, n int) {
+	if D := dst.Dim(-1); D > 0 && n > 0 {
+		b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(rows), scale, ss, n, D)
 	}
-	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table(tokenRows(N))),
-		at(ptrOf(scales), slot), k, N, D)
 }
 
 // batchExperts runs a pass's expert choices all at once
@@ -578,19 +594,15 @@ func (b *Backend) BatchesExperts() bool { return batchExperts }
 // MatMulExperts implements compute.ExpertBatcher: matmul_rows_tokens with
 // a block row a choice.
 func (b *Backend) MatMulExperts(x, w, experts *compute.Tensor, off, cols int) *compute.Tensor {
-	K, M, N, k := x.Dim(-1), x.Rows(), experts.Rows(), experts.Dim(-1)
-	if x.DType() != compute.F32 || (M != N && M != N*k) || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K ||
-		off < 0 || cols < 1 || off+cols > w.Dim(1) || experts.DType() != compute.I32 || experts.Len() != N*k || k == 0 || K == 0 {
-		panic(fmt.Sprintf("cuda: MatMulExperts of %v and rows [%d, %d) of %v, experts %v", x, off, off+cols, w, experts))
+	M, N, k := x.Rows(), experts.Rows(), experts.Dim(-1)
+	if (M != N && M != N*k) || experts.Len() != N*k || k == 0 {
+		panic(fmt.Sprintf("cuda: MatMulExperts of %v, experts %v", x, experts))
 	}
 	xdiv := 1
 	if M == N && k > 1 {
 		xdiv = k
 	}
-	y := b.alloc(compute.F32, N*k, cols)
-	rows := b.view(w, []int{cols, K}, off*K) // expert 0's; the kernel moves to the chosen one
-	b.matmulMMA(y, x, rows, M, cols, K, &expertAt{sel: ptrOf(experts), step: 1, stride: w.Dim(1) * K, xdiv: xdiv, rows: N * k})
-	return y
+	return b.expertMatMul("MatMulExperts", x, w, experts, off, cols, expertAt{step: 1, xdiv: xdiv, rows: N * k})
 }
 
 // AddExperts implements compute.ExpertBatcher: add_rows over every choice
@@ -602,15 +614,11 @@ func (b *Backend) AddExperts(dst, src, scales *compute.Tensor) {
 		scales.DType() != compute.F32 || scales.Len() != N*k || k == 0 {
 		panic(fmt.Sprintf("cuda: AddExperts of %v into %v scaled by %v", src, dst, scales))
 	}
-	if D == 0 {
-		return
-	}
 	rows := make([]int32, N*k)
 	for i := range rows {
 		rows[i] = int32(i / k)
 	}
-	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.table(rows)),
-		ptrOf(scales), 1, N*k, D)
+	b.addRows(dst, src, b.table(rows), ptrOf(scales), 1, N*k)
 }
 
 // alternate reports whether ids are 0, 2, 4, … or 1, 3, 5, …, up to 256 of
@@ -996,11 +1004,15 @@ func (b *Backend) AddRows(dst, src *compute.Tensor, rows []int32, scale []float3
 	if len(rows) == 0 || D == 0 {
 		return
 	}
+	idx := b.ints(rows)
 	var sc any
 	if scale != nil {
-		sc = ptrOf(b.floats(scale))
+		st := b.floats(scale)
+		defer b.recycle(st)
+		sc = ptrOf(st)
 	}
-	b.launch("add_rows", [3]uint32{uint32((D + 255) / 256), 1, 1}, 256, ptrOf(dst), ptrOf(src), ptrOf(b.ints(rows)), sc, 1, len(rows), D)
+	b.addRows(dst, src, idx, sc, 1, len(rows))
+	b.recycle(idx)
 }
 
 // Concat implements compute.Backend.

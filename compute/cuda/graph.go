@@ -55,7 +55,7 @@ func (dev *Device) beginRecord(site string) {
 		return
 	}
 	dev.send(func() {
-		dev.endCapture() // one a panicking step left open
+		dev.endCapture() // a checkpoint's first part, or one a panicking step left open
 		if dev.asyncErr != nil {
 			return
 		}

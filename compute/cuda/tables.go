@@ -45,7 +45,8 @@ func (b *Backend) table(xs []int32) *compute.Tensor {
 	sum := maphash.Bytes(m.seed, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(xs))), 4*len(xs)))
 	for i, e := range m.entries {
 		if e.sum == sum && slices.Equal(e.host, xs) {
-			m.entries = append(append(m.entries[:i:i], m.entries[i+1:]...), e)
+			copy(m.entries[i:], m.entries[i+1:]) // most recently used last, in place
+			m.entries[len(m.entries)-1] = e
 			return e.t
 		}
 	}
