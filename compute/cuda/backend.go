@@ -621,20 +621,6 @@ func (b *Backend) AddExperts(dst, src, scales *compute.Tensor) {
 	b.addRows(dst, src, b.table(rows), ptrOf(scales), 1, N*k)
 }
 
-// alternate reports whether ids are 0, 2, 4, … or 1, 3, 5, …, up to 256 of
-// them: the rows of a stacked gate/up product's halves.
-func alternate(ids []int32) bool {
-	if len(ids) < 2 || len(ids) > 256 || ids[0] > 1 {
-		return false
-	}
-	for i, id := range ids {
-		if id != ids[0]+int32(2*i) {
-			return false
-		}
-	}
-	return true
-}
-
 // tokenRows is the index table 0, 1, …, n−1.
 func tokenRows(n int) []int32 {
 	rows := make([]int32, n)
@@ -950,11 +936,6 @@ func (b *Backend) Gather(table *compute.Tensor, ids []int32) *compute.Tensor {
 	}
 	if len(ids) == 0 || D == 0 {
 		return b.gather(table, len(ids), nil)
-	}
-	if (routeRows || batchExperts) && alternate(ids) {
-		// A routed pass's gate or up rows (model/gemma4's gateUp), the same
-		// ids every layer: memoised, not uploaded each time.
-		return b.gather(table, len(ids), ptrOf(b.table(ids)))
 	}
 	idx := b.ints(ids)
 	out := b.gather(table, len(ids), ptrOf(idx))

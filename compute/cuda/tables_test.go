@@ -47,28 +47,6 @@ func TestTableMemo(t *testing.T) {
 	}
 }
 
-// TestAlternate protects the pattern Gather memoises under the MoE switches:
-// only a stacked gate/up product's half rows, so ids that change every pass
-// (embeddings, logit rows) do not crowd the table memo.
-func TestAlternate(t *testing.T) {
-	for _, tc := range []struct {
-		ids  []int32
-		want bool
-	}{
-		{[]int32{0, 2, 4, 6}, true},
-		{[]int32{1, 3}, true},
-		{[]int32{0}, false},
-		{[]int32{2, 4, 6}, false},
-		{[]int32{0, 2, 5}, false},
-		{[]int32{0, 1, 2}, false},
-		{[]int32{17, 99, 3}, false},
-	} {
-		if got := alternate(tc.ids); got != tc.want {
-			t.Errorf("alternate(%v) = %v, want %v", tc.ids, got, tc.want)
-		}
-	}
-}
-
 // TestSplitK protects the K split, which is part of every matmul's
 // arithmetic: it covers K exactly, in 32-aligned chunks, from the weight's
 // shape alone, and TANDEM_CUDA_KCHUNK caps a chunk's length.

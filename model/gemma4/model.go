@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"tandem/checkpoint"
 	"tandem/checkpoint/safetensors"
@@ -33,6 +34,8 @@ type Model struct {
 	layers                []layer
 	ropeSliding, ropeFull *compute.RoPE
 	cacheOf               []int // layer → cache slot, or −1 for KV-shared layers
+
+	halves sync.Map // n → [2]*compute.Tensor: gateUp's row ids on the backend, made once
 }
 
 type layer struct {
@@ -758,9 +761,14 @@ func (m *Model) gateUp(gu *compute.Tensor, n, I int) *compute.Tensor {
 	if n == 1 {
 		return b.GeluMul(b.Slice(gu, 0, 1), b.Slice(gu, 1, 2))
 	}
-	gates, ups := make([]int32, n), make([]int32, n)
-	for i := range n {
-		gates[i], ups[i] = int32(2*i), int32(2*i+1)
+	ids, ok := m.halves.Load(n)
+	if !ok {
+		gates, ups := make([]int32, n), make([]int32, n)
+		for i := range n {
+			gates[i], ups[i] = int32(2*i), int32(2*i+1)
+		}
+		ids, _ = m.halves.LoadOrStore(n, [2]*compute.Tensor{b.FromI32(gates, n), b.FromI32(ups, n)})
 	}
-	return b.GeluMul(b.Gather(gu, gates), b.Gather(gu, ups))
+	h := ids.([2]*compute.Tensor)
+	return b.GeluMul(b.GatherAt(gu, h[0]), b.GatherAt(gu, h[1]))
 }
