@@ -121,12 +121,12 @@ func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 			v.Next = sample.Argmax(row(v.Accepted))
 		}
 	case pick != nil:
-		for v.Accepted < k && prop.Tokens[v.Accepted] == pick(v.Accepted) {
-			v.Accepted++
-		}
-		v.Next = pick(v.Accepted)
+		v.Next, v.Accepted = greedyWalk(prop, pick)
 	case seq.Params().Greedy():
-		v.Next, v.Accepted = greedyWalk(seq, prop, row)
+		hist, base := withDrafts(seq, prop), len(seq.History)
+		v.Next, v.Accepted = greedyWalk(prop, func(n int) int32 {
+			return seq.Sampler().NextAfter(row(n), hist[:base+n], seq.Prompt) // penalised over the history up to row n
+		})
 	default:
 		v.Next, v.Accepted = rejectionSample(seq, prop, row)
 	}
@@ -141,13 +141,11 @@ func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 	return v
 }
 
-// greedyWalk accepts draft i+1 while it equals the target's choice at row i
-// (penalised argmax over the history up to that row).
-func greedyWalk(seq *generation.Seq, prop Proposal, row func(int) []float32) (next int32, n int) {
-	hist := withDrafts(seq, prop)
-	base := len(seq.History)
+// greedyWalk accepts draft i+1 while it equals the target's choice at row
+// i, choose(i).
+func greedyWalk(prop Proposal, choose func(int) int32) (next int32, n int) {
 	for {
-		tok := seq.Sampler().NextAfter(row(n), hist[:base+n], seq.Prompt)
+		tok := choose(n)
 		if n < len(prop.Tokens) && prop.Tokens[n] == tok {
 			n++
 			continue
