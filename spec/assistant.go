@@ -41,6 +41,10 @@ func (d *Assistant) Propose(r Round) (Proposal, error) {
 	return ps[0], nil
 }
 
+// DraftsOnDevice implements DeviceDrafter: drafting on the device is
+// greedy only.
+func (d *Assistant) DraftsOnDevice() bool { return d.Sample.Greedy() }
+
 // ProposeAt drafts greedily on the backend: r.K drafter steps, each
 // embedding the token the last one chose there, with no read by the host in
 // between. The drafts come back as an I32 tensor [r.K]; they are the

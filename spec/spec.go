@@ -112,6 +112,9 @@ type Drafter interface {
 // Assistant is one.
 type DeviceDrafter interface {
 	Drafter
+	// DraftsOnDevice reports whether ProposeAt applies (its drafting is
+	// greedy).
+	DraftsOnDevice() bool
 	ProposeAt(r Round) (*compute.Tensor, error)
 }
 
@@ -155,10 +158,8 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	// comparisons.
 	dd, onDevice := d.(DeviceDrafter)
 	pf, async := b.(compute.Prefetcher)
-	onDevice = onDevice && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens() && os.Getenv("TANDEM_SPEC_ROUNDS") != "host"
-	if a, ok := d.(*Assistant); ok && !a.Sample.Greedy() {
-		onDevice = false
-	}
+	onDevice = onDevice && dd.DraftsOnDevice() && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens() &&
+		os.Getenv("TANDEM_SPEC_ROUNDS") != "host"
 	tok, done := seq.Next(b.ToF32(logits))
 	if onToken != nil {
 		onToken(tok)
