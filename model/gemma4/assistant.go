@@ -356,7 +356,6 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	// As in the target, each layer boundary's norms run as one op
 	// (compute.AddRMSNormNorm), the last one with the final norm.
 	h := b.RMSNorm(z, a.layers[0].inNorm, eps)
-	var n *compute.Tensor
 	for i := range a.layers {
 		l := &a.layers[i]
 		nH, d := c.NumAttentionHeads, l.HeadDim
@@ -383,16 +382,16 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		z, h = compute.AddRMSNormNorm(b, z, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, nil, l.preFFNorm, eps)
 		gu := compute.MatMuls(b, h, l.gate, l.up)
 		f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
+		nextNorm := a.norm // the final norm after the last layer
 		if i+1 < len(a.layers) {
-			z, h = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, a.layers[i+1].inNorm, eps)
-			if i == 0 && opt.LaunchEarly {
-				compute.Checkpoint(b)
-			}
-			continue
+			nextNorm = a.layers[i+1].inNorm
 		}
-		z, n = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, a.norm, eps)
+		z, h = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, nextNorm, eps)
+		if i == 0 && opt.LaunchEarly && len(a.layers) > 1 {
+			compute.Checkpoint(b)
+		}
 	}
-	return &StepOutput{Normed: n, Next: b.MatMul(n, a.postProj)}, nil
+	return &StepOutput{Normed: h, Next: b.MatMul(h, a.postProj)}, nil
 }
 
 // Logits returns full-vocabulary drafter logits [B, V] (no softcap). For the
