@@ -29,6 +29,7 @@ type Assistant struct {
 	// Centroid ("ordered embeddings") head.
 	centroids *compute.Tensor // [C, h]
 	ordering  *compute.Tensor // [C, vpc] I32: row c is cluster c's canonical token ids
+	order     []int32         // ordering on the host, for the host's reads (selected)
 
 	target *Model
 }
@@ -121,7 +122,8 @@ func newAssistant(cfg *AssistantConfig, set weightSource, b compute.Backend, opt
 		if err == nil {
 			C := cfg.NumCentroids
 			vpc := c.VocabSize / C
-			a.ordering = b.FromI32(ord[:C*vpc], C, vpc)
+			a.order = ord[:C*vpc]
+			a.ordering = b.FromI32(a.order, C, vpc)
 		}
 	}
 	if err := ld.finish(); err != nil {
@@ -478,12 +480,15 @@ func (a *Assistant) selectedRow(n, top *compute.Tensor, r int) (ids, sel *comput
 func (a *Assistant) selected(n *compute.Tensor) ([]float32, []int32) {
 	b := a.b
 	top := a.topClusters(n)
+	clusters, k, vpc := b.ToI32(top), top.Dim(-1), a.ordering.Dim(1)
 	var vals []float32
 	var ids []int32
 	for r := range n.Dim(0) {
-		rowIDs, sel := a.selectedRow(n, top, r)
-		ids = append(ids, b.ToI32(rowIDs)...)
+		_, sel := a.selectedRow(n, top, r)
 		vals = append(vals, b.ToF32(sel)...)
+		for _, cl := range clusters[r*k : (r+1)*k] { // the ids selectedRow gathered, from the host's copy
+			ids = append(ids, a.order[int(cl)*vpc:(int(cl)+1)*vpc]...)
+		}
 	}
 	return vals, ids
 }
