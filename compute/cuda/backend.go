@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"math"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -64,7 +63,7 @@ var kernelNames = map[string][]string{
 		"attn_scores_deep", "attn_values_deep"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens",
-		"matmul_rows_u8", "matmul_rows_u16"},
+		"matmul_rows_wide"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -498,9 +497,10 @@ var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") != "0"
 // plus two gathers a slot, reads nothing back per layer and is recorded
 // whole, at the price of reading an expert once per token that chose it
 // rather than once per pass. The host path reads the choice back 30 times
-// a 26B-A4B verify, which took 4-5 decode steps. Written without a GPU:
-// off until measured.
-var routeRows = os.Getenv("TANDEM_CUDA_ROUTE_ROWS") == "1"
+// a 26B-A4B verify, which took 4-5 decode steps; with it (and
+// batchExperts) a 26B-A4B round at P = 0 went from 54.4 to 15.6 ms on the
+// H200. TANDEM_CUDA_ROUTE_ROWS=0 routes such passes on the host.
+var routeRows = os.Getenv("TANDEM_CUDA_ROUTE_ROWS") != "0"
 
 const maxRouteRows = 8
 
@@ -516,7 +516,7 @@ func (b *Backend) Routes(w *compute.Tensor, tokens int) bool {
 	// With stacking off the host path runs an expert's gate and up apart,
 	// each split by its own shape, where MatMulAt runs them as one.
 	return routeOnDevice && stackMatMuls && w != nil && w.Rank() == 3 && w.DType() == compute.BF16 && !warpMatMul &&
-		rowsMaxM >= 1 && rowsKernel == "matmul_rows"
+		rowsMaxM >= 1 && rowsArithmetic[rowsKernel]
 }
 
 // RouteExperts implements compute.Router with moe_route, a block a token.
@@ -580,11 +580,11 @@ func (b *Backend) addRows(dst, src, rows *compute.Tensor, scale any, ss, n int) 
 }
 
 // batchExperts runs a pass's expert choices all at once
-// (compute.ExpertBatcher, TANDEM_CUDA_MOE_BATCH=1): per MoE layer a few
-// launches instead of four a choice, 32 a token on the 26B-A4B shape,
-// whose decode step is bound by its launches. Written without a GPU: off
-// until measured.
-var batchExperts = os.Getenv("TANDEM_CUDA_MOE_BATCH") == "1"
+// (compute.ExpertBatcher): per MoE layer a few launches instead of four a
+// choice, 32 a token on the 26B-A4B shape, whose decode step is bound by
+// its launches (with routeRows, 26B-A4B decode went from 79 to 117 tok/s
+// on the H200). TANDEM_CUDA_MOE_BATCH=0 launches each choice on its own.
+var batchExperts = os.Getenv("TANDEM_CUDA_MOE_BATCH") != "0"
 
 var _ compute.ExpertBatcher = (*Backend)(nil)
 
@@ -713,42 +713,43 @@ var (
 // bandwidth on the H200 (docs/gpu.md).
 var (
 	rowsMaxM   = 5
-	rowsKernel = "matmul_rows"
+	rowsKernel = rowsDefault()
 	mma1Kernel = "matmul_mma1n"
 	mma8Kernel = "matmul_mma8n"
+)
+
+// rowsDefault is the rows kernel: matmul_rows, or with
+// TANDEM_CUDA_ROWS=wide matmul_rows_wide (16 columns a warp, half the
+// activation loads per weight byte for a verify's rows; the same bits).
+// Written without a GPU: off until measured.
+func rowsDefault() string {
+	if os.Getenv("TANDEM_CUDA_ROWS") == "wide" {
+		return "matmul_rows_wide"
+	}
+	return "matmul_rows"
+}
+
+// rowsArithmetic holds the rows kernels whose bits are matmul_rows' (the
+// arithmetic matmul_rows_at and matmul_rows_tokens repeat at a chosen
+// expert), and blockCols the columns a block of each kernel covers.
+var (
+	rowsArithmetic = map[string]bool{"matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true}
+	blockCols      = map[string]int{"matmul_rows_wide": 128}
 )
 
 // splitWarps is how many warps splitK aims for. It is part of the
 // arithmetic (the K split sets the summation order), never chosen per call.
 var splitWarps = 16384
 
-// maxChunk, when set (TANDEM_CUDA_KCHUNK=elements), caps a K split's
-// length: a block's activation rows then stay small enough for L1. The
-// 31B LM head (K = 5376, no split) costs 39% more for a verify's four rows
-// than for one; the MLP shapes, split to 1,344 elements or fewer, 10-17%.
-// Part of the arithmetic like splitWarps. Written without a GPU: off until
-// measured.
-var maxChunk = envInt("TANDEM_CUDA_KCHUNK")
-
-// envInt reads a positive integer switch; anything else is 0 (off).
-func envInt(name string) int {
-	n, err := strconv.Atoi(os.Getenv(name))
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
-// invariance): enough warps to keep every SM streaming, at least 512
-// elements of K per split (and at most maxChunk, when set).
+// invariance): enough warps to keep every SM streaming, and at least 512
+// elements of K per split. (Capping a split at 2,048 elements, so that the
+// 31B LM head's activation rows stay small, cost 24% on that head at one
+// row and gained nothing at four.)
 func splitK(N, K int) (splits, chunk int) {
 	groups := (N + 7) / 8
 	splits = max(1, min((splitWarps+groups-1)/groups, K/512))
-	if maxChunk >= 512 {
-		splits = max(splits, (K+maxChunk-1)/maxChunk)
-	}
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
 }
@@ -796,7 +797,11 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
 	// the mma kernels the alignment flag too; grid (column groups of 64,
 	// splits, row tiles of 64 for the tiled kernel).
-	grid := [3]uint32{uint32((N + 63) / 64), uint32(splits), 1}
+	cols := 64
+	if c, ok := blockCols[name]; ok {
+		cols = c
+	}
+	grid := [3]uint32{uint32((N + cols - 1) / cols), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
 	switch {
 	case lone:

@@ -431,12 +431,9 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, v := range rowsVariants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
 	}
-	for _, n := range []int{4096, 8192, 12288, 32768} {
+	for _, n := range []int{8192, 32768} {
 		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
-	// K splits of at most 2,048 elements (TANDEM_CUDA_KCHUNK): activation
-	// rows small enough for L1 on the LM head's unsplit K.
-	variants = append(variants, variant{"rows/kchunk=2048", func() { rowsKernel, maxChunk = "matmul_rows", 2048 }})
 	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
@@ -491,15 +488,15 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 
 var (
 	mma1Variants = []string{"matmul_mma1", "matmul_mma1n"}
-	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_u8", "matmul_rows_u16"}
+	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_wide"}
 )
 
 // restoreMatMul returns a function that puts the matmul variant switches
 // back as they are now.
 func restoreMatMul() func() {
-	w, m, rk, mk, m8, sw, tl, mc := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul, maxChunk
+	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
 	return func() {
-		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul, maxChunk = w, m, rk, mk, m8, sw, tl, mc
+		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
 	}
 }
 

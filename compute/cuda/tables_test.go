@@ -49,25 +49,22 @@ func TestTableMemo(t *testing.T) {
 
 // TestSplitK protects the K split, which is part of every matmul's
 // arithmetic: it covers K exactly, in 32-aligned chunks, from the weight's
-// shape alone, and TANDEM_CUDA_KCHUNK caps a chunk's length.
+// shape alone.
 func TestSplitK(t *testing.T) {
-	defer func(c int) { maxChunk = c }(maxChunk)
 	for _, tc := range []struct {
-		N, K, maxChunk int
-		splits, chunk  int
+		N, K          int
+		splits, chunk int
 	}{
-		{262144, 5376, 0, 1, 5376},    // the 31B LM head: enough columns, no split
-		{262144, 5376, 2048, 3, 1792}, // capped
-		{43008, 5376, 0, 4, 1344},     // the 31B MLP's stacked gate/up
-		{43008, 5376, 2048, 4, 1344},  // already under the cap
-		{5376, 21504, 0, 25, 864},     // the 31B MLP down
-		{262144, 1536, 2048, 1, 1536}, // the E2B LM head: under the cap
-		{64, 300, 0, 1, 320},          // short K: never split below 512
+		{262144, 5376, 1, 5376}, // the 31B LM head: enough columns, no split
+		{43008, 5376, 4, 1344},  // the 31B MLP's stacked gate/up
+		{5376, 21504, 25, 864},  // the 31B MLP down
+		{262144, 1536, 1, 1536}, // the E2B LM head
+		{2048, 1536, 3, 512},    // an E2B projection: never split below 512
+		{64, 300, 1, 320},       // short K
 	} {
-		maxChunk = tc.maxChunk
 		splits, chunk := splitK(tc.N, tc.K)
 		if splits != tc.splits || chunk != tc.chunk {
-			t.Errorf("splitK(%d, %d) with chunks of at most %d = %d × %d, want %d × %d", tc.N, tc.K, tc.maxChunk, splits, chunk, tc.splits, tc.chunk)
+			t.Errorf("splitK(%d, %d) = %d × %d, want %d × %d", tc.N, tc.K, splits, chunk, tc.splits, tc.chunk)
 		}
 		if chunk%32 != 0 || splits*chunk < tc.K || (splits-1)*chunk >= tc.K {
 			t.Errorf("splitK(%d, %d) = %d × %d does not cover K in 32-aligned chunks", tc.N, tc.K, splits, chunk)

@@ -5,6 +5,8 @@
 #
 # Here:        scripts/gpu/mutants.sh build     (builds bin/gpu/mutants/*.test, restoring every source)
 # GPU machine: scripts/gpu/mutants.sh run       (runs each mutant's test; logs to $OUT)
+# MUTANTS="name ..." builds only those (the device tool carries 64 MiB, the
+# test binaries and every mutant are more); run skips what was not built.
 #
 # A mutant is: name | file | exact text | replacement | test (a -test.run pattern).
 set -uo pipefail
@@ -28,6 +30,8 @@ mutants=(
   # the deep values kernel'"'"'s last batch loading one value for all
   'deep-tail|compute/cuda/kernels/ops.cu|                const int s = o + u < ohi ? ss[o + u] : -1;|                const int s = o + u < ohi ? ss[o] : -1;|^TestDeepAttentionMatches$'
   # every choice's gate/up product from the wrong token'"'"'s input
+  # matmul_rows_wide storing its first column group for both.
+  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c1, g, t, lane, o, M, N, n0 + 8);|rows_store(&tile[wid][0][0], c0, g, t, lane, o, M, N, n0 + 8);|^TestMatMulVariantsMatch$'
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1
 |^TestRouterMatchesHost$'
@@ -38,6 +42,7 @@ case ${1:-} in
     mkdir -p bin/gpu/mutants
     for m in "${mutants[@]}"; do
       IFS='|' read -r -d '' name file old new _ <<<"$m"
+      [ -z "${MUTANTS:-}" ] || [[ " $MUTANTS " == *" $name "* ]] || continue
       cp "$file" "$file.orig"
       if ! OLD="$old" NEW="$new" perl -0pi -e 'my $n = s/\Q$ENV{OLD}\E/$ENV{NEW}/g; die "mutant: text not found once\n" if $n != 1' "$file"; then
         mv "$file.orig" "$file"
@@ -60,6 +65,7 @@ case ${1:-} in
     for m in "${mutants[@]}"; do
       IFS='|' read -r -d '' name _ _ _ test <<<"$m"
       test=${test%$'\n'}
+      [ -x "bin/gpu/mutants/$name.test" ] || { echo "== $name: not built, skipped"; continue; }
       (cd compute/cuda && timeout 120 "../../bin/gpu/mutants/$name.test" -test.run "$test" -test.count=1) >"$out/mutant-$name.log" 2>&1
       if [ $? -eq 0 ]; then
         echo "== $name: $test PASSED on its mutant: the test cannot catch this fault"

@@ -337,9 +337,10 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
 }
 
 // finish_group: with K split over gridDim.y blocks of one output tile (rows
-// [r0, r1), columns [c0, c0 + 64)), the last of them to finish sums the
+// [r0, r1), columns [c0, c0 + COLS)), the last of them to finish sums the
 // tile's partials in split order (the order sum_splits used, so the bits
 // are the same) and resets the tile's counter for the next launch.
+template <int COLS = 64>
 __device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
                                              int r0, int r1) {
     if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
@@ -350,10 +351,10 @@ __device__ __forceinline__ void finish_group(float* y, const float* part, int* c
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int c0 = blockIdx.x * 64;
+    const int c0 = blockIdx.x * COLS;
     const size_t MN = (size_t)M * N;
-    for (int e = threadIdx.x; e < (r1 - r0) * 64; e += blockDim.x) {
-        const int r = r0 + (e >> 6), n = c0 + (e & 63);
+    for (int e = threadIdx.x; e < (r1 - r0) * COLS; e += blockDim.x) {
+        const int r = r0 + e / COLS, n = c0 + e % COLS;
         if (n >= N) continue;
         const size_t i = (size_t)r * N + n;
         float s = __ldcg(part + i);
@@ -479,12 +480,9 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 // step, or four loaded a step ahead, both at three blocks per
 // multiprocessor, streamed the 31B MLP shapes at 2.3-2.6 TB/s against
 // 2.6-3.1 for this kernel. So did weights streamed through shared memory
-// by cp.async, 4 KB in flight per warp: 2.4-2.5 TB/s against 2.7-3.1.)
-// The small products of a decode step (the E2B shape's 6-40 MB) are bound
-// by latency: a few dependent load rounds per warp. matmul_rows_u8 and _u16
-// load 8 and 16 chunks a step (three and two blocks per multiprocessor), the
-// same arithmetic; TestMatMulSpeed times them on every shape, so that
-// small weights can take whichever wins.
+// by cp.async, 4 KB in flight per warp: 2.4-2.5 TB/s against 2.7-3.1. In
+// the seventh session eight and sixteen chunks a step lost on every shape
+// too, the E2B shape's small products included.)
 #define ROWS_KERNEL(name, U, NC, MINB)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
@@ -495,8 +493,54 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     }
 ROWS_KERNEL(matmul_rows, 4, true, 4)
 ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
-ROWS_KERNEL(matmul_rows_u8, 8, true, 3)
-ROWS_KERNEL(matmul_rows_u16, 16, true, 2)
+
+// matmul_rows_wide: matmul_rows with 16 columns a warp, two groups of 8
+// sharing every activation load, and two weight chunks a group per K step
+// (the same bytes in flight). A verify's rows load 1.5 activation chunks
+// per weight chunk in matmul_rows (12 of a tile's 16 rows are live at
+// M = 4), 0.75 here; a verify's four rows cost 11-18% more than one on the
+// 31B MLP shapes. Each output column accumulates the same mmas in the same
+// K order as matmul_rows (U changes only how many 32-wide blocks a step
+// loads), so the bits are its bits. A block covers 128 columns.
+template <bool NC>
+__device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                 float* __restrict__ out, int M, int N, int K, int kchunk, int aligned) {
+    __shared__ float tile[8][16][9];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 16;
+    if (n0 >= N) return;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    const bool ok0 = n0 + g < N, ok1 = n0 + 8 + g < N, al = aligned != 0;
+    const unsigned short* w0 = w + (size_t)(ok0 ? n0 + g : 0) * K;
+    const unsigned short* w1 = w + (size_t)(ok1 ? n0 + 8 + g : 0) * K;
+    const rows_act x = rows_act_of(xs, M, K, g);
+    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kb = k0; kb < k1; kb += 64) {
+        uint4 q0[2], q1[2];
+        wload_step<2, NC>(q0, w0, kb, t, k1, ok0, al);
+        wload_step<2, NC>(q1, w1, kb, t, k1, ok1, al);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int k = kb + 32 * u + 8 * t;
+            const bool kin = k < k1;
+            const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
+            const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
+            mma_part(c0, q0[u], a0, a1);
+            mma_part(c1, q1[u], a0, a1);
+        }
+    }
+    float* o = out + (size_t)blockIdx.y * M * N;
+    rows_store(&tile[wid][0][0], c0, g, t, lane, o, M, N, n0);
+    __syncwarp(); // the second group reuses the tile
+    rows_store(&tile[wid][0][0], c1, g, t, lane, o, M, N, n0 + 8);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_wide(const unsigned short* xs, const unsigned short* w,
+                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned) {
+    pdl_start();
+    matmul_rows_wide<true>(xs, w, part, M, N, K, kchunk, aligned);
+    finish_group<128>(y, part, counters, blockIdx.x, M, N, 0, M);
+}
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
