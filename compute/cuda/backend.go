@@ -718,22 +718,44 @@ var (
 	mma8Kernel = "matmul_mma8n"
 )
 
-// rowsDefault is the rows kernel: matmul_rows, or with
-// TANDEM_CUDA_ROWS=wide matmul_rows_wide (16 columns a warp, half the
-// activation loads per weight byte for a verify's rows; the same bits).
-// Written without a GPU: off until measured.
+// rowsDefault is the rows kernel: "auto" picks by the weight's size
+// (rowsFor); TANDEM_CUDA_ROWS=narrow or =wide takes one kernel for every
+// weight, for comparisons.
 func rowsDefault() string {
-	if os.Getenv("TANDEM_CUDA_ROWS") == "wide" {
+	switch os.Getenv("TANDEM_CUDA_ROWS") {
+	case "narrow":
+		return "matmul_rows"
+	case "wide":
+		return "matmul_rows_wide"
+	}
+	return "auto"
+}
+
+// wideMin is the weight size (elements) from which "auto" takes
+// matmul_rows_wide: 16 columns a warp, half the activation loads per
+// weight byte. On the H200 it streamed the 31B shapes 12-19% faster at
+// one row and 19-23% at four (the LM head at 4.2 TB/s), and was 3-10%
+// slower on the E2B shape's products of 3-9 million elements, where
+// latency rules. The bits are matmul_rows' either way.
+const wideMin = 32 << 20
+
+// rowsFor is the rows kernel for an N × K weight.
+func rowsFor(N, K int) string {
+	if rowsKernel != "auto" {
+		return rowsKernel
+	}
+	if N*K >= wideMin {
 		return "matmul_rows_wide"
 	}
 	return "matmul_rows"
 }
 
-// rowsArithmetic holds the rows kernels whose bits are matmul_rows' (the
-// arithmetic matmul_rows_at and matmul_rows_tokens repeat at a chosen
-// expert), and blockCols the columns a block of each kernel covers.
+// rowsArithmetic holds the rows kernel settings whose bits are
+// matmul_rows' (the arithmetic matmul_rows_at and matmul_rows_tokens
+// repeat at a chosen expert), and blockCols the columns a block of each
+// kernel covers (64 when absent).
 var (
-	rowsArithmetic = map[string]bool{"matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true}
+	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true}
 	blockCols      = map[string]int{"matmul_rows_wide": 128}
 )
 
@@ -785,7 +807,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	case at != nil:
 		name = "matmul_rows_tokens"
 	case M <= min(rowsMaxM, 5): // three tile rows per activation row fit five rows
-		name = rowsKernel
+		name = rowsFor(N, K)
 	case M > 16:
 		name = mma8Kernel
 	}

@@ -71,3 +71,28 @@ func TestSplitK(t *testing.T) {
 		}
 	}
 }
+
+// TestRowsFor protects the rows kernel's choice by weight size: the 31B
+// shapes take the wide kernel, the E2B shape's small products the narrow
+// one, and a TANDEM_CUDA_ROWS setting takes one kernel for every weight.
+func TestRowsFor(t *testing.T) {
+	defer func(k string) { rowsKernel = k }(rowsKernel)
+	for _, tc := range []struct {
+		setting string
+		N, K    int
+		want    string
+	}{
+		{"auto", 43008, 5376, "matmul_rows_wide"}, // 31B gate/up
+		{"auto", 5376, 21504, "matmul_rows_wide"}, // 31B down
+		{"auto", 262144, 1536, "matmul_rows_wide"},
+		{"auto", 6144, 1536, "matmul_rows"}, // E2B
+		{"auto", 2048, 1536, "matmul_rows"},
+		{"matmul_rows", 43008, 5376, "matmul_rows"},
+		{"matmul_rows_wide", 2048, 1536, "matmul_rows_wide"},
+	} {
+		rowsKernel = tc.setting
+		if got := rowsFor(tc.N, tc.K); got != tc.want {
+			t.Errorf("rowsFor(%d, %d) with %q = %s, want %s", tc.N, tc.K, tc.setting, got, tc.want)
+		}
+	}
+}
