@@ -3,7 +3,7 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|profile-round|ncu]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|profile-round|ncu|ncu-step]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone.
@@ -12,7 +12,8 @@
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
-# Compute (--clock-control none, as the device notes ask).
+# Compute (--clock-control none, as the device notes ask); ncu-step the norm
+# and attention kernels of a 31B decode step.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-logs}
@@ -86,6 +87,13 @@ for w in "${want[@]}"; do
           ../../bin/gpu/cuda.test -test.run ForProfiler) >"$out/ncu-$shape.txt" 2>&1
         grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued" "$out/ncu-$shape.txt" | head -12
       done
+      ;;
+    ncu-step) # the small kernels of a 31B decode step (norms, attention) in Nsight Compute: which stall bounds them
+      echo "== ncu-step"
+      ncu --clock-control none -k regex:'rmsnorm2|attn_values|attn_scores' --launch-skip 600 -c 6 \
+        --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "$bin" bench --device cuda --preset gemma4-31b --contexts 128 --tokens 12 >"$out/ncu-step.txt" 2>&1
+      grep -E "^  [a-z_0-9]+|Duration|DRAM Throughput|Registers Per Thread|Warp Cycles Per Issued|Stall" "$out/ncu-step.txt" | head -60
       ;;
     *) echo "measure.sh: unknown run $w" >&2; exit 2 ;;
   esac

@@ -31,7 +31,7 @@ mutants=(
   'deep-tail|compute/cuda/kernels/ops.cu|                const int s = o + u < ohi ? ss[o + u] : -1;|                const int s = o + u < ohi ? ss[o] : -1;|^TestDeepAttentionMatches$'
   # every choice's gate/up product from the wrong token'"'"'s input
   # matmul_rows_wide storing its first column group for both.
-  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c1, g, t, lane, o, M, N, n0 + 8);|rows_store(&tile[wid][0][0], c0, g, t, lane, o, M, N, n0 + 8);|^TestMatMulVariantsMatch$'
+  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, N, n0 + 8 * i);|^TestMatMulVariantsMatch$'
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1
 |^TestRouterMatchesHost$'

@@ -494,53 +494,72 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 ROWS_KERNEL(matmul_rows, 4, true, 4)
 ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
 
-// matmul_rows_wide: matmul_rows with 16 columns a warp, two groups of 8
-// sharing every activation load, and two weight chunks a group per K step
-// (the same bytes in flight). A verify's rows load 1.5 activation chunks
-// per weight chunk in matmul_rows (12 of a tile's 16 rows are live at
-// M = 4), 0.75 here; a verify's four rows cost 11-18% more than one on the
-// 31B MLP shapes. Each output column accumulates the same mmas in the same
-// K order as matmul_rows (U changes only how many 32-wide blocks a step
-// loads), so the bits are its bits. A block covers 128 columns.
-template <bool NC>
+// matmul_rows_wide: matmul_rows with 8·G columns a warp, G groups of 8
+// sharing every activation load, and U weight chunks a group per K step.
+// A verify's rows load 1.5 activation chunks per weight chunk in
+// matmul_rows (12 of a tile's 16 rows are live at M = 4), 1.5/G here. Each
+// output column accumulates the same mmas in the same K order as
+// matmul_rows (U changes only how many 32-wide blocks a step loads), so the
+// bits are its bits. A block covers 64·G columns.
+//
+// matmul_rows_wide (G = 2, U = 2: the bytes in flight of matmul_rows)
+// streamed the 31B shapes 12-19% faster than matmul_rows at one row and
+// 19-23% at four on the H200; the E2B shape's small products ran 3-10%
+// slower. matmul_rows_w32 (G = 4, U = 1) and matmul_rows_w16u4 (G = 2,
+// U = 4, twice the bytes in flight) are measurement only (TestMatMulSpeed).
+template <int G, int U, bool NC>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned) {
     __shared__ float tile[8][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
-    const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 16;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8 * G;
     if (n0 >= N) return;
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const bool ok0 = n0 + g < N, ok1 = n0 + 8 + g < N, al = aligned != 0;
-    const unsigned short* w0 = w + (size_t)(ok0 ? n0 + g : 0) * K;
-    const unsigned short* w1 = w + (size_t)(ok1 ? n0 + 8 + g : 0) * K;
-    const rows_act x = rows_act_of(xs, M, K, g);
-    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int kb = k0; kb < k1; kb += 64) {
-        uint4 q0[2], q1[2];
-        wload_step<2, NC>(q0, w0, kb, t, k1, ok0, al);
-        wload_step<2, NC>(q1, w1, kb, t, k1, ok1, al);
+    const bool al = aligned != 0;
+    bool ok[G];
+    const unsigned short* wr[G];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+    for (int i = 0; i < G; i++) {
+        ok[i] = n0 + 8 * i + g < N;
+        wr[i] = w + (size_t)(ok[i] ? n0 + 8 * i + g : 0) * K;
+    }
+    const rows_act x = rows_act_of(xs, M, K, g);
+    float c[G][4];
+#pragma unroll
+    for (int i = 0; i < G; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+    for (int kb = k0; kb < k1; kb += 32 * U) {
+        uint4 q[G][U];
+#pragma unroll
+        for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
             const int k = kb + 32 * u + 8 * t;
             const bool kin = k < k1;
             const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
             const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
-            mma_part(c0, q0[u], a0, a1);
-            mma_part(c1, q1[u], a0, a1);
+#pragma unroll
+            for (int i = 0; i < G; i++) mma_part(c[i], q[i][u], a0, a1);
         }
     }
     float* o = out + (size_t)blockIdx.y * M * N;
-    rows_store(&tile[wid][0][0], c0, g, t, lane, o, M, N, n0);
-    __syncwarp(); // the second group reuses the tile
-    rows_store(&tile[wid][0][0], c1, g, t, lane, o, M, N, n0 + 8);
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        if (i > 0) __syncwarp(); // the next group reuses the tile
+        rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i);
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_wide(const unsigned short* xs, const unsigned short* w,
-                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned) {
-    pdl_start();
-    matmul_rows_wide<true>(xs, w, part, M, N, K, kchunk, aligned);
-    finish_group<128>(y, part, counters, blockIdx.x, M, N, 0, M);
-}
+#define WIDE_KERNEL(name, G, U, MINB)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
+                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
+                                    int aligned) {                                                             \
+        pdl_start();                                                                                           \
+        matmul_rows_wide<G, U, true>(xs, w, part, M, N, K, kchunk, aligned);                                   \
+        finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M);                                       \
+    }
+WIDE_KERNEL(matmul_rows_wide, 2, 2, 4)
+WIDE_KERNEL(matmul_rows_w32, 4, 1, 4)
+WIDE_KERNEL(matmul_rows_w16u4, 2, 4, 3)
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
