@@ -475,7 +475,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 		return b.Zeros(compute.F32, shape...)
 	}
 	if w.DType() == compute.BF16 && !warpMatMul {
-		b.matmulMMA(y, x, w, M, N, K, nil)
+		b.matmulMMA(y, x, w, M, N, K, nil, nil)
 		return y
 	}
 	name := map[compute.DType]string{compute.F32: "matmul_f32_warp", compute.BF16: "matmul_bf16_warp", compute.F16: "matmul_f16_warp"}[w.DType()]
@@ -492,7 +492,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") != "0"
 
 // routeRows routes a pass of up to maxRouteRows tokens (a verify) on the
-// device too (TANDEM_CUDA_ROUTE_ROWS=1): every token's slot j in one launch
+// device too: every token's slot j in one launch
 // (matmul_rows_tokens), so the pass launches what a lone token's step does
 // plus two gathers a slot, reads nothing back per layer and is recorded
 // whole, at the price of reading an expert once per token that chose it
@@ -555,7 +555,7 @@ func (b *Backend) expertMatMul(op string, x, w, experts *compute.Tensor, off, co
 	y := b.alloc(compute.F32, at.rows, cols)
 	at.sel, at.stride = ptrOf(experts), w.Dim(1)*K
 	rows := b.view(w, []int{cols, K}, off*K) // expert 0's; the kernel moves to the chosen one
-	b.matmulMMA(y, x, rows, x.Rows(), cols, K, &at)
+	b.matmulMMA(y, x, rows, x.Rows(), cols, K, &at, nil)
 	return y
 }
 
@@ -651,9 +651,29 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 		}
 		return out
 	}
-	y := b.MatMul(x, whole)
-	M := y.Rows()
+	M, K := x.Rows(), x.Dim(-1)
 	lead := x.Shape()[:x.Rank()-1]
+	var y *compute.Tensor
+	if M > 1 && segmentOutputs && x.DType() == compute.F32 && whole.DType() == compute.BF16 && !warpMatMul && K > 0 &&
+		whole.Dim(1) == K {
+		// A rows kernel writes the products one after another.
+		segs := [2]int{ws[0].Dim(0), whole.Dim(0)}
+		if len(ws) == 3 {
+			segs[1] = segs[0] + ws[1].Dim(0)
+		}
+		y = b.alloc(compute.F32, M, whole.Dim(0))
+		if b.matmulMMA(y, x, whole, M, whole.Dim(0), K, nil, &segs) {
+			off := 0
+			for i, w := range ws {
+				out[i] = b.view(y, append(append([]int(nil), lead...), w.Dim(0)), off*M)
+				off += w.Dim(0)
+			}
+			return out
+		}
+		// Not a rows kernel: y is [M, N], split below.
+	} else {
+		y = b.MatMul(x, whole)
+	}
 	off := 0
 	for i, w := range ws {
 		shape := append(append([]int(nil), lead...), w.Dim(0))
@@ -675,6 +695,13 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 	}
 	return out
 }
+
+// segmentOutputs has the rows kernels write a stacked product of several
+// rows (up to five: a verify) as its products one after another, so no
+// split_cols copies them apart (TANDEM_CUDA_SEGMENTS=1). The 31B shape's
+// P = 0 round spent 0.5 ms in 115 split_cols calls. Written without a GPU:
+// off until measured.
+var segmentOutputs = os.Getenv("TANDEM_CUDA_SEGMENTS") == "1"
 
 // stacked returns ws as one [ΣN, K] view when they are consecutive rows of
 // one allocation (two or three, one dtype and width), or nil.
@@ -789,8 +816,11 @@ type expertAt struct {
 // matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
 // the product per K split, and the splits summed in order. With at, w is
 // expert 0's rows and the kernel (the rows kernel, each token a row of its
-// own) moves to the expert the device chose for the token.
-func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) {
+// own) moves to the expert the device chose for the token. With segs
+// (columns [0, segs[0]), [segs[0], segs[1]) and [segs[1], N) being separate
+// products), a rows kernel writes y as those products one after another;
+// it reports whether it did (other kernels write the plain [M, N]).
+func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, segs *[2]int) bool {
 	splits, chunk := splitK(N, K)
 	R := M // output rows
 	if at != nil {
@@ -801,14 +831,14 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 		out = b.alloc(compute.F32, splits*R*N)
 	}
 	lone := at != nil && M == 1 && R == 1
-	name := mma1Kernel
+	name, rows := mma1Kernel, false
 	switch {
 	case lone:
 		name = "matmul_rows_at"
 	case at != nil:
 		name = "matmul_rows_tokens"
 	case M <= min(rowsMaxM, 5): // three tile rows per activation row fit five rows
-		name = rowsFor(N, K)
+		name, rows = rowsFor(N, K), true
 	case M > 16:
 		name = mma8Kernel
 	}
@@ -839,6 +869,14 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	if separate { // more tiles than counters: sum the splits in a kernel of their own
 		yArg, counters = ptrOf(out), nil
 	}
+	segmented := rows && segs != nil && !separate
+	if rows { // the rows kernels take the segments' bounds last
+		b1, b2 := segNone, segNone
+		if segmented {
+			b1, b2 = segs[0], segs[1]
+		}
+		tail = append(tail, b1, b2)
+	}
 	b.launch(name, grid, 256, append([]any{ptrOf(xs), ptrOf(w), yArg, ptrOf(out), counters}, tail...)...)
 	if separate {
 		b.launch("sum_splits", grid1(R*N), 256, ptrOf(y), ptrOf(out), R*N, splits)
@@ -846,7 +884,11 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt) 
 	if out != y {
 		b.recycle(out)
 	}
+	return segmented
 }
+
+// segNone is SEG_NONE in matmul.cu: no segments, the plain layout.
+const segNone = 0x7fffffff
 
 // splitCounters is the number of column-group counters the matmul kernels
 // use to let the last K split of a group sum the partials.

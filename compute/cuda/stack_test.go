@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -14,13 +15,38 @@ import (
 // (a view for one row, a copy for several), a row's result does not depend
 // on the other rows (decode, verify and prefill agree), the products stay
 // within MatMul's tolerance of the CPU's separate products, and weights
-// that are not one stack run as separate MatMuls.
+// that are not one stack run as separate MatMuls. With segment outputs
+// (TANDEM_CUDA_SEGMENTS) a verify's products are written apart by the
+// rows kernel itself: the same bits, in the K-split kernels' finish and in
+// a direct write, with column groups that straddle two products.
 func TestMatMulsStacked(t *testing.T) {
 	g := backendOrSkip(t)
+	defer func(s bool) { segmentOutputs = s }(segmentOutputs)
+	defer restoreMatMul()()
+	for _, tc := range []struct {
+		name   string
+		parts  []int
+		K      int
+		kernel string // the rows kernel; auto picks by size
+	}{
+		// K wide enough for the stack's K split to differ from its parts'.
+		{"31B q k v, split K", []int{4096, 1024, 1024}, 5376, "auto"},
+		{"odd widths, one split", []int{300, 77, 41}, 600, "auto"},
+		{"odd widths, one split, wide kernel", []int{300, 77, 41}, 600, "matmul_rows_wide"},
+		{"two products, split K", []int{1000, 1000}, 1536, "auto"},
+	} {
+		for _, segs := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/segments=%v", tc.name, segs), func(t *testing.T) {
+				segmentOutputs, rowsKernel = segs, tc.kernel
+				checkStacked(t, g, tc.parts, tc.K)
+			})
+		}
+	}
+}
+
+func checkStacked(t *testing.T, g *Backend, parts []int, K int) {
 	c := cpu.New(0)
-	r := rand.New(rand.NewPCG(13, 14))
-	const K = 5376 // wide enough for the stack's K split to differ from its parts'
-	parts := []int{4096, 1024, 1024}
+	r := rand.New(rand.NewPCG(13, uint64(K)))
 	total := 0
 	for _, n := range parts {
 		total += n

@@ -336,13 +336,26 @@ __device__ void matmul_mma(const unsigned short* __restrict__ xs, const unsigned
     }
 }
 
+// Segment outputs (TANDEM_CUDA_SEGMENTS=1): a stacked product of several
+// rows (q|k|v, gate|up) written as its products one after another, each
+// [M, width] and contiguous, instead of [M, N] rows that split_cols then
+// copies apart. Columns [0, b1), [b1, b2) and [b2, N) are the products;
+// SEG_NONE for b1 and b2 is the plain layout. Only where the output goes
+// changes, never what is summed.
+#define SEG_NONE 0x7fffffff
+__device__ __forceinline__ size_t seg_at(int r, int n, int M, int N, int b1, int b2) {
+    const int e1 = min(b1, N), e2 = min(b2, N);
+    const int lo = n < e1 ? 0 : (n < e2 ? e1 : e2), hi = n < e1 ? e1 : (n < e2 ? e2 : N);
+    return (size_t)lo * M + (size_t)r * (hi - lo) + (n - lo);
+}
+
 // finish_group: with K split over gridDim.y blocks of one output tile (rows
 // [r0, r1), columns [c0, c0 + COLS)), the last of them to finish sums the
 // tile's partials in split order (the order sum_splits used, so the bits
 // are the same) and resets the tile's counter for the next launch.
 template <int COLS = 64>
 __device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
-                                             int r0, int r1) {
+                                             int r0, int r1, int b1 = SEG_NONE, int b2 = SEG_NONE) {
     if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
     __shared__ int last;
     __threadfence(); // this block's partials, visible before the count
@@ -359,15 +372,16 @@ __device__ __forceinline__ void finish_group(float* y, const float* part, int* c
         const size_t i = (size_t)r * N + n;
         float s = __ldcg(part + i);
         for (int j = 1; j < (int)gridDim.y; j++) s = __fadd_rn(s, __ldcg(part + j * MN + i));
-        y[i] = s;
+        y[seg_at(r, n, M, N, b1, b2)] = s;
     }
     if (threadIdx.x == 0) counters[counter] = 0;
 }
 
 // finish_splits: finish_group for kernels whose block covers 64 columns of
 // every row.
-__device__ __forceinline__ void finish_splits(float* y, const float* part, int* counters, int M, int N) {
-    finish_group(y, part, counters, blockIdx.x, M, N, 0, M);
+__device__ __forceinline__ void finish_splits(float* y, const float* part, int* counters, int M, int N,
+                                              int b1 = SEG_NONE, int b2 = SEG_NONE) {
+    finish_group(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);
 }
 
 // The kernels take y, the split partials' buffer part (y itself without a
@@ -429,7 +443,7 @@ __device__ __forceinline__ rows_act rows_act_token(const unsigned short* xs, int
 // g + 8) through tile, the warp's 16 × 9 floats of shared memory: each
 // output is its row's three parts summed (lo + mid) + hi.
 __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g, int t, int lane, float* o, int M, int N,
-                                           int n0) {
+                                           int n0, int b1 = SEG_NONE, int b2 = SEG_NONE) {
     tile[g * 9 + 2 * t] = c[0];
     tile[g * 9 + 2 * t + 1] = c[1];
     tile[(g + 8) * 9 + 2 * t] = c[2];
@@ -438,7 +452,7 @@ __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g,
     for (int e = lane; e < 8 * M; e += 32) {
         const int r = e >> 3, j = e & 7;
         if (n0 + j < N)
-            o[(size_t)r * N + n0 + j] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
+            o[seg_at(r, n0 + j, M, N, b1, b2)] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
     }
 }
 
@@ -447,7 +461,8 @@ __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g,
 // M = 1, its split partials at row z of out's [splits][gridDim.z][N].
 template <int U, bool NC, bool Tok>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
-                            int M, int N, int K, int kchunk, int aligned, int xdiv = 1) {
+                            int M, int N, int K, int kchunk, int aligned, int xdiv = 1, int b1 = SEG_NONE,
+                            int b2 = SEG_NONE) {
     __shared__ float tile[8][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
@@ -471,6 +486,8 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     }
     if (Tok)
         rows_store(&tile[wid][0][0], c, g, t, lane, out + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * N, 1, N, n0);
+    else if (gridDim.y == 1) // out is the result itself: its layout may be segments
+        rows_store(&tile[wid][0][0], c, g, t, lane, out, M, N, n0, b1, b2);
     else
         rows_store(&tile[wid][0][0], c, g, t, lane, out + (size_t)blockIdx.y * M * N, M, N, n0);
 }
@@ -486,10 +503,10 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 #define ROWS_KERNEL(name, U, NC, MINB)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
-                                    int aligned) {                                                             \
+                                    int aligned, int b1, int b2) {                                             \
         pdl_start();                                                                                           \
-        matmul_rows<U, NC, false>(xs, w, part, M, N, K, kchunk, aligned);                                      \
-        finish_splits(y, part, counters, M, N);                                                                \
+        matmul_rows<U, NC, false>(xs, w, part, M, N, K, kchunk, aligned, 1, b1, b2);                           \
+        finish_splits(y, part, counters, M, N, b1, b2);                                                        \
     }
 ROWS_KERNEL(matmul_rows, 4, true, 4)
 ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
@@ -509,7 +526,8 @@ ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
 // U = 4, twice the bytes in flight) are measurement only (TestMatMulSpeed).
 template <int G, int U, bool NC>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                 float* __restrict__ out, int M, int N, int K, int kchunk, int aligned) {
+                                 float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
+                                 int b2) {
     __shared__ float tile[8][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8 * G;
@@ -542,20 +560,21 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         }
     }
     float* o = out + (size_t)blockIdx.y * M * N;
+    if (gridDim.y > 1) b1 = b2 = SEG_NONE; // partials keep the plain layout
 #pragma unroll
     for (int i = 0; i < G; i++) {
         if (i > 0) __syncwarp(); // the next group reuses the tile
-        rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i);
+        rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);
     }
 }
 
 #define WIDE_KERNEL(name, G, U, MINB)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
-                                    int aligned) {                                                             \
+                                    int aligned, int b1, int b2) {                                             \
         pdl_start();                                                                                           \
-        matmul_rows_wide<G, U, true>(xs, w, part, M, N, K, kchunk, aligned);                                   \
-        finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M);                                       \
+        matmul_rows_wide<G, U, true>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);                           \
+        finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                               \
     }
 WIDE_KERNEL(matmul_rows_wide, 2, 2, 4)
 WIDE_KERNEL(matmul_rows_w32, 4, 1, 4)
