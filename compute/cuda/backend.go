@@ -639,9 +639,10 @@ var _ compute.Stacker = (*Backend)(nil)
 // MatMuls implements compute.Stacker. Weights that are consecutive rows of
 // one tensor (a loader's stack) run as one product over the whole stack,
 // whose K split is chosen from the stack's shape; the products are then
-// views of its output (one row) or copies of its columns (several rows,
-// split_cols).
-// Anything else runs as separate MatMuls.
+// views of its output: of its columns for one row, of its segments for up
+// to five rows with segment outputs (the rows kernel writes the products
+// apart), and otherwise copies of its columns (split_cols). Anything else
+// runs as separate MatMuls.
 func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
 	out := make([]*compute.Tensor, len(ws))
 	whole := b.stacked(ws)
@@ -655,7 +656,7 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 	lead := x.Shape()[:x.Rank()-1]
 	var y *compute.Tensor
 	if M > 1 && segmentOutputs && x.DType() == compute.F32 && whole.DType() == compute.BF16 && !warpMatMul && K > 0 &&
-		whole.Dim(1) == K {
+		whole.Dim(0) > 0 && whole.Dim(1) == K {
 		// A rows kernel writes the products one after another.
 		segs := [2]int{ws[0].Dim(0), whole.Dim(0)}
 		if len(ws) == 3 {

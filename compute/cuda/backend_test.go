@@ -416,7 +416,11 @@ func TestMatMulSpeed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %d registers", name, regs)
+		local, err := g.dev.FuncAttribute(g.k[name], funcAttrLocalBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d registers, %d bytes of local memory a thread (spills)", name, regs, local)
 	}
 	type variant struct {
 		name string

@@ -224,6 +224,10 @@ type Kernel struct {
 // funcAttrNumRegs is CU_FUNC_ATTRIBUTE_NUM_REGS, for FuncAttribute.
 const funcAttrNumRegs = 4
 
+// funcAttrLocalBytes is CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: a kernel's
+// local memory per thread, where its register spills go.
+const funcAttrLocalBytes = 3
+
 // FuncAttribute reads one of k's CUfunction_attribute values.
 func (dev *Device) FuncAttribute(k Kernel, attr int32) (int, error) {
 	var v int32

@@ -34,6 +34,9 @@ func TestMatMulsStacked(t *testing.T) {
 		{"odd widths, one split", []int{300, 77, 41}, 600, "auto"},
 		{"odd widths, one split, wide kernel", []int{300, 77, 41}, 600, "matmul_rows_wide"},
 		{"two products, split K", []int{1000, 1000}, 1536, "auto"},
+		{"two products, split K, wide kernel", []int{1000, 1000}, 1536, "matmul_rows_wide"},
+		{"odd widths, split K, w32", []int{300, 77, 41}, 1536, "matmul_rows_w32"},
+		{"odd widths, one split, w16u4", []int{300, 77, 41}, 600, "matmul_rows_w16u4"},
 	} {
 		for _, segs := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/segments=%v", tc.name, segs), func(t *testing.T) {
@@ -66,6 +69,17 @@ func checkStacked(t *testing.T, g *Backend, parts []int, K int) {
 	for _, M := range []int{1, 2, 4, 5, 17, 130} {
 		x := g.FromF32(xdata[:M*K], M, K)
 		got := g.MatMuls(x, ws...)
+		if segmentOutputs && M >= 2 && M <= rowsMaxM {
+			// The rows kernel wrote the products apart: views of one
+			// allocation, product i at its first column times M.
+			first, start := memOf(got[0]), 0
+			for i, n := range parts {
+				if m := memOf(got[i]); m.blk != first.blk || m.ptr-first.ptr != uintptr(start*M*4) {
+					t.Fatalf("M=%d product %d: not the segment at column %d of one output (split_cols ran?)", M, i, start)
+				}
+				start += n
+			}
+		}
 		full := g.ToF32(g.MatMul(x, whole))
 		off := 0
 		for i, n := range parts {

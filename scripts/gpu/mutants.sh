@@ -29,11 +29,14 @@ mutants=(
   'deep-step|compute/cuda/kernels/ops.cu|for (int j = 0; j < D; j += 4 * CH) {|for (int j = 0; j < D; j += 32) {|^TestDeepAttentionMatches$'
   # the deep values kernel'"'"'s last batch loading one value for all
   'deep-tail|compute/cuda/kernels/ops.cu|                const int s = o + u < ohi ? ss[o + u] : -1;|                const int s = o + u < ohi ? ss[o] : -1;|^TestDeepAttentionMatches$'
-  # every choice's gate/up product from the wrong token'"'"'s input
   # matmul_rows_wide storing its first column group for both.
   'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|^TestMatMulVariantsMatch$'
   # a segment's rows laid out at the stack's width instead of their own.
   'seg-stride|compute/cuda/kernels/matmul.cu|return (size_t)lo * M + (size_t)r * (hi - lo) + (n - lo);|return (size_t)lo * M + (size_t)r * N + (n - lo);|^TestMatMulsStacked$'
+  # the wide kernel's K-split partials written in the segments' layout, then summed as plain ones.
+  'seg-partials|compute/cuda/kernels/matmul.cu|    if (gridDim.y > 1) b1 = b2 = SEG_NONE; // partials keep the plain layout
+||^TestMatMulsStacked$'
+  # every choice's gate/up product from the wrong token'"'"'s input
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1
 |^TestRouterMatchesHost$'
