@@ -423,6 +423,17 @@ func printProfile(w io.Writer, title, unit string, p *cuda.Profile, units int, m
 		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f%%\t\n", k.Name, float64(k.Calls)/n, ms(k.Time)/n, 100*float64(k.Time)/float64(busy))
 	}
 	tw.Flush()
+	if len(p.Sites) > 1 {
+		var parts []string
+		for _, s := range p.Sites {
+			name := s.Name
+			if name == "" {
+				name = "(outside recordings)"
+			}
+			parts = append(parts, fmt.Sprintf("%s %.3f ms (%.0f kernels)", name, ms(s.Time)/n, float64(s.Calls)/n))
+		}
+		fmt.Fprintf(w, "by recording site, per %s: %s\n", unit, strings.Join(parts, ", "))
+	}
 }
 
 // printTimeline says how long the device sat idle in a real (unspun)

@@ -98,7 +98,11 @@ func (b *Backend) BeginRecord(site string) {
 	b.mu.Lock()
 	b.recSite = ""
 	b.mu.Unlock()
-	if !b.dev.Graphs() || b.dev.profiling.Load() {
+	if b.dev.profiling.Load() {
+		b.dev.profileSite(site)
+		return
+	}
+	if !b.dev.Graphs() {
 		return
 	}
 	// A site is recorded from its second step on: capturing and
@@ -130,6 +134,7 @@ func (b *Backend) EndRecord() {
 	b.mu.Lock()
 	b.recSite = ""
 	b.mu.Unlock()
+	b.dev.profileSite("")
 	b.dev.endRecord()
 }
 

@@ -22,10 +22,14 @@ type KernelTime struct {
 
 // Profile is the device time between StartProfile and StopProfile.
 type Profile struct {
-	Kernels []KernelTime  // longest total first
-	Busy    time.Duration // the kernels' total
-	Wall    time.Duration // host time from start to stop
-	Issue   time.Duration // filled by callers that measure it (bench: host time to issue a step)
+	Kernels []KernelTime // longest total first
+	// Sites is the same time by the recording site the kernels were
+	// issued in (compute.Record: "verify-at4", "draft-at0", …; "" outside
+	// any), longest first: which part of a step or round takes it.
+	Sites []KernelTime
+	Busy  time.Duration // the kernels' total
+	Wall  time.Duration // host time from start to stop
+	Issue time.Duration // filled by callers that measure it (bench: host time to issue a step)
 
 	// Idle is the device's idle time between the first kernel's start
 	// and the last one's end; HostBound the part of it spent waiting for
@@ -44,6 +48,7 @@ type Gap struct {
 }
 
 type profiler struct {
+	site  string // the recording site being issued
 	start time.Time
 	base  uintptr // event recorded at start: device time zero
 	marks []profMark
@@ -53,7 +58,7 @@ type profiler struct {
 }
 
 type profMark struct {
-	name       string
+	name, site string
 	start, end uintptr
 	issued     time.Duration // host time (since start) when the launch returned
 }
@@ -86,7 +91,7 @@ func (p *profiler) around(d *driverAPI, stream uintptr, name string) func() {
 	return func() {
 		b := p.event(d)
 		d.cuEventRecord(b, stream)
-		p.marks = append(p.marks, profMark{name, a, b, time.Since(p.start)})
+		p.marks = append(p.marks, profMark{name, p.site, a, b, time.Since(p.start)})
 	}
 }
 
@@ -145,22 +150,23 @@ func (dev *Device) StopProfile() (Profile, error) {
 			return err
 		}
 		out.Wall = time.Since(p.start)
-		by := map[string]*KernelTime{}
-		for _, m := range p.marks {
+		times := make([]time.Duration, len(p.marks))
+		names := make([]string, len(p.marks))
+		var sites []string // the spin that holds kernels back is no site's work
+		var siteTimes []time.Duration
+		for i, m := range p.marks {
 			var ms float32
 			if err := dev.d.check("cuEventElapsedTime", dev.d.cuEventElapsedTime(&ms, m.start, m.end)); err != nil {
 				return err
 			}
-			k := by[m.name]
-			if k == nil {
-				k = &KernelTime{Name: m.name}
-				by[m.name] = k
+			times[i] = time.Duration(float64(ms) * float64(time.Millisecond))
+			names[i] = m.name
+			out.Busy += times[i]
+			if m.name != "spin" {
+				sites, siteTimes = append(sites, m.site), append(siteTimes, times[i])
 			}
-			k.Calls++
-			d := time.Duration(float64(ms) * float64(time.Millisecond))
-			k.Time += d
-			out.Busy += d
 		}
+		out.Kernels, out.Sites = sumBy(names, times), sumBy(sites, siteTimes)
 		if err := p.timeline(dev.d, &out); err != nil {
 			return err
 		}
@@ -171,13 +177,47 @@ func (dev *Device) StopProfile() (Profile, error) {
 		for _, ev := range p.free {
 			dev.d.cuEventDestroy(ev)
 		}
-		for _, k := range by {
-			out.Kernels = append(out.Kernels, *k)
-		}
-		sort.Slice(out.Kernels, func(i, j int) bool { return out.Kernels[i].Time > out.Kernels[j].Time })
 		return p.err
 	})
 	return out, err
+}
+
+// sumBy totals times[i] and counts the calls under keys[i], longest total
+// first (ties by key, so the order is stable).
+func sumBy(keys []string, times []time.Duration) []KernelTime {
+	by := map[string]*KernelTime{}
+	for i, key := range keys {
+		k := by[key]
+		if k == nil {
+			k = &KernelTime{Name: key}
+			by[key] = k
+		}
+		k.Calls++
+		k.Time += times[i]
+	}
+	out := make([]KernelTime, 0, len(by))
+	for _, k := range by {
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Time != out[j].Time {
+			return out[i].Time > out[j].Time
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// profileSite names the recording site the kernels issued from now on
+// belong to, while profiling (which runs unrecorded).
+func (dev *Device) profileSite(site string) {
+	if dev.profiling.Load() {
+		dev.send(func() {
+			if dev.prof != nil {
+				dev.prof.site = site
+			}
+		})
+	}
 }
 
 // timeline places every kernel on the device's clock (relative to the base

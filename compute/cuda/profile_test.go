@@ -38,3 +38,20 @@ func TestGapsOf(t *testing.T) {
 		t.Errorf("second gap %+v", g)
 	}
 }
+
+// sumBy is how a profile totals kernels and recording sites: every call
+// counted under its key, longest total first, ties in key order.
+func TestSumBy(t *testing.T) {
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	got := sumBy([]string{"verify-at4", "draft-at0", "verify-at4", "", "draft-at1", "draft-at1"},
+		[]time.Duration{us(30), us(5), us(20), us(1), us(3), us(2)})
+	want := []KernelTime{{"verify-at4", 2, us(50)}, {"draft-at0", 1, us(5)}, {"draft-at1", 2, us(5)}, {"", 1, us(1)}}
+	if len(got) != len(want) {
+		t.Fatalf("sumBy = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("sumBy[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
