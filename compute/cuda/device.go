@@ -25,6 +25,7 @@ type Device struct {
 	DriverVersion int         // e.g. 13000
 	asyncErr      error       // first failure of an asynchronous call; device thread only
 	prof          *profiler   // non-nil while profiling; device thread only
+	pdlRec        bool        // the recording in progress launches with PDL (pdlDecode); device thread only
 	stream        uintptr     // the stream all work goes to: 0 (legacy) unless graphs are on
 	graphs        graphState  // device thread only
 	profiling     atomic.Bool // prof != nil, for the host side
@@ -373,6 +374,20 @@ func (dev *Device) runAll(batch []func() error) {
 // speculative round by 1.8 ms (docs/gpu.md).
 var programmaticLaunch = os.Getenv("TANDEM_CUDA_PDL") == "1"
 
+// pdlDecode launches only the kernels of plain decode steps with
+// programmatic stream serialization (TANDEM_CUDA_PDL=decode): those
+// steps are issued one ahead of the device, so whatever PDL costs a graph
+// launched onto an idle device (a speculative round waits on the host at
+// its start) stays off the critical path. Written without a GPU: off until
+// measured.
+var pdlDecode = os.Getenv("TANDEM_CUDA_PDL") == "decode"
+
+// pdlFor reports whether the kernels recorded for site are launched with
+// programmatic stream serialization under TANDEM_CUDA_PDL=decode: the
+// plain decode step (generation's "decode"), not a round's drafts or
+// verify, nor an engine step.
+func pdlFor(site string) bool { return site == "decode" }
+
 // launchConfig is CUlaunchConfig (cuda.h), launchAttr CUlaunchAttribute: an
 // id and a 64-byte value union.
 type launchConfig struct {
@@ -437,7 +452,7 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 		if dev.prof != nil {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
-		if programmaticLaunch && dev.d.launchExFn != 0 {
+		if (programmaticLaunch || dev.pdlRec) && dev.d.launchExFn != 0 {
 			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
 			r, _, _ := purego.SyscallN(dev.d.launchExFn, uintptr(unsafe.Pointer(cfg)), k.fn, pp, 0)
 			runtime.KeepAlive(cfg)

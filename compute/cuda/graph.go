@@ -64,6 +64,7 @@ func (dev *Device) beginRecord(site string) {
 			return
 		}
 		dev.graphs.rec = &recording{site: site}
+		dev.pdlRec = pdlDecode && pdlFor(site)
 	})
 }
 
@@ -106,6 +107,7 @@ func (dev *Device) endCapture() {
 		return
 	}
 	dev.graphs.rec = nil
+	dev.pdlRec = false
 	start := time.Now()
 	defer func() { dev.graphs.stats.Build += time.Since(start) }()
 	var g uintptr

@@ -153,3 +153,18 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 	}
 	t.Logf("the reader without the wait read early in %d of 4 trials", stale)
 }
+
+// TestPDLForDecodeOnly protects TANDEM_CUDA_PDL=decode's rule: plain decode
+// steps launch with programmatic serialization, a speculative round's
+// drafts and verify (whose graphs start on an idle device) and engine
+// steps do not.
+func TestPDLForDecodeOnly(t *testing.T) {
+	for site, want := range map[string]bool{
+		"decode": true, "verify-at4": false, "draft-at0": false, "draft-at1": false, "verify4": false,
+		"draft1": false, "step,1,1": false, "decode/1": false,
+	} {
+		if got := pdlFor(site); got != want {
+			t.Errorf("pdlFor(%q) = %v, want %v", site, got, want)
+		}
+	}
+}
