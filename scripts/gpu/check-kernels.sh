@@ -16,9 +16,25 @@ if ! command -v clang-16 >/dev/null; then
 fi
 flags=(-x cuda --cuda-device-only --cuda-gpu-arch=sm_90 -nocudalib -nocudainc
        -Xclang -target-feature -Xclang +ptx78 -include scripts/gpu/clang_cuda_shim.h -Werror)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 n=0
 for f in $(git ls-files 'compute/cuda/kernels/*.cu'); do
-  clang-16 "${flags[@]}" -S -o /dev/null "$f"
+  clang-16 "${flags[@]}" -S -o "$tmp/$(basename "$f" .cu).ptx" "$f"
   n=$((n + 1))
 done
 echo "check-kernels: $n CUDA source(s) compiled for sm_90"
+# Every kernel the backend looks up at start-up (kernelNames in backend.go)
+# must be an entry of its source: a missing one fails New on the GPU.
+missing=0
+for file in $(ls "$tmp"); do
+  src=${file%.ptx}.cu
+  names=$(sed -n "/^var kernelNames/,/^}/p" compute/cuda/backend.go | sed -n "/\"$src\":/,/},/p" |
+    grep -o '"[A-Za-z0-9_]*"' | tr -d '"')
+  [ -n "$names" ] || { echo "check-kernels: no kernelNames entry for $src" >&2; missing=1; }
+  for k in $names; do
+    grep -q "^\.visible \.entry $k(" "$tmp/$file" || { echo "check-kernels: $k (kernelNames, $src) is not a kernel of $src" >&2; missing=1; }
+  done
+done
+[ $missing -eq 0 ] || exit 1
+echo "check-kernels: every kernel in kernelNames is defined"
