@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -220,6 +221,7 @@ func newBench() *cobra.Command {
 				s := g.Device().GraphStats()
 				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs (%d instantiated; %.0f ms building them in all), %d ran op by op after a failed capture\n",
 					s.Launched, s.Instantiated, ms(s.Build), s.Fallbacks)
+				printChanged(out, s)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
@@ -449,6 +451,36 @@ func printTimeline(w io.Writer, unit string, p *cuda.Profile, units int) {
 		fmt.Fprintf(tw, "  %v\t%v\t%s → %s\t%s\n", g.Idle.Round(time.Microsecond), g.HostLate.Round(time.Microsecond), g.After, g.Before, g.HostCalls)
 	}
 	tw.Flush()
+}
+
+// printChanged says which kernels' launches changed their grid or
+// arguments from one step of a recording site to the next: what stands
+// between capturing a step's graph every step and replaying one.
+func printChanged(w io.Writer, s cuda.GraphStats) {
+	total, changed := 0, 0
+	var kernels []string
+	for k, n := range s.Compared {
+		total += n
+		changed += s.Changed[k]
+		if s.Changed[k] > 0 {
+			kernels = append(kernels, k)
+		}
+	}
+	if total == 0 {
+		return
+	}
+	sort.Slice(kernels, func(i, j int) bool {
+		if a, b := s.Changed[kernels[i]], s.Changed[kernels[j]]; a != b {
+			return a > b
+		}
+		return kernels[i] < kernels[j]
+	})
+	var parts []string
+	for _, k := range kernels {
+		parts = append(parts, fmt.Sprintf("%s %d of %d", k, s.Changed[k], s.Compared[k]))
+	}
+	fmt.Fprintf(w, "graph kernels whose grid or arguments changed from their site's previous step: %d of %d launches (%s); %d recordings launched other kernels than their site's previous one\n",
+		changed, total, strings.Join(parts, ", "), s.Reshaped)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

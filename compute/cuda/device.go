@@ -406,6 +406,11 @@ type launchAttr struct {
 	value [64]byte
 }
 
+// mixSig folds v into the FNV-1a-style hash h, a word at a time.
+func mixSig(h, v uint64) uint64 { return (h ^ v) * 1099511628211 }
+
+const fnvOffset = 14695981039346656037
+
 // pdlAttr is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) with
 // programmaticStreamSerializationAllowed = 1.
 var pdlAttr = launchAttr{id: 6, value: [64]byte{1}}
@@ -439,7 +444,17 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 			return nil, fmt.Errorf("cuda: kernel argument %d has unsupported type %T", i, a)
 		}
 	}
+	// A recording's launches are compared step to step (graph.go).
+	sum := mixSig(mixSig(mixSig(fnvOffset, uint64(k.fn)), uint64(grid[0])|uint64(grid[1])<<32),
+		uint64(grid[2])|uint64(block[0])<<32|uint64(shmem)<<48)
+	for _, v := range vals {
+		sum = mixSig(sum, v)
+	}
+	sig := launchSig{k.name, sum}
 	return func() error {
+		if rec := dev.graphs.rec; rec != nil {
+			rec.sigs = append(rec.sigs, sig)
+		}
 		var pp uintptr
 		var params []uintptr
 		if len(vals) > 0 {

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"maps"
 	"os"
 	"time"
 	"unsafe"
@@ -27,8 +28,9 @@ const maxGraphs = 256
 
 // graphState is the device thread's record of graphs.
 type graphState struct {
-	execs map[string]uintptr // instantiated graph per site
-	rec   *recording         // non-nil while capturing
+	execs map[string]uintptr     // instantiated graph per site
+	rec   *recording             // non-nil while capturing
+	prev  map[string][]launchSig // each site's last recording's launches
 	stats GraphStats
 }
 
@@ -38,10 +40,66 @@ type GraphStats struct {
 	Fallbacks    int           // recordings that ran op by op after a failed capture or launch
 	Instantiated int           // graphs instantiated (a new site, or an update refused)
 	Build        time.Duration // ending captures, updating and instantiating: host time on the device thread
+
+	// Every launch of a recording is compared with the same launch of its
+	// site's previous recording: Compared counts them by kernel and
+	// Changed those whose grid or arguments differed, which a graph
+	// captured once and replayed would have to read from device memory.
+	// Reshaped counts recordings whose kernels differed from the site's
+	// previous ones (not compared).
+	Compared, Changed map[string]int
+	Reshaped          int
+}
+
+// launchSig identifies a launch within a recording: its kernel, and a hash
+// of its grid, block and arguments.
+type launchSig struct {
+	kernel string
+	sum    uint64
+}
+
+// compareLaunches counts cur's launches into compared and those that
+// differ from prev's into changed, by kernel; it reports false, counting
+// nothing, when the two do not launch the same kernels in the same order.
+func compareLaunches(prev, cur []launchSig, compared, changed map[string]int) bool {
+	if len(prev) != len(cur) {
+		return false
+	}
+	for i := range cur {
+		if cur[i].kernel != prev[i].kernel {
+			return false
+		}
+	}
+	for i, l := range cur {
+		compared[l.kernel]++
+		if l.sum != prev[i].sum {
+			changed[l.kernel]++
+		}
+	}
+	return true
+}
+
+// maxComparedSites bounds the sites whose last launches are kept.
+const maxComparedSites = 1024
+
+// compare records rec's launches against its site's previous recording.
+// Device thread only.
+func (g *graphState) compare(rec *recording) {
+	if g.prev == nil || len(g.prev) >= maxComparedSites {
+		g.prev = map[string][]launchSig{}
+	}
+	if g.stats.Compared == nil {
+		g.stats.Compared, g.stats.Changed = map[string]int{}, map[string]int{}
+	}
+	if prev, ok := g.prev[rec.site]; ok && !compareLaunches(prev, rec.sigs, g.stats.Compared, g.stats.Changed) {
+		g.stats.Reshaped++
+	}
+	g.prev[rec.site] = rec.sigs
 }
 
 type recording struct {
 	site  string
+	sigs  []launchSig    // the launches captured, in order
 	calls []func() error // the captured calls, to run directly if the graph fails
 	err   error          // the first call that failed while capturing
 }
@@ -110,6 +168,7 @@ func (dev *Device) endCapture() {
 	dev.pdlRec = false
 	start := time.Now()
 	defer func() { dev.graphs.stats.Build += time.Since(start) }()
+	dev.graphs.compare(rec)
 	var g uintptr
 	ok := dev.d.cuStreamEndCapture(dev.stream, &g) == 0 && rec.err == nil
 	if ok && g != 0 {
@@ -169,6 +228,7 @@ func (dev *Device) GraphStats() GraphStats {
 	var s GraphStats
 	dev.do(func() error {
 		s = dev.graphs.stats
+		s.Compared, s.Changed = maps.Clone(s.Compared), maps.Clone(s.Changed)
 		return nil
 	})
 	return s

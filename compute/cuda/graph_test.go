@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"encoding/binary"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"tandem/compute"
@@ -165,6 +167,31 @@ func TestPDLForDecodeOnly(t *testing.T) {
 	} {
 		if got := pdlFor(site); got != want {
 			t.Errorf("pdlFor(%q) = %v, want %v", site, got, want)
+		}
+	}
+}
+
+// TestCompareLaunches protects the step-to-step comparison of a site's
+// launches: each launch counts under its kernel, a changed grid or argument
+// (another hash) counts as changed, and a recording whose kernels differ
+// from the previous one's is not compared at all.
+func TestCompareLaunches(t *testing.T) {
+	prev := []launchSig{{"rmsnorm2", 1}, {"attn_scores", 2}, {"attn_values", 3}, {"rmsnorm2", 4}}
+	for _, tc := range []struct {
+		name              string
+		cur               []launchSig
+		ok                bool
+		compared, changed map[string]int
+	}{
+		{"the same step", prev, true, map[string]int{"rmsnorm2": 2, "attn_scores": 1, "attn_values": 1}, map[string]int{}},
+		{"attention's tables moved", []launchSig{{"rmsnorm2", 1}, {"attn_scores", 9}, {"attn_values", 8}, {"rmsnorm2", 4}}, true,
+			map[string]int{"rmsnorm2": 2, "attn_scores": 1, "attn_values": 1}, map[string]int{"attn_scores": 1, "attn_values": 1}},
+		{"another kernel", []launchSig{{"rmsnorm2", 1}, {"attn_scores_tiled", 2}, {"attn_values", 3}, {"rmsnorm2", 4}}, false, map[string]int{}, map[string]int{}},
+		{"one launch more", append(slices.Clone(prev), launchSig{"gather", 5}), false, map[string]int{}, map[string]int{}},
+	} {
+		compared, changed := map[string]int{}, map[string]int{}
+		if ok := compareLaunches(prev, tc.cur, compared, changed); ok != tc.ok || !maps.Equal(compared, tc.compared) || !maps.Equal(changed, tc.changed) {
+			t.Errorf("%s: compareLaunches = %v, compared %v, changed %v; want %v, %v, %v", tc.name, ok, compared, changed, tc.ok, tc.compared, tc.changed)
 		}
 	}
 }
