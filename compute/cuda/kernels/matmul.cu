@@ -524,6 +524,8 @@ ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
 // 19-23% at four on the H200; the E2B shape's small products ran 3-10%
 // slower. matmul_rows_w32 (G = 4, U = 1) and matmul_rows_w16u4 (G = 2,
 // U = 4, twice the bytes in flight) are measurement only (TestMatMulSpeed).
+// The K loop repeats matmul_rows' rather than sharing it: matmul_rows sits
+// at 63 of the 64 registers its four blocks a multiprocessor allow.
 template <int G, int U, bool NC>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
