@@ -704,10 +704,9 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 
 // segmentOutputs has the rows kernels write a stacked product of several
 // rows (up to five: a verify) as its products one after another, so no
-// split_cols copies them apart (TANDEM_CUDA_SEGMENTS=1). The 31B shape's
-// P = 0 round spent 0.5 ms in 115 split_cols calls. Written without a GPU:
-// off until measured.
-var segmentOutputs = os.Getenv("TANDEM_CUDA_SEGMENTS") == "1"
+// split_cols copies them apart (on; TANDEM_CUDA_SEGMENTS=0 turns it off).
+// The 31B shape's P = 0 round spent 0.5 ms in 115 split_cols calls.
+var segmentOutputs = os.Getenv("TANDEM_CUDA_SEGMENTS") != "0"
 
 // stacked returns ws as one [ΣN, K] view when they are consecutive rows of
 // one allocation (two or three, one dtype and width), or nil.
@@ -1096,9 +1095,23 @@ func (b *Backend) RMSNorm(x, w *compute.Tensor, eps float32) *compute.Tensor {
 }
 
 // rowCache lets rmsnorm hold rows of up to 6144 elements in registers
-// (one memory round trip instead of one per 256 elements per pass; the
-// same bits). Tests turn it off to compare.
+// (one memory round trip instead of one per block of elements per pass;
+// the same bits). Tests turn it off to compare.
 var rowCache = 1
+
+// rowThreads is the block size of every norm of a row of D elements
+// (rmsnorm, rmsnorm2, rmsnorm_rope, qkv_norms): part of the row's reduction
+// order, so a function of D alone, the same whichever kernel normalises
+// it. About six elements a thread (RCACHE in ops.cu), 256 to 1024 threads:
+// a decode step's norm is one block, bound by its chain of dependent
+// instructions, so more threads with shorter chains finish sooner.
+func rowThreads(D int) int {
+	n := 256
+	for n < 1024 && n*6 < D {
+		n *= 2
+	}
+	return n
+}
 
 // rmsnorm launches the norm of x's rows of D, plus res when given, and
 // with fused kernels on writes the result's split too.
@@ -1106,7 +1119,7 @@ func (b *Backend) rmsnorm(x *compute.Tensor, wp any, wt, D int, eps float32, res
 	out := b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
 		parts, pp := b.emitParts(out)
-		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len(), rowCache)
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, rowThreads(D), ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len(), rowCache)
 		if parts != nil {
 			b.remember(out, parts)
 		}
@@ -1147,7 +1160,7 @@ func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tens
 	return b.rmsnorm(x, wp, wt, D, eps, ptrOf(r))
 }
 
-// rcacheElems is the longest row rmsnorm2 takes (RCACHE·RBLOCK in ops.cu).
+// rcacheElems is the longest row rmsnorm2 takes (RCACHE·NMAX in ops.cu).
 const rcacheElems = 24 * 256
 
 // fusedNorm2 turns on rmsnorm2 and qkv_norms (31B decode 34.0 → 35.2
@@ -1177,7 +1190,7 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 	y, h = b.alloc(compute.F32, x.Shape()...), b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
 		parts, pp := b.emitParts(h)
-		b.launch("rmsnorm2", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(r), w1p, w1t, sp, st, w2p, w2t, D, eps, pp, h.Len())
+		b.launch("rmsnorm2", [3]uint32{uint32(R), 1, 1}, rowThreads(D), ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(r), w1p, w1t, sp, st, w2p, w2t, D, eps, pp, h.Len())
 		if parts != nil {
 			b.remember(h, parts)
 		}
@@ -1217,7 +1230,7 @@ func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []i
 		b.forgetWrites(vdst)
 	}
 	if n := T * (Hq + 2*Hk); n > 0 && d > 0 {
-		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, 256, ptrOf(qo), ptrOf(ko), ptrOf(vo), ptrOf(q), ptrOf(k), ptrOf(v),
+		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, rowThreads(d), ptrOf(qo), ptrOf(ko), ptrOf(vo), ptrOf(q), ptrOf(k), ptrOf(v),
 			qp, qt, kp, kt, eps, ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim/2)
 	}
 	return qo, ko, vo
@@ -1237,7 +1250,7 @@ func (b *Backend) RMSNormRoPE(x, w *compute.Tensor, eps float32, pos []int32, r 
 	wp, wt := normWeight(x, w, d, "RMSNormRoPE")
 	out := b.alloc(compute.F32, x.Shape()...)
 	if T*H > 0 && d > 0 {
-		b.launch("rmsnorm_rope", [3]uint32{uint32(T * H), 1, 1}, 256, ptrOf(out), ptrOf(x), wp, wt, eps,
+		b.launch("rmsnorm_rope", [3]uint32{uint32(T * H), 1, 1}, rowThreads(d), ptrOf(out), ptrOf(x), wp, wt, eps,
 			ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), H, d, r.Dim/2)
 	}
 	return out

@@ -22,7 +22,7 @@ bin=bin/gpu/tandem
 [ -x "$bin" ] || { echo "measure.sh: $bin is missing; run scripts/gpu/build.sh here first" >&2; exit 2; }
 off=(TANDEM_CUDA_MATMUL=mma8 TANDEM_CUDA_ATTN=untiled TANDEM_CUDA_GRAPHS=0 TANDEM_CUDA_FUSE=0 TANDEM_CUDA_STACK=0
   TANDEM_CUDA_NORM2=0 TANDEM_CUDA_COMBINE=0 TANDEM_CUDA_CHECKPOINT=0 TANDEM_CUDA_ROUTE=0 TANDEM_CUDA_ROUTE_ROWS=0
-  TANDEM_CUDA_MOE_BATCH=0)
+  TANDEM_CUDA_MOE_BATCH=0 TANDEM_CUDA_SEGMENTS=0 TANDEM_CUDA_PDL=0)
 bench() { # name, env..., -- bench args...
   local name=$1; shift
   local envs=()
