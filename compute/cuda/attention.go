@@ -81,11 +81,12 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	}
 
 	// Order each row's keys by position. One table holds the slot order,
-	// the rows' first positions and the query positions, uploaded once for
-	// the layers that share it (see table).
-	tab := make([]int32, B*S+B+len(opt.QueryPos))
-	slotOf, minpos := tab[:B*S], tab[B*S:B*S+B]
-	copy(tab[B*S+B:], opt.QueryPos)
+	// the rows' first and last positions (span: the kernels visit offsets up
+	// to the last key only, not the cache's capacity) and the query
+	// positions, uploaded once for the layers that share it (see table).
+	tab := make([]int32, B*S+2*B+len(opt.QueryPos))
+	slotOf, span := tab[:B*S], tab[B*S:B*S+2*B]
+	copy(tab[B*S+2*B:], opt.QueryPos)
 	nsplit := 1
 	for bi := range B {
 		n := S
@@ -110,13 +111,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		for i := range row {
 			row[i] = -1
 		}
+		span[2*bi+1] = -1 // no keys: an empty span
 		if lo < 0 {
 			continue
 		}
 		if int(hi-lo) >= S {
 			panic(fmt.Sprintf("cuda: Attention key positions %d..%d span more than the %d slots", lo, hi, S))
 		}
-		minpos[bi] = lo
+		span[2*bi], span[2*bi+1] = lo, hi
 		for s := range n {
 			kp := int32(s)
 			if opt.KeyPos != nil {
@@ -136,7 +138,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	so, mp := tabT, at(tabT, B*S)
 	var qpos any
 	if opt.QueryPos != nil {
-		qpos = at(tabT, B*S+B)
+		qpos = at(tabT, B*S+2*B)
 	}
 	scale := opt.Scale
 	if scale == 0 {

@@ -118,6 +118,21 @@ func full(B, L, S int, mask compute.Mask, window int) func(*rand.Rand) compute.A
 	}
 }
 
+// prefix fills each row's first lens[b] slots of a cache far larger than
+// that (positions 0..lens[b]−1; a row of 0 has no keys) and queries its
+// last L positions: the kernels must stop at the last key, not at S.
+func prefix(L int, lens ...int) func(*rand.Rand) compute.AttentionOptions {
+	return func(*rand.Rand) compute.AttentionOptions {
+		o := compute.AttentionOptions{Mask: compute.Causal, KeyLen: lens}
+		for _, n := range lens {
+			for l := range L {
+				o.QueryPos = append(o.QueryPos, int32(max(0, n-L+l)))
+			}
+		}
+		return o
+	}
+}
+
 var opCases = []opCase{
 	{"MatMul/f32", 1e-5, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
 		return []*compute.Tensor{be.MatMul(be.FromF32(randF32(r, 5*100), 5, 100), weight(be, compute.F32, randF32(r, 37*100), 37, 100))}
@@ -159,8 +174,12 @@ var opCases = []opCase{
 		return []*compute.Tensor{be.GeluTanh(x), be.GeluMul(x, y), be.Softcap(be.Scale(x, 40), 30)}
 	}},
 	{"RMSNorm", 1e-6, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
-		x := be.FromF32(randF32(r, 7*1536), 7, 1536)
-		return []*compute.Tensor{be.RMSNorm(x, weight(be, compute.BF16, randF32(r, 1536), 1536), 1e-6), be.RMSNorm(x, nil, 1e-6)}
+		var out []*compute.Tensor
+		for _, D := range []int{1536, 2816, 5376} { // 256, 512 and 1024 threads a row
+			x := be.FromF32(randF32(r, 7*D), 7, D)
+			out = append(out, be.RMSNorm(x, weight(be, compute.BF16, randF32(r, D), D), 1e-6), be.RMSNorm(x, nil, 1e-6))
+		}
+		return out
 	}},
 	{"RoPE", 1e-6, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
 		x := be.FromF32(randF32(r, 3*4*64), 3, 4, 64)
@@ -242,6 +261,7 @@ var opCases = []opCase{
 	attnCase("Attention/ring", 2, 2, 4, 1, 20, 32, 32, ring(2, 2, 20, 57, 16)),
 	attnCase("Attention/long-multi-split", 1, 2, 2, 1, 2600, 256, 256, full(1, 2, 2600, compute.Causal, 0)),
 	attnCase("Attention/head-512", 1, 1, 2, 1, 9, 512, 512, full(1, 1, 9, compute.Causal, 0)),
+	attnCase("Attention/keys-short-of-capacity", 3, 2, 4, 2, 2600, 64, 64, prefix(2, 100, 0, 1030)),
 }
 
 func TestOpsMatchCPU(t *testing.T) {
@@ -606,7 +626,7 @@ func TestFusedOpsMatch(t *testing.T) {
 	defer func(on bool) { fusedNorm2 = on }(fusedNorm2)
 	fusedNorm2 = true
 	scalar := weight(g, compute.BF16, []float32{0.7}, 1)
-	for _, D := range []int{1536, 300, 5376, 6144, 7000} {
+	for _, D := range []int{1536, 300, 2816, 3073, 5376, 6144, 7000} {
 		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
 		w := weight(g, compute.BF16, randF32(r, D), D)
 		for _, c := range []struct{ w1, s, w2 *compute.Tensor }{{w, nil, w}, {nil, scalar, w}, {w, scalar, nil}, {nil, nil, nil}} {
@@ -724,7 +744,7 @@ func TestRMSNormCacheMatch(t *testing.T) {
 	defer func(on bool) { fusedOps = on }(fusedOps)
 	fusedOps = true
 	r := rand.New(rand.NewPCG(19, 20))
-	for _, D := range []int{300, 1536, 5376, 6144, 6145} {
+	for _, D := range []int{300, 1536, 1537, 2816, 3072, 3073, 5376, 6144, 6145} {
 		x, res := g.FromF32(randF32(r, 3*D), 3, D), g.FromF32(randF32(r, 3*D), 3, D)
 		for _, w := range []*compute.Tensor{nil, weight(g, compute.BF16, randF32(r, D), D)} {
 			ops := map[string]func() *compute.Tensor{

@@ -96,3 +96,24 @@ func TestRowsFor(t *testing.T) {
 		}
 	}
 }
+
+// TestRowThreads protects the norms' block size: a power of two from 256
+// to 1024 that gives every thread at most six elements of a row up to the
+// register cache's 6144 (rmsnorm2 has no loop to fall back on: a row with
+// more than six elements a thread would lose its tail), and the presets'
+// widths get the sizes their speed was measured with.
+func TestRowThreads(t *testing.T) {
+	for D := 1; D <= rcacheElems; D++ {
+		n := rowThreads(D)
+		if n < 256 || n > 1024 || n&(n-1) != 0 || 6*n < D {
+			t.Fatalf("rowThreads(%d) = %d", D, n)
+		}
+	}
+	for _, tc := range []struct{ D, want int }{
+		{256, 256}, {1536, 256}, {1537, 512}, {2560, 512}, {2816, 512}, {3072, 512}, {3073, 1024}, {5376, 1024}, {7000, 1024},
+	} {
+		if got := rowThreads(tc.D); got != tc.want {
+			t.Errorf("rowThreads(%d) = %d, want %d", tc.D, got, tc.want)
+		}
+	}
+}

@@ -229,13 +229,15 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
     }
 }
 
-#define RBLOCK 256 // threads of the row kernels; part of their reduction order
+#define RBLOCK 256 // threads of the attention, softmax and top-k blocks; part of their reduction order
+#define NMAX 1024  // most threads of a norm's block (row_threads in backend.go)
 
-// block_sum_d sums one double per thread in a fixed tree.
+// block_sum_d sums one double per thread in a fixed tree over the block's
+// threads (sh holds one double per thread).
 __device__ double block_sum_d(double v, double* sh) {
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
@@ -244,12 +246,22 @@ __device__ double block_sum_d(double v, double* sh) {
     return r;
 }
 
-// rmsnorm: one block per row; w (dtype wt) may be null.
+// The norms take one block per row, and a row of D elements always gets
+// the same number of threads, row_threads(D) in backend.go (256 up to 1536
+// elements, 512 up to 3072, else 1024): thread t sums elements
+// t + u·blockDim.x in order, then the block's tree. Every kernel that
+// normalises a row of D (rmsnorm, rmsnorm2, rmsnorm_rope, qkv_norms)
+// therefore reduces it in the same order, so fused and unfused sequences
+// give the same bits. A decode step's norms are single blocks, bound by
+// their chains of dependent instructions: 256 threads on a 5,376-wide row
+// took 30 µs on the H200, and four times the threads cut each one's chain
+// by four.
+
 // row_rscale is 1/sqrt(mean(x²) + eps) of a row of D, in double, rounded
 // once; every thread of the block gets it.
 __device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, double* sh) {
     double ss = 0;
-    for (int j = threadIdx.x; j < D; j += RBLOCK) ss += (double)xr[j] * (double)xr[j];
+    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
     ss = block_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
@@ -260,27 +272,27 @@ __device__ __forceinline__ float normed(const float* xr, int j, float r, const v
     return w ? __fmul_rn(v, load(w, wt, j)) : v;
 }
 
-#define RCACHE 24 // elements a thread holds of a register-cached row (rmsnorm, rmsnorm2)
+#define RCACHE 6 // elements a thread holds of a register-cached row (rmsnorm, rmsnorm2): rows up to 6·row_threads(D)
 
 // cached_rscale is row_rscale for a row held in registers, thread t's
-// elements t + u·RBLOCK: the same sums in the same order.
+// elements t + u·blockDim.x: the same sums in the same order.
 __device__ __forceinline__ float cached_rscale(const float xv[RCACHE], int D, float eps, double* sh) {
     double ss = 0;
 #pragma unroll
     for (int u = 0; u < RCACHE; u++)
-        if (threadIdx.x + u * RBLOCK < D) ss += (double)xv[u] * (double)xv[u];
+        if (threadIdx.x + u * blockDim.x < D) ss += (double)xv[u] * (double)xv[u];
     ss = block_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
 
-// cached_row loads thread t's elements t + u·RBLOCK of row xr into
+// cached_row loads thread t's elements t + u·blockDim.x of row xr into
 // registers, with the weight's (1 past D or without one) and the
 // residual's (0 without one).
 __device__ __forceinline__ void cached_row(float xv[RCACHE], float wv[RCACHE], float rv[RCACHE], const float* xr,
                                            const void* w, int wt, const float* rr, int D) {
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
-        const int j = threadIdx.x + u * RBLOCK;
+        const int j = threadIdx.x + u * blockDim.x;
         const bool in = j < D;
         xv[u] = in ? xr[j] : 0.0f;
         wv[u] = in && w ? load(w, wt, j) : 1.0f;
@@ -296,7 +308,7 @@ __device__ __forceinline__ void cached_store(float* yr, const float xv[RCACHE], 
                                              unsigned short* parts, size_t n, size_t base) {
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
-        const int j = threadIdx.x + u * RBLOCK;
+        const int j = threadIdx.x + u * blockDim.x;
         if (j < D) {
             float v = __fmul_rn(xv[u], r);
             if (w) v = __fmul_rn(v, wv[u]);
@@ -310,27 +322,27 @@ __device__ __forceinline__ void cached_store(float* yr, const float xv[RCACHE], 
 // rmsnorm: one block per row. With res, the row is added to res's row
 // after the norm: the bits of Add(res, RMSNorm(x)).
 //
-// A decode step's rows are single blocks, so a row's time is its chain of
-// memory round trips: rows up to RCACHE·RBLOCK elements are loaded into
-// registers all at once (x, the weight and the residual), which leaves one
-// round trip instead of one per RBLOCK elements per pass. The sums are the
-// same, thread by thread and in the same order, so the bits are too
-// (cache = 0 takes the loop for any D, for the test that says so).
-extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, int wt, int D, float eps, const float* res,
-                                   unsigned short* parts, size_t n, int cache) {
+// Rows up to RCACHE·blockDim.x elements are loaded into registers all at
+// once (x, the weight and the residual), which leaves one memory round trip
+// instead of one per blockDim.x elements per pass. The sums are the same,
+// thread by thread and in the same order, so the bits are too (cache = 0
+// takes the loop for any D, for the test that says so).
+extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm(float* out, const float* x, const void* w, int wt, int D,
+                                                           float eps, const float* res, unsigned short* parts,
+                                                           size_t n, int cache) {
     pdl_start();
-    __shared__ double sh[RBLOCK];
+    __shared__ double sh[NMAX];
     const float* xr = x + (size_t)blockIdx.x * D;
     float* yr = out + (size_t)blockIdx.x * D;
     const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
-    if (cache && D <= RCACHE * RBLOCK) {
+    if (cache && D <= RCACHE * (int)blockDim.x) {
         float xv[RCACHE], wv[RCACHE], rv[RCACHE];
         cached_row(xv, wv, rv, xr, w, wt, rr, D);
         cached_store(yr, xv, wv, rv, cached_rscale(xv, D, eps, sh), w, rr, D, parts, n, (size_t)blockIdx.x * D);
         return;
     }
     const float r = row_rscale(xr, D, eps, sh);
-    for (int j = threadIdx.x; j < D; j += RBLOCK) {
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
         float v = normed(xr, j, r, w, wt);
         if (rr) v = __fadd_rn(rr[j], v);
         yr[j] = v;
@@ -339,16 +351,17 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const void* w, in
 }
 
 // rmsnorm2: a layer boundary's two norms in one pass, one block per row of
-// at most RCACHE·RBLOCK elements: y = res + RMSNorm(x)·w1, times the scalar
-// s[0] when s is given, then out = RMSNorm(y)·w2 with out's split emitted.
-// Each stage is rmsnorm's cached path (thread by thread, in the same order)
-// and the scaling binary's multiply, so the bits are those of the three
-// kernels in sequence.
-extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const float* res, const void* w1, int w1t,
-                                    const void* s, int st, const void* w2, int w2t, int D, float eps,
-                                    unsigned short* parts, size_t n) {
+// at most RCACHE·blockDim.x elements: y = res + RMSNorm(x)·w1, times the
+// scalar s[0] when s is given, then out = RMSNorm(y)·w2 with out's split
+// emitted. Each stage is rmsnorm's cached path (thread by thread, in the
+// same order) and the scaling binary's multiply, so the bits are those of
+// the three kernels in sequence.
+extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* out, const float* x, const float* res,
+                                                            const void* w1, int w1t, const void* s, int st,
+                                                            const void* w2, int w2t, int D, float eps,
+                                                            unsigned short* parts, size_t n) {
     pdl_start();
-    __shared__ double sh[RBLOCK];
+    __shared__ double sh[NMAX];
     const size_t row = (size_t)blockIdx.x * D;
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
     cached_row(xv, wv, rv, x + row, w1, w1t, res + row, D);
@@ -356,7 +369,7 @@ extern "C" __global__ void rmsnorm2(float* y, float* out, const float* x, const 
     const float sc = s ? load(s, st, 0) : 1.0f;
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
-        const int j = threadIdx.x + u * RBLOCK;
+        const int j = threadIdx.x + u * blockDim.x;
         float v = __fmul_rn(xv[u], r);
         if (w1) v = __fmul_rn(v, wv[u]);
         v = __fadd_rn(rv[u], v);
@@ -383,21 +396,21 @@ __device__ __forceinline__ void rotate(float* yr, int j, int half, float x0, flo
     yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
 }
 
-// rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (RBLOCK threads,
+// rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (row_threads(d),
 // as rmsnorm) per (token, head) row of d: rmsnorm's scale and rope's
 // rotation, the bits of the two kernels in sequence.
-extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* w, int wt, float eps,
+extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm_rope(float* out, const float* x, const void* w, int wt, float eps,
                                         const int* pos, const float* freq, int H, int d, int half) {
     pdl_start();
-    __shared__ double sh[RBLOCK];
+    __shared__ double sh[NMAX];
     const int t = blockIdx.x / H;
     const float* xr = x + (size_t)blockIdx.x * d;
     float* yr = out + (size_t)blockIdx.x * d;
     const float r = row_rscale(xr, d, eps, sh);
     const float p = (float)pos[t];
-    for (int j = threadIdx.x; j < half; j += RBLOCK)
+    for (int j = threadIdx.x; j < half; j += blockDim.x)
         rotate(yr, j, half, normed(xr, j, r, w, wt), normed(xr, j + half, r, w, wt), p, freq[j]);
-    for (int j = 2 * half + threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, w, wt);
+    for (int j = 2 * half + threadIdx.x; j < d; j += blockDim.x) yr[j] = normed(xr, j, r, w, wt);
 }
 
 // qkv_norms: a layer's per-head norms in one launch, one block per
@@ -405,11 +418,11 @@ extern "C" __global__ void rmsnorm_rope(float* out, const float* x, const void* 
 // then RoPE) and the value heads (no weight, no rotation; v may be k).
 // Each row is rmsnorm_rope's or rmsnorm's arithmetic, so the bits are those
 // of the three kernels.
-extern "C" __global__ void qkv_norms(float* qo, float* ko, float* vo, const float* q, const float* k, const float* v,
+extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(float* qo, float* ko, float* vo, const float* q, const float* k, const float* v,
                                      const void* qw, int qwt, const void* kw, int kwt, float eps, const int* pos,
                                      const float* freq, int Hq, int Hk, int d, int half) {
     pdl_start();
-    __shared__ double sh[RBLOCK];
+    __shared__ double sh[NMAX];
     const int per = Hq + 2 * Hk, t = blockIdx.x / per, i = blockIdx.x % per;
     const float* xr;
     float* yr;
@@ -424,13 +437,13 @@ extern "C" __global__ void qkv_norms(float* qo, float* ko, float* vo, const floa
     }
     const float r = row_rscale(xr, d, eps, sh);
     if (i >= Hq + Hk) {
-        for (int j = threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, 0, 0);
+        for (int j = threadIdx.x; j < d; j += blockDim.x) yr[j] = normed(xr, j, r, 0, 0);
         return;
     }
     const float p = (float)pos[t];
-    for (int j = threadIdx.x; j < half; j += RBLOCK)
+    for (int j = threadIdx.x; j < half; j += blockDim.x)
         rotate(yr, j, half, normed(xr, j, r, w, wt), normed(xr, j + half, r, w, wt), p, freq[j]);
-    for (int j = 2 * half + threadIdx.x; j < d; j += RBLOCK) yr[j] = normed(xr, j, r, w, wt);
+    for (int j = 2 * half + threadIdx.x; j < d; j += blockDim.x) yr[j] = normed(xr, j, r, w, wt);
 }
 
 extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
@@ -613,7 +626,11 @@ extern "C" __global__ void topk(float* vals, int* idx, const float* x, int D, in
 }
 
 // Attention, in three kernels. The host orders each batch row's keys by
-// position: slot_of[b][r] is the slot holding position minpos[b] + r (or −1),
+// position: span[b] holds the row's first and last key positions (2b and
+// 2b + 1; 0 and −1 for a row without keys) and slot_of[b][r] the slot
+// holding position span[2b] + r (or −1). The kernels visit only offsets up
+// to the last key, whatever the cache's capacity S: skipping slots that
+// hold nothing leaves every sum as it was.
 // so every sum below runs in position order, in chunks anchored at absolute
 // positions. A query's result therefore depends only on the keys it sees,
 // not on how many queries share the launch, the cache's capacity or where a
@@ -631,7 +648,7 @@ __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) 
 // either way, so both give the same bits.
 template <int CH>
 __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
-                              const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S, int D, float scale,
+                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, float scale,
                               int causal, int window) {
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
@@ -639,9 +656,9 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
     const size_t bh = (size_t)bl * Hq + h;
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
     __syncthreads();
-    const int qp = qpos ? qpos[bl] : 0, mp = minpos[b];
+    const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
     float m = -__int_as_float(0x7f800000);
-    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(r0 + ATTN_CHUNK, S);
+    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
     // One thread per key, summing q·k in element order (a warp per key with
     // a butterfly was tried: faster, but its different rounding flipped a
     // near-tied MoE route of the 26B fixture, so the order stays). Keys
@@ -685,21 +702,21 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
 
 #define ATTN_SCORES_KERNEL(name, deep)                                                                           \
     extern "C" __global__ void name(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,  \
-                                    const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S, int D,     \
+                                    const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,     \
                                     float scale, int causal, int window) {                                       \
         pdl_start();                                                                                             \
         if (deep && D % 128 == 0)                                                                                \
-            attn_scores_t<32>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
+            attn_scores_t<32>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
         else if (deep && D % 64 == 0)                                                                            \
-            attn_scores_t<16>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
+            attn_scores_t<16>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
         else                                                                                                     \
-            attn_scores_t<8>(q, k, sc, cmax, slot_of, minpos, qpos, L, Hq, Hkv, S, D, scale, causal, window);    \
+            attn_scores_t<8>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);    \
     }
 ATTN_SCORES_KERNEL(attn_scores, false)
 ATTN_SCORES_KERNEL(attn_scores_deep, true) // TANDEM_CUDA_ATTN_DEEP=1
 
 // attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
-// absolute positions of chunk (minpos >> 10) + i. It writes the split's
+// absolute positions of chunk (first >> 10) + i. It writes the split's
 // Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
 // with e = exp(score − max) and max the exact maximum over all chunks.
 // With out (one split only) it writes the normalised result instead, with
@@ -709,7 +726,7 @@ ATTN_SCORES_KERNEL(attn_scores_deep, true) // TANDEM_CUDA_ATTN_DEEP=1
 // way, so both give the same bits.
 template <int VB>
 __device__ void attn_values_t(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
-                              const int* slot_of, const int* minpos, const int* qpos, int L, int Hq, int Hkv, int S,
+                              const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
                               int Dv, int nscore, int nsplit, int causal, int window, float* out, unsigned short* parts,
                               size_t n) {
     __shared__ float es[ATTN_CHUNK];
@@ -717,12 +734,15 @@ __device__ void attn_values_t(const float* v, const float* sc, const float* cmax
     __shared__ double sh[RBLOCK];
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
-    const int qp = qpos ? qpos[bl] : 0, mp = minpos[b];
+    const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
     float mx = -__int_as_float(0x7f800000);
     for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
     const int p0 = ((mp >> 10) + (int)blockIdx.z) << 10; // first position of this split
+    // Only offsets whose position lies in [first, last] can hold a key; values
+    // are loaded VB at a time ahead of their (ordered) sums.
+    const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
     double part = 0;
-    for (int o = threadIdx.x; o < ATTN_CHUNK; o += RBLOCK) {
+    for (int o = threadIdx.x; o < ohi; o += RBLOCK) {
         const int r = p0 + o - mp;
         int s = -1;
         float e = 0.0f;
@@ -740,9 +760,6 @@ __device__ void attn_values_t(const float* v, const float* sc, const float* cmax
         ss[o] = s;
     }
     const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss
-    // Only offsets whose position lies in [minpos, minpos + S) can hold a
-    // key; values are loaded VB at a time ahead of their (ordered) sums.
-    const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, mp + S - p0);
     const size_t vstride = (size_t)Hkv * Dv;
     for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
         const float* vj = v + (size_t)b * S * vstride + (size_t)kvh * Dv + j;
@@ -790,11 +807,11 @@ __device__ void attn_values_t(const float* v, const float* sc, const float* cmax
 
 #define ATTN_VALUES_KERNEL(name, VB)                                                                             \
     extern "C" __global__ void name(const float* v, const float* sc, const float* cmax, float* pv, double* pe,   \
-                                    const int* slot_of, const int* minpos, const int* qpos, int L, int Hq,       \
+                                    const int* slot_of, const int* span, const int* qpos, int L, int Hq,       \
                                     int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,      \
                                     float* out, unsigned short* parts, size_t n) {                               \
         pdl_start();                                                                                             \
-        attn_values_t<VB>(v, sc, cmax, pv, pe, slot_of, minpos, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, \
+        attn_values_t<VB>(v, sc, cmax, pv, pe, slot_of, span, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, \
                           window, out, parts, n);                                                                \
     }
 ATTN_VALUES_KERNEL(attn_values, 16)
@@ -811,7 +828,7 @@ ATTN_VALUES_KERNEL(attn_values_deep, 64) // TANDEM_CUDA_ATTN_DEEP=1
 
 // attn_scores_tiled: grid (Hq, B·ceil(L/QT), nscore).
 extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, float* sc, float* cmax,
-                                             const int* slot_of, const int* minpos, const int* qpos,
+                                             const int* slot_of, const int* span, const int* qpos,
                                              int L, int Hq, int Hkv, int S, int D, float scale, int causal, int window) {
     pdl_start();
     __shared__ float qs[QT][512];
@@ -830,8 +847,8 @@ extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, flo
         qp[j] = qpos && j < nq ? qpos[bl0 + j] : 0;
         m[j] = -__int_as_float(0x7f800000);
     }
-    const int mp = minpos[b];
-    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(r0 + ATTN_CHUNK, S);
+    const int mp = span[2 * b];
+    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
     const bool vec = (D & 31) == 0 && ((size_t)k & 15) == 0;
     for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
@@ -890,7 +907,7 @@ extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, flo
 
 // attn_values_tiled: grid (Hq, B·ceil(L/QT), nsplit).
 extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
-                                             const int* slot_of, const int* minpos, const int* qpos,
+                                             const int* slot_of, const int* span, const int* qpos,
                                              int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window) {
     pdl_start();
     __shared__ float es[QT][ATTN_CHUNK];
@@ -898,8 +915,9 @@ extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, co
     __shared__ double sh[RBLOCK];
     const int h = blockIdx.x, tiles = (L + QT - 1) / QT, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * QT;
     const int nq = min(QT, L - l0), kvh = h / (Hq / Hkv), bl0 = b * L + l0;
-    const int mp = minpos[b];
+    const int mp = span[2 * b];
     const int p0 = ((mp >> 10) + (int)blockIdx.z) << 10; // first position of this split
+    const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
     float mx[QT];
     int qp[QT];
     double part[QT];
@@ -911,7 +929,7 @@ extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, co
         qp[j] = qpos && j < nq ? qpos[bl0 + j] : 0;
         part[j] = 0;
     }
-    for (int o = threadIdx.x; o < ATTN_CHUNK; o += RBLOCK) {
+    for (int o = threadIdx.x; o < ohi; o += RBLOCK) {
         const int r = p0 + o - mp;
         int s = -1;
         if (r >= 0 && r < S) s = slot_of[(size_t)b * S + r];
@@ -930,7 +948,6 @@ extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, co
     double total[QT];
 #pragma unroll
     for (int j = 0; j < QT; j++) total[j] = block_sum_d(part[j], sh); // publishes es, ss too
-    const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, mp + S - p0);
     const size_t vstride = (size_t)Hkv * Dv;
     for (int d = threadIdx.x; d < Dv; d += RBLOCK) {
         const float* vd = v + (size_t)b * S * vstride + (size_t)kvh * Dv + d;
