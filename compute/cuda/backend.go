@@ -63,7 +63,7 @@ var kernelNames = map[string][]string{
 		"attn_scores_deep", "attn_values_deep"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens",
-		"matmul_rows_wide", "matmul_rows_w32", "matmul_rows_w16u4"},
+		"matmul_rows_wide"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -787,9 +787,8 @@ func rowsFor(N, K int) string {
 // repeat at a chosen expert), and blockCols the columns a block of each
 // kernel covers (64 when absent).
 var (
-	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true,
-		"matmul_rows_w32": true, "matmul_rows_w16u4": true}
-	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_w32": 256, "matmul_rows_w16u4": 128}
+	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true}
+	blockCols      = map[string]int{"matmul_rows_wide": 128}
 )
 
 // splitWarps is how many warps splitK aims for. It is part of the

@@ -512,7 +512,7 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 
 var (
 	mma1Variants = []string{"matmul_mma1", "matmul_mma1n"}
-	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_wide", "matmul_rows_w32", "matmul_rows_w16u4"}
+	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_wide"}
 )
 
 // restoreMatMul returns a function that puts the matmul variant switches

@@ -35,8 +35,7 @@ func TestMatMulsStacked(t *testing.T) {
 		{"odd widths, one split, wide kernel", []int{300, 77, 41}, 600, "matmul_rows_wide"},
 		{"two products, split K", []int{1000, 1000}, 1536, "auto"},
 		{"two products, split K, wide kernel", []int{1000, 1000}, 1536, "matmul_rows_wide"},
-		{"odd widths, split K, w32", []int{300, 77, 41}, 1536, "matmul_rows_w32"},
-		{"odd widths, one split, w16u4", []int{300, 77, 41}, 600, "matmul_rows_w16u4"},
+		{"odd widths, split K, wide kernel", []int{300, 77, 41}, 1536, "matmul_rows_wide"},
 	} {
 		for _, segs := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/segments=%v", tc.name, segs), func(t *testing.T) {

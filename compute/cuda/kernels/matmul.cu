@@ -522,8 +522,9 @@ ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
 // matmul_rows_wide (G = 2, U = 2: the bytes in flight of matmul_rows)
 // streamed the 31B shapes 12-19% faster than matmul_rows at one row and
 // 19-23% at four on the H200; the E2B shape's small products ran 3-10%
-// slower. matmul_rows_w32 (G = 4, U = 1) and matmul_rows_w16u4 (G = 2,
-// U = 4, twice the bytes in flight) are measurement only (TestMatMulSpeed).
+// slower. Wider and deeper settings lost on every shape in the eighth
+// session: G = 4, U = 1 (the 31B MLP at one row 84 µs against 70) and
+// G = 2, U = 4 at three blocks a multiprocessor (75 µs).
 // The K loop repeats matmul_rows' rather than sharing it: matmul_rows sits
 // at 63 of the 64 registers its four blocks a multiprocessor allow.
 template <int G, int U, bool NC>
@@ -579,8 +580,6 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                               \
     }
 WIDE_KERNEL(matmul_rows_wide, 2, 2, 4)
-WIDE_KERNEL(matmul_rows_w32, 4, 1, 4)
-WIDE_KERNEL(matmul_rows_w16u4, 2, 4, 3)
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
