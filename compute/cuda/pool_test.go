@@ -16,7 +16,7 @@ func TestPoolRecycle(t *testing.T) {
 	b := p.track(0x1000, size)
 	p.recycle(b)
 	p.recycle(b)
-	if got := p.free[size]; len(got) != 1 || got[0] != 0x1000 {
+	if got := p.free[size]; len(got) != 1 || got[0].ptr != 0x1000 {
 		t.Fatalf("free list after recycling twice: %v", got)
 	}
 	b = nil
@@ -35,6 +35,61 @@ func TestPoolRecycle(t *testing.T) {
 	p.recycle(w)
 	if len(p.free[4096]) != 0 {
 		t.Fatalf("an exact allocation was recycled")
+	}
+}
+
+// collect runs the collector until cleanups have had time to run.
+func collect() {
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	}
+}
+
+// freeBlocks is the pool's count of cached blocks of a size class.
+func freeBlocks(p *pool, size int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free[size])
+}
+
+// A recycled block is handed out again as the same block, its cleanup
+// registered once; a block the collector returned is re-armed when handed
+// out, so dropping it returns its memory again; and blocks drained for
+// freeing never come back.
+func TestPoolReuse(t *testing.T) {
+	p := newPool(nil)
+	size := sizeClass(1000)
+	b := p.track(0x1000, size)
+	cleanup := b.cleanup
+	p.recycle(b)
+	got, err := p.get(1000)
+	if err != nil || got != b || !got.pooled || got.cleanup != cleanup {
+		t.Fatalf("get after recycle: %p (pooled %v, same cleanup %v), want the recycled block %p", got, got.pooled, got.cleanup == cleanup, b)
+	}
+	b, got = nil, nil
+	collect() // dropped without recycling: the cleanup returns it
+	if n := freeBlocks(p, size); n != 1 {
+		t.Fatalf("after dropping a reused block: %d free blocks, want 1", n)
+	}
+	got, _ = p.get(1000) // a new block object for the collected memory
+	if !got.armed || got.ptr != 0x1000 {
+		t.Fatalf("a collected block handed out again: armed %v, ptr %#x", got.armed, got.ptr)
+	}
+	got = nil
+	collect()
+	if n := freeBlocks(p, size); n != 1 {
+		t.Fatalf("after dropping it again: %d free blocks, want 1", n)
+	}
+	b = p.track(0x2000, size)
+	p.recycle(b)
+	b = nil
+	if n := len(p.drain()); n != 2 {
+		t.Fatalf("drained %d blocks, want 2", n)
+	}
+	collect()
+	if n := freeBlocks(p, size); n != 0 || p.cached != 0 {
+		t.Fatalf("after draining: %d free blocks came back (%d bytes cached)", n, p.cached)
 	}
 }
 
