@@ -22,8 +22,8 @@ type pool struct {
 	mu      sync.Mutex
 	free    map[int][]*block // size class → cached blocks
 	cached  int64            // bytes in free
-	sinceGC int64             // bytes newly allocated since the last forced GC
-	newGC   int               // allocations newly made since the last forced GC
+	sinceGC int64            // bytes newly allocated since the last forced GC
+	newGC   int              // allocations newly made since the last forced GC
 	gcEvery int64
 }
 
