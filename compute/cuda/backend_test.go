@@ -828,46 +828,56 @@ func TestCombineInValuesMatch(t *testing.T) {
 	}
 }
 
-// TestDeepAttentionMatches protects the deep attention kernels
-// (TANDEM_CUDA_ATTN_DEEP): more loads in flight, the same sums in the same
-// order, so every attention case gives the default kernels' bits, with and
-// without attn_combine, over key counts that leave a partial batch of 64
-// and head widths the deep key loads do and do not take.
-func TestDeepAttentionMatches(t *testing.T) {
+// TestAttentionVariantsMatch protects the untiled attention kernels'
+// variants, each against the default kernels bit for bit: the deep kernels
+// (TANDEM_CUDA_ATTN_DEEP: more loads in flight) and the staged scores
+// (TANDEM_CUDA_ATTN_STAGED: keys through shared memory), the same sums in
+// the same order. Every attention case runs, with and without
+// attn_combine, over key counts that leave partial batches of 64 and
+// partial groups of 256 keys, and head widths the deep and the staged key
+// loads do and do not take.
+func TestAttentionVariantsMatch(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(deep, comb bool) { deepAttention, combineInValuesOn = deep, comb }(deepAttention, combineInValuesOn)
-	run := func(deep bool, f func() []*compute.Tensor) [][]float32 {
-		deepAttention = deep
-		var out [][]float32
-		for _, o := range f() {
-			out = append(out, g.ToF32(o))
+	defer func(deep, staged, comb bool) {
+		deepAttention, stagedScores, combineInValuesOn = deep, staged, comb
+	}(deepAttention, stagedScores, combineInValuesOn)
+	for _, v := range []struct {
+		name string
+		on   *bool
+	}{{"deep", &deepAttention}, {"staged", &stagedScores}} {
+		run := func(on bool, f func() []*compute.Tensor) [][]float32 {
+			*v.on = on
+			var out [][]float32
+			for _, o := range f() {
+				out = append(out, g.ToF32(o))
+			}
+			return out
 		}
-		return out
-	}
-	check := func(name string, f func() []*compute.Tensor) {
-		t.Helper()
-		want, got := run(false, f), run(true, f)
-		for i := range want {
-			if err := sameBits(got[i], want[i]); err != nil {
-				t.Fatalf("%s output %d: %v", name, i, err)
+		check := func(name string, f func() []*compute.Tensor) {
+			t.Helper()
+			want, got := run(false, f), run(true, f)
+			for i := range want {
+				if err := sameBits(got[i], want[i]); err != nil {
+					t.Fatalf("%s, %s: output %d: %v", v.name, name, i, err)
+				}
 			}
 		}
-	}
-	for _, comb := range []bool{false, true} {
-		combineInValuesOn = comb
-		for _, tc := range opCases {
-			if strings.HasPrefix(tc.name, "Attention/") {
-				check(fmt.Sprintf("%s (combine in values %v)", tc.name, comb), func() []*compute.Tensor {
-					return tc.run(g, rand.New(rand.NewPCG(1, 2)))
-				})
+		for _, comb := range []bool{false, true} {
+			combineInValuesOn = comb
+			for _, tc := range opCases {
+				if strings.HasPrefix(tc.name, "Attention/") {
+					check(fmt.Sprintf("%s (combine in values %v)", tc.name, comb), func() []*compute.Tensor {
+						return tc.run(g, rand.New(rand.NewPCG(1, 2)))
+					})
+				}
 			}
-		}
-		for _, keys := range []int{2, 63, 64, 100, 129, 1500} {
-			for _, d := range []int{64, 96, 256, 512} {
-				tc := attnCase("", 1, 2, 4, 2, keys, d, d, full(1, 2, keys, compute.Causal, 0))
-				check(fmt.Sprintf("%d keys, head %d (combine in values %v)", keys, d, comb), func() []*compute.Tensor {
-					return tc.run(g, rand.New(rand.NewPCG(uint64(keys), uint64(d))))
-				})
+			for _, keys := range []int{2, 63, 64, 100, 129, 300, 1500} {
+				for _, d := range []int{64, 96, 100, 256, 512} {
+					tc := attnCase("", 1, 2, 4, 2, keys, d, d, full(1, 2, keys, compute.Causal, 0))
+					check(fmt.Sprintf("%d keys, head %d (combine in values %v)", keys, d, comb), func() []*compute.Tensor {
+						return tc.run(g, rand.New(rand.NewPCG(uint64(keys), uint64(d))))
+					})
+				}
 			}
 		}
 	}

@@ -26,9 +26,11 @@ mutants=(
   'scale-stride|compute/cuda/backend.go|at(ptrOf(scales), slot), k, N)|at(ptrOf(scales), slot), 0, N)|^TestRouterMatchesHost$'
   # deep key loads stepping by the old 32 elements (a wrong dispatch is harmless: the key loop
   # falls back to single elements where D does not divide, with the same bits)
-  'deep-step|compute/cuda/kernels/ops.cu|for (int j = 0; j < D; j += 4 * CH) {|for (int j = 0; j < D; j += 32) {|^TestDeepAttentionMatches$'
+  'deep-step|compute/cuda/kernels/ops.cu|for (int j = 0; j < D; j += 4 * CH) {|for (int j = 0; j < D; j += 32) {|^TestAttentionVariantsMatch$'
   # the deep values kernel'"'"'s last batch loading one value for all
-  'deep-tail|compute/cuda/kernels/ops.cu|                const int s = o + u < ohi ? ss[o + u] : -1;|                const int s = o + u < ohi ? ss[o] : -1;|^TestDeepAttentionMatches$'
+  'deep-tail|compute/cuda/kernels/ops.cu|                const int s = o + u < ohi ? ss[o + u] : -1;|                const int s = o + u < ohi ? ss[o] : -1;|^TestAttentionVariantsMatch$'
+  # the staged scores loading every pass'"'"'s keys from the first 32 columns
+  'staged-cols|compute/cuda/kernels/ops.cu|(kb + (size_t)si * kstride + c0 + 4 * f)|(kb + (size_t)si * kstride + 4 * f)|^TestAttentionVariantsMatch$'
   # matmul_rows_wide storing its first column group for both.
   'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|^TestMatMulVariantsMatch$'
   # a segment's rows laid out at the stack's width instead of their own.

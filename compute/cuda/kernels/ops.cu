@@ -715,6 +715,78 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
 ATTN_SCORES_KERNEL(attn_scores, false)
 ATTN_SCORES_KERNEL(attn_scores_deep, true) // TANDEM_CUDA_ATTN_DEEP=1
 
+// attn_scores_staged: attn_scores with the keys read through shared
+// memory (TANDEM_CUDA_ATTN_STAGED=1). In attn_scores each thread loads its
+// own key, so every warp-wide load touches 32 keys' lines; Nsight Compute
+// had the kernel stalled on L1 half the time, and more loads in flight
+// (attn_scores_deep) changed nothing. Here the block stages SCOLS columns
+// of up to RBLOCK keys at a time with coalesced loads (eight lanes a key's
+// 128 bytes, four keys a warp-wide load), and each thread then sums its own
+// key from shared memory: the same fmaf chain in element order, so the
+// bits are attn_scores'. Rows padded to SCOLS + 4 floats make both the
+// staging stores and the row reads conflict-free.
+#define SCOLS 32
+extern "C" __global__ void attn_scores_staged(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
+                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
+                                              float scale, int causal, int window) {
+    pdl_start();
+    if (D % SCOLS != 0 || ((size_t)k & 15) != 0) { // attn_scores' element loop, the same bits
+        attn_scores_t<8>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);
+        return;
+    }
+    __shared__ float qs[512];
+    __shared__ __align__(16) float ks[RBLOCK][SCOLS + 4];
+    __shared__ int sl[RBLOCK];
+    __shared__ float shm[RBLOCK];
+    const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
+    const size_t bh = (size_t)bl * Hq + h, kstride = (size_t)Hkv * D;
+    for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
+    const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
+    const float* kb = k + (size_t)b * S * kstride + (size_t)kvh * D;
+    float m = -__int_as_float(0x7f800000);
+    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
+    for (int g0 = r0; g0 < r1; g0 += RBLOCK) { // RBLOCK keys a group, thread t on key g0 + t
+        const int r = g0 + threadIdx.x;
+        int s = r < r1 ? slot_of[(size_t)b * S + r] : -1;
+        if (s >= 0 && !visible(mp + r, qp, causal, window)) s = -1;
+        sl[threadIdx.x] = s;
+        __syncthreads(); // publishes sl (and qs, the first time)
+        float dot = 0.0f;
+        for (int c0 = 0; c0 < D; c0 += SCOLS) {
+#pragma unroll
+            for (int u = 0; u < RBLOCK / 32; u++) { // key i's float4 f: eight lanes a key
+                const int i = (threadIdx.x >> 3) + 32 * u, f = threadIdx.x & 7, si = sl[i];
+                if (si >= 0) *(float4*)&ks[i][4 * f] = *(const float4*)(kb + (size_t)si * kstride + c0 + 4 * f);
+            }
+            __syncthreads();
+            if (s >= 0) {
+#pragma unroll
+                for (int j = 0; j < SCOLS; j += 4) {
+                    const float4 kk = *(const float4*)&ks[threadIdx.x][j];
+                    const float* qj = qs + c0 + j;
+                    dot = fmaf(qj[0], kk.x, dot);
+                    dot = fmaf(qj[1], kk.y, dot);
+                    dot = fmaf(qj[2], kk.z, dot);
+                    dot = fmaf(qj[3], kk.w, dot);
+                }
+            }
+            __syncthreads(); // the next pass overwrites ks
+        }
+        if (s >= 0) {
+            const float v = __fmul_rn(dot, scale);
+            sc[bh * S + r] = v;
+            m = fmax_nan(m, v);
+        }
+    }
+    shm[threadIdx.x] = m;
+    __syncthreads();
+    for (int st = RBLOCK / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + st]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) cmax[bh * gridDim.z + blockIdx.z] = shm[0];
+}
+
 // attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
 // absolute positions of chunk (first >> 10) + i. It writes the split's
 // Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
