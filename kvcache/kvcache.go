@@ -41,6 +41,9 @@ type Cache struct {
 	// position below it has been written into the rings, overwriting older
 	// ones, so a rollback must stay within maxStep of it.
 	furthest int
+	// restorable is Len after the last forward pass: until the next write,
+	// the positions a truncation forgot are still in place (Untruncate).
+	restorable int
 }
 
 // New makes an empty cache. maxStep is the most tokens one forward pass may
@@ -79,6 +82,7 @@ func (c *Cache) NumLayers() int { return len(c.layers) }
 func (c *Cache) Advance(n int) {
 	c.n += n
 	c.furthest = max(c.furthest, c.n)
+	c.restorable = c.n
 }
 
 // Truncate keeps positions [0, n) and forgets the rest, after a speculative
@@ -110,6 +114,27 @@ func (c *Cache) Truncate(n int) error {
 	return nil
 }
 
+// Untruncate undoes truncations made since the last forward pass: the
+// cache holds positions [0, n) again, for n up to the length that pass
+// left. Nothing has written over the positions a truncation forgot, so
+// their keys and values are still in place. A speculative round that rolled
+// back to a guess of how many drafts would be accepted, to draft the next
+// round early, restores what it guessed wrong.
+func (c *Cache) Untruncate(n int) error {
+	if n < c.n || n > c.restorable {
+		return fmt.Errorf("kvcache: untruncate to %d: the cache holds %d positions and the last forward pass left %d", n, c.n, c.restorable)
+	}
+	for _, l := range c.layers {
+		if l.spec.Window > 0 {
+			for p := c.n; p < n; p++ {
+				l.pos[p%len(l.pos)] = int32(p)
+			}
+		}
+	}
+	c.n = n
+	return nil
+}
+
 // CanTruncate reports whether Truncate(n) would succeed.
 func (c *Cache) CanTruncate(n int) bool {
 	return n >= 0 && n <= c.n && c.furthest-n <= c.maxStep
@@ -121,7 +146,7 @@ func (c *Cache) CanTruncate(n int) bool {
 // a later sequence can continue from a shared prefix while the original
 // goes on.
 func (c *Cache) Clone() *Cache {
-	d := &Cache{b: c.b, n: c.n, maxStep: c.maxStep, furthest: c.furthest}
+	d := &Cache{b: c.b, n: c.n, maxStep: c.maxStep, furthest: c.furthest, restorable: c.n}
 	for _, l := range c.layers {
 		m := &Layer{spec: l.spec, b: l.b}
 		slots := len(l.pos)
@@ -141,7 +166,7 @@ func (c *Cache) Clone() *Cache {
 
 // Reset empties the cache, keeping its memory.
 func (c *Cache) Reset() {
-	c.n, c.furthest = 0, 0
+	c.n, c.furthest, c.restorable = 0, 0, 0
 	for _, l := range c.layers {
 		for i := range l.pos {
 			l.pos[i] = -1

@@ -293,6 +293,85 @@ func TestTruncate(t *testing.T) {
 	}
 }
 
+// TestUntruncate protects the rollback of a guess: after truncations, and
+// before the next forward pass, the cache can hold again any length up to
+// what that pass left, with every ring slot holding the position and the
+// values it held before; once a pass has written, or past that length, it
+// refuses and changes nothing.
+func TestUntruncate(t *testing.T) {
+	const window, step = 4, 3 // ring of 6 slots
+	for _, tc := range []struct {
+		ops     string // "wN": a forward pass of N tokens; "tN": truncate to N; "uN": untruncate to N
+		wantErr string // from the last op; the others must succeed
+	}{
+		{ops: "w3 w3 t4 u6"},
+		{ops: "w3 w3 t3 u5 t4 u6"},
+		{ops: "w3 w3 w3 t7 t6 u9"},                // past the ring's wrap
+		{ops: "w3 w3 t4 u4"},                      // nothing to restore
+		{ops: "w3 w3 t4 u6 w2 t7 u8"},             // a round after a restored guess
+		{ops: "w3 u4", wantErr: "kvcache: untruncate to 4: the cache holds 3 positions and the last forward pass left 3"},
+		{ops: "w3 w3 t4 w1 u6", wantErr: "the last forward pass left 5"},
+		{ops: "w3 w3 t4 u3", wantErr: "untruncate to 3: the cache holds 4 positions"},
+	} {
+		t.Run(tc.ops, func(t *testing.T) {
+			b := cpu.New(1)
+			c := kvcache.New(b, []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: window}}, step)
+			ops := strings.Fields(tc.ops)
+			states := map[int]string{} // length → the cache's positions when a pass left it there
+			var err error
+			for i, op := range ops {
+				var n int
+				if _, serr := fmt.Sscanf(op[1:], "%d", &n); serr != nil {
+					t.Fatalf("bad op %q", op)
+				}
+				before := snapshot(c)
+				switch op[0] {
+				case 'w':
+					write(b, c, n)
+					states[c.Len()] = snapshot(c)
+					continue
+				case 't':
+					err = c.Truncate(n)
+				case 'u':
+					err = c.Untruncate(n)
+				}
+				if err != nil {
+					if i != len(ops)-1 {
+						t.Fatalf("%s: %v", op, err)
+					}
+					if after := snapshot(c); after != before {
+						t.Fatalf("a refused %s changed the cache: %s, was %s", op, after, before)
+					}
+					break
+				}
+				if c.Len() != n {
+					t.Fatalf("Len %d after %s", c.Len(), op)
+				}
+				if want, ok := states[n]; ok && op[0] == 'u' && snapshot(c) != want {
+					t.Fatalf("after %s the ring holds %s, want %s as the pass left it", op, snapshot(c), want)
+				}
+				if op[0] == 'u' { // every restored slot holds its position's values
+					k, v, pos, _ := c.Layer(1).View(n)
+					kf, vf := b.ToF32(k), b.ToF32(v)
+					for s, p := range pos {
+						if p >= 0 && !slotHolds(kf, vf, s, int(p), 0) {
+							t.Fatalf("after %s ring slot %d does not hold position %d's values", op, s, p)
+						}
+					}
+				}
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && err == nil:
+				t.Fatalf("succeeded, want an error containing %q", tc.wantErr)
+			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+				t.Fatalf("error %q, want it to contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 func TestResetEmpties(t *testing.T) {
 	b := cpu.New(1)
 	c := kvcache.New(b, []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: 3}}, 2)
