@@ -54,7 +54,7 @@ func (d *Assistant) ProposeAt(r Round) (*compute.Tensor, error) {
 		return nil, fmt.Errorf("spec: drafting on the device is greedy only")
 	}
 	a, b := d.A, d.A.Backend()
-	row := gemma4.DraftRow{Token: r.Pending, Hidden: r.Hidden, Snap: r.Snap}
+	row := gemma4.DraftRow{Token: r.Pending, Next: r.PendingAt, Hidden: r.Hidden, Snap: r.Snap}
 	var drafts *compute.Tensor
 	for j := range r.K {
 		end := compute.Record(b, fmt.Sprintf("draft-at%d", min(j, 1)))

@@ -60,6 +60,12 @@ type Stats struct {
 	// the drafter's calls; waiting for them falls in VerifyTime.
 	DraftTime  time.Duration `json:"-"`
 	VerifyTime time.Duration `json:"-"`
+	// Ahead counts rounds whose drafts were issued before the previous
+	// round's verdict was read, on a guess of its outcome that proved
+	// right; AheadMissed the guesses that proved wrong, whose drafts were
+	// discarded (rounds kept on the device only; see aheadGuess).
+	Ahead       int `json:"drafted_ahead"`
+	AheadMissed int `json:"ahead_missed"`
 }
 
 // AcceptanceRate is accepted drafts over proposed drafts.
@@ -100,6 +106,11 @@ type Round struct {
 	History []int32         // prompt and emitted tokens, Pending last
 	Prompt  int             // the prompt's length within History (for the penalties)
 	K       int
+	// PendingAt, when set, is Pending as an I32 tensor [1] on the backend,
+	// not yet read by the host: a round drafted ahead starts from the last
+	// verify's pick before its verdict is read (ProposeAt takes it in place
+	// of Pending, and History is then unknown).
+	PendingAt *compute.Tensor
 }
 
 // Drafter proposes tokens for a round.
@@ -152,7 +163,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		res.Decode = time.Since(start)
 	}()
 	judge := Judge{Synthetic: opt.Synthetic, SyntheticAcceptance: opt.SyntheticAcceptance}
-	// Greedy rounds stay on the device where they can (deviceRound): the
+	// Greedy rounds stay on the device where they can (issueRound): the
 	// host then reads once per round instead of after every draft and the
 	// verify. TANDEM_SPEC_ROUNDS=host keeps them on the host, for
 	// comparisons.
@@ -164,6 +175,8 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	if onToken != nil {
 		onToken(tok)
 	}
+	guess := newAheadGuess(os.Getenv("TANDEM_SPEC_AHEAD"))
+	var next *ahead // drafts issued for this round before the last verdict was read
 	for !done {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -176,13 +189,32 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		var v Verdict
 		var verified *compute.Tensor // the verify pass's hidden states
 		if onDevice {
-			v, verified, err = deviceRound(m, dd, pf, cache, seq, judge, &res.Stats, r)
+			var drafts *compute.Tensor
+			if next != nil {
+				if next.fits(r) {
+					drafts = next.drafts
+					res.Stats.Ahead++
+				} else {
+					res.Stats.AheadMissed++
+				}
+			}
+			var in *inFlight
+			if in, err = issueRound(m, dd, pf, cache, &res.Stats, r, drafts); err != nil {
+				return res, err
+			}
+			// While the device verifies, draft the next round on a guess of
+			// this one's outcome, so the device goes on to it at once.
+			if next, err = draftAhead(m, dd, cache, seq, k, &res.Stats, in, guess); err != nil {
+				return res, err
+			}
+			v, verified = in.finish(m, seq, judge, &res.Stats)
 		} else {
 			v, verified, err = hostRound(m, d, seq, cache, judge, &res.Stats, r)
 		}
 		if err != nil {
 			return res, err
 		}
+		guess.saw(v.Accepted)
 		if onToken != nil {
 			for _, tok := range v.Emitted {
 				onToken(tok)
@@ -192,8 +224,15 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 			break
 		}
 		// Keep pending and the accepted drafts; the next round's hidden is
-		// the verify row that produced the correction or bonus.
-		if err := cache.Truncate(T + v.Accepted + 1); err != nil {
+		// the verify row that produced the correction or bonus. Drafting
+		// ahead may have rolled the cache back further than that.
+		keep := T + v.Accepted + 1
+		if cache.Len() < keep {
+			err = cache.Untruncate(keep)
+		} else {
+			err = cache.Truncate(keep)
+		}
+		if err != nil {
 			return res, err
 		}
 		hidden = b.Slice(verified, v.Accepted, v.Accepted+1)
@@ -231,26 +270,38 @@ func hostRound(m *gemma4.Model, d Drafter, seq *generation.Seq, cache *kvcache.C
 	return v, out.Hidden, nil
 }
 
-// deviceRound runs one greedy round on the device: the drafter's steps,
-// each taking the token the last one chose, the verify pass over the
-// pending token and the drafts, and each verify row's argmax (TopK 1, the
-// lowest index on ties, as sample.Argmax), with one read by the host at
-// the end. A NaN logit is where the device's argmax and the host's part,
-// so a row whose pick is NaN is decided from its logits on the host. It
-// returns the verdict and the verify pass's hidden states. DraftTime counts
+// inFlight is a device round whose verify is issued and whose reads are
+// queued, its verdict not yet read.
+type inFlight struct {
+	r                           Round
+	hidden                      *compute.Tensor // the verify pass's hidden states [K+1, H]
+	idx                         *compute.Tensor // each verify row's pick, [K+1, 1] I32
+	readToks, readVals, readIdx func() []uint32
+	idxBits                     []uint32 // the picks, once finish has read them
+	t0                          time.Time
+	aheadTime                   time.Duration // issuing the next round's drafts ahead, in DraftTime
+}
+
+// issueRound issues one greedy round on the device: the drafter's steps
+// (unless drafts, issued ahead, are given), each taking the token the last
+// one chose, the verify pass over the pending token and the drafts, each
+// verify row's argmax (TopK 1, the lowest index on ties, as sample.Argmax),
+// and the reads of the picks, which finish waits for. DraftTime counts
 // only issuing the drafts; the wait for them is in VerifyTime.
-func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache *kvcache.Cache, seq *generation.Seq,
-	judge Judge, st *Stats, r Round) (Verdict, *compute.Tensor, error) {
+func issueRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache *kvcache.Cache, st *Stats, r Round,
+	drafts *compute.Tensor) (*inFlight, error) {
 	b := m.Backend()
 	t0 := time.Now()
 	toks := b.FromI32([]int32{r.Pending}, 1)
 	if r.K > 0 {
-		drafts, err := d.ProposeAt(r)
-		if err != nil {
-			return Verdict{}, nil, err
+		if drafts == nil {
+			var err error
+			if drafts, err = d.ProposeAt(r); err != nil {
+				return nil, err
+			}
 		}
 		if drafts.Len() != r.K {
-			return Verdict{}, nil, fmt.Errorf("spec: drafter proposed %d tokens, asked for %d", drafts.Len(), r.K)
+			return nil, fmt.Errorf("spec: drafter proposed %d tokens, asked for %d", drafts.Len(), r.K)
 		}
 		toks = b.Concat(toks, drafts)
 	}
@@ -260,17 +311,27 @@ func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache 
 	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
 	if err != nil {
 		end()
-		return Verdict{}, nil, err
+		return nil, err
 	}
 	vals, idx := b.TopK(m.Logits(out.Hidden), 1)
 	end()
-	readToks, readVals, readIdx := pf.Prefetch(toks), pf.Prefetch(vals), pf.Prefetch(idx)
-	tokBits, valBits, idxBits := readToks(), readVals(), readIdx()
+	return &inFlight{r: r, hidden: out.Hidden, idx: idx, readToks: pf.Prefetch(toks), readVals: pf.Prefetch(vals),
+		readIdx: pf.Prefetch(idx), t0: t0}, nil
+}
+
+// finish reads the round's picks and judges it. A NaN logit is where the
+// device's argmax and the host's part, so a row whose pick is NaN is
+// decided from its logits on the host. It returns the verdict and the
+// verify pass's hidden states.
+func (in *inFlight) finish(m *gemma4.Model, seq *generation.Seq, judge Judge, st *Stats) (Verdict, *compute.Tensor) {
+	r := in.r
+	tokBits, valBits, idxBits := in.readToks(), in.readVals(), in.readIdx()
+	in.idxBits = idxBits
 	prop := Proposal{Tokens: make([]int32, r.K)}
 	for i := range prop.Tokens {
 		prop.Tokens[i] = int32(tokBits[i+1])
 	}
-	rows := VerifyRows(m, out.Hidden, 0, r.K+1)
+	rows := VerifyRows(m, in.hidden, 0, r.K+1)
 	pick := func(i int) int32 {
 		if v := math.Float32frombits(valBits[i]); v != v {
 			return sample.Argmax(rows(i))
@@ -278,6 +339,6 @@ func deviceRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache 
 		return int32(idxBits[i])
 	}
 	v := judge.RoundPicked(seq, st, prop, pick)
-	st.VerifyTime += time.Since(t0)
-	return v, out.Hidden, nil
+	st.VerifyTime += time.Since(in.t0) - in.aheadTime
+	return v, in.hidden
 }

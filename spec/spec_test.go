@@ -439,50 +439,85 @@ func TestSyntheticAcceptance(t *testing.T) {
 func TestDeviceRoundsMatchHostRounds(t *testing.T) {
 	for _, preset := range presets {
 		t.Run(preset, func(t *testing.T) {
-			m, a := pairOn(t, preset, cpu.New(0))
-			pb := &computetest.Prefetching{Backend: cpu.New(0)}
-			dm, da := pairOn(t, preset, pb)
-			p := prompt(40, m.Config.Text.VocabSize, 4)
-			opt := generation.Options{MaxTokens: 40}
-			want := plain(t, m, p, opt).Tokens
-			for _, tc := range []struct {
-				k         int
-				synthetic float64 // < 0: the greedy walk
-				nanAt     []int
-			}{
-				{1, -1, nil}, {3, -1, nil}, {7, -1, nil},
-				{3, -1, []int{0, 2, 3}},
-				{3, 0.7, nil}, {3, 0.7, []int{1}},
-			} {
-				so := spec.Options{Options: opt, DraftTokens: tc.k, Synthetic: tc.synthetic >= 0, SyntheticAcceptance: tc.synthetic}
-				host, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, opt.Sample), p, so, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pb.Reset(tc.nanAt...)
-				var seen []int32
-				dev, err := spec.Generate(context.Background(), dm, assistant(t, da, gemma4.DraftOptions{}, opt.Sample), p, so,
-					func(tok int32) { seen = append(seen, tok) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				name := fmt.Sprintf("k=%d synthetic %v NaN at %v", tc.k, tc.synthetic, tc.nanAt)
-				if pb.Waiting != 0 {
-					t.Fatalf("%s: %d prefetches never waited for", name, pb.Waiting)
-				}
-				if pb.Calls < 3*dev.Stats.Rounds {
-					t.Fatalf("%s: %d prefetches for %d rounds: the rounds did not run on the device", name, pb.Calls, dev.Stats.Rounds)
-				}
-				if !slices.Equal(dev.Tokens, host.Tokens) || !slices.Equal(seen, dev.Tokens) {
-					t.Fatalf("%s: device rounds gave %v (onToken %v), host rounds %v", name, dev.Tokens, seen, host.Tokens)
-				}
-				if tc.synthetic < 0 && !slices.Equal(dev.Tokens, want) {
-					t.Fatalf("%s: speculative %v, plain %v", name, dev.Tokens, want)
-				}
-				if hs, ds := host.Stats, dev.Stats; hs.Rounds != ds.Rounds || hs.Accepted != ds.Accepted || hs.Drafted != ds.Drafted {
-					t.Fatalf("%s: device stats %+v, host stats %+v", name, ds, hs)
-				}
-			}
+			deviceRoundsMatchHostRounds(t, preset, "")
 		})
+	}
+}
+
+// TestDraftingAheadMatches protects drafting ahead (TANDEM_SPEC_AHEAD):
+// device rounds that issue the next round's drafts before reading the
+// verdict, on a guess of it, give the tokens and statistics of host rounds,
+// whether the guesses prove right (the drafts are used) or wrong (the cache
+// is restored and the round drafts again). "always" guesses every round: at
+// synthetic acceptance 0 every guess after the first round is right, at 0.7
+// many are wrong. "auto" guesses once eight rounds agree; unset, never.
+func TestDraftingAheadMatches(t *testing.T) {
+	for _, mode := range []string{"always", "auto", ""} {
+		for _, preset := range presets {
+			t.Run(mode+"/"+preset, func(t *testing.T) {
+				t.Setenv("TANDEM_SPEC_AHEAD", mode)
+				deviceRoundsMatchHostRounds(t, preset, mode)
+			})
+		}
+	}
+}
+
+func deviceRoundsMatchHostRounds(t *testing.T, preset, ahead string) {
+	t.Helper()
+	m, a := pairOn(t, preset, cpu.New(0))
+	pb := &computetest.Prefetching{Backend: cpu.New(0)}
+	dm, da := pairOn(t, preset, pb)
+	p := prompt(40, m.Config.Text.VocabSize, 4)
+	opt := generation.Options{MaxTokens: 40}
+	want := plain(t, m, p, opt).Tokens
+	for _, tc := range []struct {
+		k         int
+		synthetic float64 // < 0: the greedy walk
+		nanAt     []int
+	}{
+		{1, -1, nil}, {3, -1, nil}, {7, -1, nil},
+		{3, -1, []int{0, 2, 3}},
+		{3, 0.7, nil}, {3, 0.7, []int{1}},
+		{3, 0, nil}, {3, 1, nil}, {3, 0, []int{0, 4}},
+	} {
+		so := spec.Options{Options: opt, DraftTokens: tc.k, Synthetic: tc.synthetic >= 0, SyntheticAcceptance: tc.synthetic}
+		host, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, opt.Sample), p, so, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb.Reset(tc.nanAt...)
+		var seen []int32
+		dev, err := spec.Generate(context.Background(), dm, assistant(t, da, gemma4.DraftOptions{}, opt.Sample), p, so,
+			func(tok int32) { seen = append(seen, tok) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("k=%d synthetic %v NaN at %v", tc.k, tc.synthetic, tc.nanAt)
+		if pb.Waiting != 0 {
+			t.Fatalf("%s: %d prefetches never waited for", name, pb.Waiting)
+		}
+		if pb.Calls < 3*dev.Stats.Rounds {
+			t.Fatalf("%s: %d prefetches for %d rounds: the rounds did not run on the device", name, pb.Calls, dev.Stats.Rounds)
+		}
+		if !slices.Equal(dev.Tokens, host.Tokens) || !slices.Equal(seen, dev.Tokens) {
+			t.Fatalf("%s: device rounds gave %v (onToken %v), host rounds %v", name, dev.Tokens, seen, host.Tokens)
+		}
+		if tc.synthetic < 0 && !slices.Equal(dev.Tokens, want) {
+			t.Fatalf("%s: speculative %v, plain %v", name, dev.Tokens, want)
+		}
+		if hs, ds := host.Stats, dev.Stats; hs.Rounds != ds.Rounds || hs.Accepted != ds.Accepted || hs.Drafted != ds.Drafted {
+			t.Fatalf("%s: device stats %+v, host stats %+v", name, ds, hs)
+		}
+		ds := dev.Stats
+		switch {
+		case ahead == "" && ds.Ahead+ds.AheadMissed != 0:
+			t.Fatalf("%s: drafted ahead %d times (%d missed) with TANDEM_SPEC_AHEAD unset", name, ds.Ahead, ds.AheadMissed)
+		case ahead == "auto" && tc.synthetic == 0 && tc.nanAt == nil && (ds.Ahead == 0 || ds.AheadMissed != 0):
+			t.Fatalf("%s: %d of %d rounds drafted ahead, %d missed; want the rounds after the first eight, none missed", name, ds.Ahead, ds.Rounds, ds.AheadMissed)
+		case ahead == "always" && (tc.synthetic == 0 || tc.synthetic == 1) && tc.nanAt == nil && (ds.Ahead < ds.Rounds-3 || ds.AheadMissed != 0):
+			t.Fatalf("%s: %d of %d rounds drafted ahead, %d missed; want all but the first and the last", name, ds.Ahead, ds.Rounds, ds.AheadMissed)
+		case ahead == "always" && tc.synthetic == 0.7 && tc.nanAt == nil && (ds.Ahead == 0 || ds.AheadMissed == 0):
+			t.Fatalf("%s: %d rounds drafted ahead, %d missed; want both", name, ds.Ahead, ds.AheadMissed)
+		}
 	}
 }

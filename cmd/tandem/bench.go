@@ -41,6 +41,11 @@ type benchRow struct {
 	// with its sync) and verifying (the target pass and the judging).
 	DraftMs  float64 `json:"draft_ms_per_round,omitempty"`
 	VerifyMs float64 `json:"verify_ms_per_round,omitempty"`
+	// Rounds, and those drafted ahead of the last verdict on a right guess
+	// and on a wrong one (spec.Stats).
+	Rounds      int `json:"rounds,omitempty"`
+	Ahead       int `json:"drafted_ahead,omitempty"`
+	AheadMissed int `json:"ahead_missed,omitempty"`
 	// --kernel-profile: a plain decode with its kernels back to back, a
 	// real plain decode's timeline, and a real speculative one's.
 	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`
@@ -171,6 +176,7 @@ func newBench() *cobra.Command {
 					if n := float64(sres.Stats.Rounds); n > 0 {
 						row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
 					}
+					row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
 				}
 				rows = append(rows, row)
 				fmt.Fprintf(log, "context %d done\n", c)
@@ -246,6 +252,10 @@ func newBench() *cobra.Command {
 				if r.DraftMs+r.VerifyMs > 0 {
 					fmt.Fprintf(out, "context %d: a speculative round takes %.2f ms, %.2f ms of it in the drafter's calls (%d drafts; rounds kept on the device only issue the drafts there and wait for them in the verify); a plain step %.2f ms\n",
 						r.Context, r.DraftMs+r.VerifyMs, r.DraftMs, k, 1000/r.DecodeTokS)
+					if r.Ahead+r.AheadMissed > 0 {
+						fmt.Fprintf(out, "context %d: %d of %d rounds drafted ahead of the last verdict; %d more guessed wrong and drafted again\n",
+							r.Context, r.Ahead, r.Rounds, r.AheadMissed)
+					}
 				}
 			}
 			for _, r := range rows {

@@ -1,0 +1,128 @@
+package spec
+
+import (
+	"time"
+
+	"tandem/compute"
+	"tandem/generation"
+	"tandem/kvcache"
+	"tandem/model/gemma4"
+)
+
+// Drafting ahead. A device round's verify takes the device a whole target
+// step, and the host waits for its verdict before it can record the next
+// round's drafts: the device then idles from the verify's end until the
+// first draft kernel arrives. When the verdict is predictable (a drafter
+// that is nearly always wrong, or nearly always right) the host instead
+// drafts the next round while the verify runs, from the verify's own pick
+// and hidden state at the guessed row and the cache rolled back to the
+// guess, and the device goes from the verify straight to those drafts.
+//
+// A right guess drafts exactly what the round would have drafted after the
+// verdict (the same token, hidden state and cache, so the same ops), and
+// the round then takes those drafts. A wrong one's drafts are discarded and
+// the round drafts as usual, after the device has run the wasted drafts.
+// Either way the verify decides the output: the tokens and the statistics
+// are those of rounds that never draft ahead.
+
+// ahead is a round drafted before the previous verdict was read.
+type ahead struct {
+	accepted int             // the guessed outcome of the previous round
+	picks    *[]uint32       // the previous verify's device picks, once read: the drafts embedded picks[accepted]
+	k        int             // drafts, the round's depth had the guess been right
+	snapLen  int             // the cache length the drafts read
+	drafts   *compute.Tensor // [k] I32 on the device
+}
+
+// fits reports whether r is the round a was drafted for: the guessed
+// outcome came true (the cache is back at the guessed length), the pending
+// token is the device's pick the drafts embedded (a NaN row's pick is the
+// host's, which may differ), and the depth is the same.
+func (a *ahead) fits(r Round) bool {
+	picks := *a.picks
+	return r.K == a.k && r.Snap.Len == a.snapLen && a.accepted < len(picks) && uint32(r.Pending) == picks[a.accepted]
+}
+
+// draftAhead issues the next round's drafts on a guess of in's outcome, if
+// guess makes one and the round would draft: the cache is rolled back to
+// the guess (Generate restores it if the guess was wrong). It returns nil
+// when it drafts nothing.
+func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *generation.Seq, k int, st *Stats,
+	in *inFlight, guess *aheadGuess) (*ahead, error) {
+	a, ok := guess.next(in.r.K)
+	if !ok {
+		return nil, nil
+	}
+	// The round after a right guess: a+1 tokens emitted, so its depth is
+	// Depth's after them (a stop token among them ends the sequence
+	// instead, and the drafts go unused).
+	kn := max(0, min(k, seq.Left()-(a+1)-1))
+	if kn == 0 {
+		return nil, nil
+	}
+	t0 := time.Now()
+	defer func() {
+		in.aheadTime = time.Since(t0)
+		st.DraftTime += in.aheadTime
+	}()
+	if err := cache.Truncate(cache.Len() - in.r.K + a); err != nil {
+		return nil, err
+	}
+	b := m.Backend()
+	r := Round{PendingAt: b.Slice(in.idx, a, a+1).Reshape(1), Hidden: b.Slice(in.hidden, a, a+1), Snap: m.Snapshot(cache), K: kn}
+	drafts, err := d.ProposeAt(r)
+	if err != nil {
+		return nil, err
+	}
+	return &ahead{accepted: a, picks: &in.idxBits, k: kn, snapLen: cache.Len(), drafts: drafts}, nil
+}
+
+// aheadGuess decides when to draft ahead and on which outcome, from the
+// accepted counts of the last rounds. A right guess saves the round the
+// host's time between the verdict and the first draft kernel (a millisecond
+// or more on the H200); a wrong one costs the device the wasted drafts
+// (about 2 ms on the 31B shape), so it guesses only when the last rounds
+// agree. TANDEM_SPEC_AHEAD=auto turns that on, =always guesses the last
+// round's outcome every round (for tests and comparisons); unset or
+// anything else never drafts ahead. Written without a GPU: off until
+// measured.
+type aheadGuess struct {
+	mode string
+	last [aheadWindow]int // accepted counts, a ring
+	n    int              // rounds seen
+}
+
+// aheadWindow is how many rounds aheadGuess looks back over, and
+// aheadAgree how many of them must share the outcome it guesses.
+const aheadWindow, aheadAgree = 8, 7
+
+func newAheadGuess(mode string) *aheadGuess { return &aheadGuess{mode: mode} }
+
+// saw records a round's accepted count.
+func (g *aheadGuess) saw(accepted int) {
+	g.last[g.n%aheadWindow] = accepted
+	g.n++
+}
+
+// next returns the outcome to draft the coming round on, for a round of k
+// drafts now in flight, and whether to draft ahead at all.
+func (g *aheadGuess) next(k int) (int, bool) {
+	switch {
+	case g.n == 0 || g.mode != "auto" && g.mode != "always":
+		return 0, false
+	case g.mode == "always":
+		return min(g.last[(g.n-1)%aheadWindow], k), true
+	case g.n < aheadWindow:
+		return 0, false
+	}
+	count := map[int]int{}
+	for _, a := range g.last {
+		count[a]++
+	}
+	for a, c := range count {
+		if c >= aheadAgree && a <= k {
+			return a, true
+		}
+	}
+	return 0, false
+}
