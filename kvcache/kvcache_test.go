@@ -306,9 +306,9 @@ func TestUntruncate(t *testing.T) {
 	}{
 		{ops: "w3 w3 t4 u6"},
 		{ops: "w3 w3 t3 u5 t4 u6"},
-		{ops: "w3 w3 w3 t7 t6 u9"},                // past the ring's wrap
-		{ops: "w3 w3 t4 u4"},                      // nothing to restore
-		{ops: "w3 w3 t4 u6 w2 t7 u8"},             // a round after a restored guess
+		{ops: "w3 w3 w3 t7 t6 u9"},    // past the ring's wrap
+		{ops: "w3 w3 t4 u4"},          // nothing to restore
+		{ops: "w3 w3 t4 u6 w2 t7 u8"}, // a round after a restored guess
 		{ops: "w3 u4", wantErr: "kvcache: untruncate to 4: the cache holds 3 positions and the last forward pass left 3"},
 		{ops: "w3 w3 t4 w1 u6", wantErr: "the last forward pass left 5"},
 		{ops: "w3 w3 t4 u3", wantErr: "untruncate to 3: the cache holds 4 positions"},
