@@ -225,6 +225,35 @@ func snapshot(c *kvcache.Cache) string {
 	return s
 }
 
+// fullAndRing makes a cache of a full layer (0) and a ring (1).
+func fullAndRing(b compute.Backend, window, step int) *kvcache.Cache {
+	return kvcache.New(b, []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: window}}, step)
+}
+
+// opArg is the number of an op such as "w3" or "t-1".
+func opArg(t *testing.T, op string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscanf(op[1:], "%d", &n); err != nil {
+		t.Fatalf("bad op %q", op)
+	}
+	return n
+}
+
+// checkErr fails unless err is nil where want is empty and otherwise
+// contains want.
+func checkErr(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("succeeded, want an error containing %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("error %q, want it to contain %q", err, want)
+	}
+}
+
 func TestTruncate(t *testing.T) {
 	const window, step = 4, 3 // ring of 6 slots
 	for _, tc := range []struct {
@@ -249,14 +278,11 @@ func TestTruncate(t *testing.T) {
 	} {
 		t.Run(tc.ops, func(t *testing.T) {
 			b := cpu.New(1)
-			c := kvcache.New(b, []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: window}}, step)
+			c := fullAndRing(b, window, step)
 			ops := strings.Fields(tc.ops)
 			var err error
 			for i, op := range ops {
-				var n int
-				if _, serr := fmt.Sscanf(op[1:], "%d", &n); serr != nil {
-					t.Fatalf("bad op %q", op)
-				}
+				n := opArg(t, op)
 				if op[0] == 'w' {
 					write(b, c, n)
 					continue
@@ -281,14 +307,7 @@ func TestTruncate(t *testing.T) {
 					}
 				}
 			}
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.wantErr != "" && err == nil:
-				t.Fatalf("succeeded, want an error containing %q", tc.wantErr)
-			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
-				t.Fatalf("error %q, want it to contain %q", err, tc.wantErr)
-			}
+			checkErr(t, err, tc.wantErr)
 		})
 	}
 }
@@ -315,15 +334,12 @@ func TestUntruncate(t *testing.T) {
 	} {
 		t.Run(tc.ops, func(t *testing.T) {
 			b := cpu.New(1)
-			c := kvcache.New(b, []kvcache.Spec{{KVHeads: heads, HeadDim: dim}, {KVHeads: heads, HeadDim: dim, Window: window}}, step)
+			c := fullAndRing(b, window, step)
 			ops := strings.Fields(tc.ops)
 			states := map[int]string{} // length → the cache's positions when a pass left it there
 			var err error
 			for i, op := range ops {
-				var n int
-				if _, serr := fmt.Sscanf(op[1:], "%d", &n); serr != nil {
-					t.Fatalf("bad op %q", op)
-				}
+				n := opArg(t, op)
 				before := snapshot(c)
 				switch op[0] {
 				case 'w':
@@ -360,14 +376,7 @@ func TestUntruncate(t *testing.T) {
 					}
 				}
 			}
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.wantErr != "" && err == nil:
-				t.Fatalf("succeeded, want an error containing %q", tc.wantErr)
-			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
-				t.Fatalf("error %q, want it to contain %q", err, tc.wantErr)
-			}
+			checkErr(t, err, tc.wantErr)
 		})
 	}
 }

@@ -641,6 +641,18 @@ __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) 
     return (!causal || kp <= qp) && (window <= 0 || kp > qp - window);
 }
 
+// store_block_max writes the block's maximum of m (NaN if any is) to dst,
+// by a tree over shm (RBLOCK floats): exact whatever the order.
+__device__ __forceinline__ void store_block_max(float m, float* shm, float* dst) {
+    shm[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *dst = shm[0];
+}
+
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
 // key's score sc[bh][r] = float32(q·k)·scale and the chunk's max. A thread
 // loads CH four-float chunks of its key ahead of their sums (8: 32
@@ -691,13 +703,7 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
         sc[bh * S + r] = v;
         m = fmax_nan(m, v);
     }
-    shm[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + s]);
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) cmax[bh * gridDim.z + blockIdx.z] = shm[0];
+    store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
 #define ATTN_SCORES_KERNEL(name, deep)                                                                           \
@@ -778,13 +784,7 @@ extern "C" __global__ void attn_scores_staged(const float* q, const float* k, fl
             m = fmax_nan(m, v);
         }
     }
-    shm[threadIdx.x] = m;
-    __syncthreads();
-    for (int st = RBLOCK / 2; st > 0; st >>= 1) {
-        if (threadIdx.x < st) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + st]);
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) cmax[bh * gridDim.z + blockIdx.z] = shm[0];
+    store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
 // attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
