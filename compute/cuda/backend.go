@@ -63,7 +63,7 @@ var kernelNames = map[string][]string{
 		"attn_scores_deep", "attn_values_deep", "attn_scores_staged"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens",
-		"matmul_rows_wide"},
+		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -787,9 +787,19 @@ func rowsFor(N, K int) string {
 // repeat at a chosen expert), and blockCols the columns a block of each
 // kernel covers (64 when absent).
 var (
-	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true}
-	blockCols      = map[string]int{"matmul_rows_wide": 128}
+	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true,
+		"matmul_rows_early": true, "matmul_rows_wide_early": true}
+	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128}
 )
+
+// earlyWeights runs the rows kernels' _early variants for products with a
+// model weight (TANDEM_CUDA_EARLY_WEIGHTS=1): their first weight loads go
+// out before griddepcontrol.wait, so under programmatic launch (plain
+// decode steps) a product's weights start streaming while the kernel
+// before it still finishes. Only a weight qualifies: no kernel writes one,
+// so reading it early cannot see a stale value. The same bits. Written
+// without a GPU: off until measured.
+var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
 
 // splitWarps is how many warps splitK aims for. It is part of the
 // arithmetic (the K split sets the summation order), never chosen per call.
@@ -845,6 +855,11 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		name, rows = rowsFor(N, K), true
 	case M > 16:
 		name = mma8Kernel
+	}
+	if rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
+		if _, ok := b.k[name+"_early"]; ok {
+			name += "_early"
+		}
 	}
 	xs := b.splitParts(x, M*K)
 	al := 0

@@ -156,6 +156,97 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 	t.Logf("the reader without the wait read early in %d of 4 trials", stale)
 }
 
+// TestEarlyWeightsWaitForActivations protects the rows kernels' _early
+// variants (TANDEM_CUDA_EARLY_WEIGHTS): they load their first weights
+// before griddepcontrol.wait, and must still read their activations only
+// after the kernel before them has written them. As in
+// TestProgrammaticLaunchWaits, a 256 MB copy launched just before writes
+// the activations' three bf16 parts as its very last words, and the
+// product launched right behind it with programmatic serialization must
+// give the bits of the same product computed after a full sync.
+// (scripts/gpu/mutants.sh early-wait moves the wait after the first
+// activation loads; this test must fail on it.)
+func TestEarlyWeightsWaitForActivations(t *testing.T) {
+	b := backendOrSkip(t)
+	if b.dev.d.launchExFn == 0 {
+		t.Skip("the driver lacks cuLaunchKernelEx")
+	}
+	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
+	const n, N, K = 64 << 20, 256, 512 // K in one split: the product is written directly
+	r := rand.New(rand.NewPCG(21, 22))
+	parts := make([]uint16, 3*K) // x's hi, mid and lo, as split_bf16 writes them
+	for k := range K {
+		x := float32(r.NormFloat64())
+		hi := compute.F32ToBF16(x)
+		rest := x - compute.BF16ToF32(hi)
+		mid := compute.F32ToBF16(rest)
+		parts[k], parts[K+k], parts[2*K+k] = hi, mid, compute.F32ToBF16(rest-compute.BF16ToF32(mid))
+	}
+	src := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
+	}
+	tail := 4*n - 2*len(parts) // the activations are the copy's last words
+	for i, h := range parts {
+		binary.LittleEndian.PutUint16(src[tail+2*i:], h)
+	}
+	dev := b.dev
+	var bufs [3]Buffer
+	for i, size := range []int{4 * n, 4 * n, 4 * N} {
+		buf, err := dev.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Free(buf)
+		bufs[i] = buf
+	}
+	s, d, y := bufs[0], bufs[1], bufs[2]
+	if err := dev.Upload(s, src); err != nil {
+		t.Fatal(err)
+	}
+	xs := Buffer{ptr: d.ptr + uintptr(tail), Size: 2 * len(parts)}
+	w := weight(b, compute.BF16, randF32(r, N*K), N, K)
+	product := func(kernel string, pdl bool) []byte {
+		t.Helper()
+		for _, buf := range []Buffer{d, y} {
+			if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		programmaticLaunch = pdl
+		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+			t.Fatal(err)
+		}
+		if !pdl { // the reference: the activations are written before the product starts
+			dev.wait()
+		}
+		cols := 64
+		if c, ok := blockCols[kernel]; ok {
+			cols = c
+		}
+		if err := dev.LaunchAsync(b.k[kernel], [3]uint32{uint32((N + cols - 1) / cols), 1, 1}, [3]uint32{256, 1, 1}, 0,
+			xs, ptrOf(w), y, y, ptrOf(b.counters), 1, N, K, K, 1, segNone, segNone); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4*N)
+		if err := dev.Download(got, y); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	want := product("matmul_rows_wide", false)
+	if slices.Equal(want, make([]byte, 4*N)) {
+		t.Fatal("the reference product is all zeros")
+	}
+	for _, kernel := range []string{"matmul_rows_wide_early", "matmul_rows_early"} {
+		for trial := range 4 {
+			if got := product(kernel, true); !slices.Equal(got, want) {
+				t.Fatalf("%s, trial %d: the product differs from the one computed after a sync (it read its activations before they were written)", kernel, trial)
+			}
+		}
+	}
+}
+
 // TestPDLForDecodeOnly protects TANDEM_CUDA_PDL=decode's rule: plain decode
 // steps launch with programmatic serialization, a speculative round's
 // drafts and verify (whose graphs start on an idle device) and engine

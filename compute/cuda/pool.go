@@ -49,6 +49,7 @@ type block struct {
 	cleanup runtime.Cleanup // returns a pooled block to the pool
 	armed   bool            // cleanup is registered
 	pooled  bool            // handed out by get (not exact) and not yet recycled
+	fixed   bool            // from exact: a model weight, which no kernel writes
 }
 
 func newPool(dev *Device) *pool {
@@ -199,7 +200,7 @@ func (p *pool) exact(n int) (*block, error) {
 			return nil, err
 		}
 	}
-	b := &block{ptr: buf.ptr, size: buf.Size}
+	b := &block{ptr: buf.ptr, size: buf.Size, fixed: true}
 	runtime.AddCleanup(b, func(buf Buffer) { p.dev.Free(buf) }, buf)
 	return b, nil
 }

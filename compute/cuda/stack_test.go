@@ -36,6 +36,7 @@ func TestMatMulsStacked(t *testing.T) {
 		{"two products, split K", []int{1000, 1000}, 1536, "auto"},
 		{"two products, split K, wide kernel", []int{1000, 1000}, 1536, "matmul_rows_wide"},
 		{"odd widths, split K, wide kernel", []int{300, 77, 41}, 1536, "matmul_rows_wide"},
+		{"31B q k v, split K, early weights", []int{4096, 1024, 1024}, 5376, "matmul_rows_wide_early"},
 	} {
 		for _, segs := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/segments=%v", tc.name, segs), func(t *testing.T) {

@@ -456,33 +456,57 @@ __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g,
     }
 }
 
+// rows_mma accumulates one K step, U weight chunks from kb, of a column
+// group into c: each chunk against the lane's two activation tile rows.
+template <int U>
+__device__ __forceinline__ void rows_mma(float c[4], const uint4 q[U], const rows_act& x, int kb, int k1, int t, bool al) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int k = kb + 32 * u + 8 * t;
+        const bool kin = k < k1;
+        const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
+        const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
+        mma_part(c, q[u], a0, a1);
+    }
+}
+
 // With Tok, block z of the grid's third dimension computes row z / xdiv of
 // the M in xs alone (matmul_rows_tokens): the arithmetic of a launch with
 // M = 1, its split partials at row z of out's [splits][gridDim.z][N].
-template <int U, bool NC, bool Tok>
+//
+// With Early (the _early kernels, TANDEM_CUDA_EARLY_WEIGHTS=1) the kernel's
+// pdl_start comes after its first weight loads: weights are constants, so
+// under programmatic launch they stream while the kernel before still
+// finishes, and only the activations wait for it. The same loads and mmas
+// in the same order: the bits are the plain kernel's.
+template <int U, bool NC, bool Tok, bool Early = false>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned, int xdiv = 1, int b1 = SEG_NONE,
                             int b2 = SEG_NONE) {
     __shared__ float tile[8][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
-    if (n0 >= N) return;
+    if (n0 >= N) {
+        if (Early) pdl_start();
+        return;
+    }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const bool wok = n0 + g < N, al = aligned != 0;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
     const rows_act x = Tok ? rows_act_token(xs, M, K, g, blockIdx.z / xdiv) : rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int kb = k0; kb < k1; kb += 32 * U) {
+    int kb = k0;
+    if (Early) {
         uint4 cur[U];
         wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = kb + 32 * u + 8 * t;
-            const bool kin = k < k1;
-            const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
-            const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
-            mma_part(c, cur[u], a0, a1);
-        }
+        pdl_start();
+        rows_mma<U>(c, cur, x, kb, k1, t, al);
+        kb += 32 * U;
+    }
+    for (; kb < k1; kb += 32 * U) {
+        uint4 cur[U];
+        wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
+        rows_mma<U>(c, cur, x, kb, k1, t, al);
     }
     if (Tok)
         rows_store(&tile[wid][0][0], c, g, t, lane, out + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * N, 1, N, n0);
@@ -500,16 +524,32 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
 // by cp.async, 4 KB in flight per warp: 2.4-2.5 TB/s against 2.7-3.1. In
 // the seventh session eight and sixteen chunks a step lost on every shape
 // too, the E2B shape's small products included.)
-#define ROWS_KERNEL(name, U, NC, MINB)                                                                        \
+#define ROWS_KERNEL(name, U, NC, MINB, EARLY)                                                                 \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned, int b1, int b2) {                                             \
-        pdl_start();                                                                                           \
-        matmul_rows<U, NC, false>(xs, w, part, M, N, K, kchunk, aligned, 1, b1, b2);                           \
+        if (!EARLY) pdl_start();                                                                               \
+        matmul_rows<U, NC, false, EARLY>(xs, w, part, M, N, K, kchunk, aligned, 1, b1, b2);                    \
         finish_splits(y, part, counters, M, N, b1, b2);                                                        \
     }
-ROWS_KERNEL(matmul_rows, 4, true, 4)
-ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
+ROWS_KERNEL(matmul_rows, 4, true, 4, false)
+ROWS_KERNEL(matmul_rows_plain, 4, false, 4, false) // plain loads, for comparison
+ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
+
+// wide_mma is rows_mma for G column groups sharing each activation load.
+template <int G, int U>
+__device__ __forceinline__ void wide_mma(float c[G][4], const uint4 q[G][U], const rows_act& x, int kb, int k1, int t,
+                                         bool al) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int k = kb + 32 * u + 8 * t;
+        const bool kin = k < k1;
+        const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
+        const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
+#pragma unroll
+        for (int i = 0; i < G; i++) mma_part(c[i], q[i][u], a0, a1);
+    }
+}
 
 // matmul_rows_wide: matmul_rows with 8·G columns a warp, G groups of 8
 // sharing every activation load, and U weight chunks a group per K step.
@@ -527,14 +567,17 @@ ROWS_KERNEL(matmul_rows_plain, 4, false, 4) // plain loads, for comparison
 // G = 2, U = 4 at three blocks a multiprocessor (75 µs).
 // The K loop repeats matmul_rows' rather than sharing it: matmul_rows sits
 // at 63 of the 64 registers its four blocks a multiprocessor allow.
-template <int G, int U, bool NC>
+template <int G, int U, bool NC, bool Early>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
                                  int b2) {
     __shared__ float tile[8][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8 * G;
-    if (n0 >= N) return;
+    if (n0 >= N) {
+        if (Early) pdl_start();
+        return;
+    }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const bool al = aligned != 0;
     bool ok[G];
@@ -548,19 +591,20 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
     float c[G][4];
 #pragma unroll
     for (int i = 0; i < G; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
-    for (int kb = k0; kb < k1; kb += 32 * U) {
+    int kb = k0;
+    if (Early) { // as matmul_rows: the first step's weights before the wait
         uint4 q[G][U];
 #pragma unroll
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
+        pdl_start();
+        wide_mma<G, U>(c, q, x, kb, k1, t, al);
+        kb += 32 * U;
+    }
+    for (; kb < k1; kb += 32 * U) {
+        uint4 q[G][U];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = kb + 32 * u + 8 * t;
-            const bool kin = k < k1;
-            const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
-            const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
-#pragma unroll
-            for (int i = 0; i < G; i++) mma_part(c[i], q[i][u], a0, a1);
-        }
+        for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
+        wide_mma<G, U>(c, q, x, kb, k1, t, al);
     }
     float* o = out + (size_t)blockIdx.y * M * N;
     if (gridDim.y > 1) b1 = b2 = SEG_NONE; // partials keep the plain layout
@@ -571,15 +615,16 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
     }
 }
 
-#define WIDE_KERNEL(name, G, U, MINB)                                                                          \
+#define WIDE_KERNEL(name, G, U, MINB, EARLY)                                                                   \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned, int b1, int b2) {                                             \
-        pdl_start();                                                                                           \
-        matmul_rows_wide<G, U, true>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);                           \
+        if (!EARLY) pdl_start();                                                                               \
+        matmul_rows_wide<G, U, true, EARLY>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);                    \
         finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                               \
     }
-WIDE_KERNEL(matmul_rows_wide, 2, 2, 4)
+WIDE_KERNEL(matmul_rows_wide, 2, 2, 4, false)
+WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
