@@ -1175,7 +1175,7 @@ func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tens
 }
 
 // rcacheElems is the longest row rmsnorm2 takes (RCACHE·NMAX in ops.cu).
-const rcacheElems = 24 * 256
+const rcacheElems = 6 * 1024
 
 // fusedNorm2 turns on rmsnorm2 and qkv_norms (31B decode 34.0 → 35.2
 // tok/s on the H200); TANDEM_CUDA_NORM2=0 runs the op sequences instead.

@@ -172,76 +172,87 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 		t.Skip("the driver lacks cuLaunchKernelEx")
 	}
 	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
-	const n, N, K = 64 << 20, 256, 512 // K in one split: the product is written directly
-	r := rand.New(rand.NewPCG(21, 22))
-	parts := make([]uint16, 3*K) // x's hi, mid and lo, as split_bf16 writes them
-	for k := range K {
-		x := float32(r.NormFloat64())
-		hi := compute.F32ToBF16(x)
-		rest := x - compute.BF16ToF32(hi)
-		mid := compute.F32ToBF16(rest)
-		parts[k], parts[K+k], parts[2*K+k] = hi, mid, compute.F32ToBF16(rest-compute.BF16ToF32(mid))
-	}
-	src := make([]byte, 4*n)
-	for i := 0; i < n; i++ {
-		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
-	}
-	tail := 4*n - 2*len(parts) // the activations are the copy's last words
-	for i, h := range parts {
-		binary.LittleEndian.PutUint16(src[tail+2*i:], h)
-	}
+	const n = 64 << 20
 	dev := b.dev
-	var bufs [3]Buffer
-	for i, size := range []int{4 * n, 4 * n, 4 * N} {
-		buf, err := dev.Alloc(size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Free(buf)
-		bufs[i] = buf
-	}
-	s, d, y := bufs[0], bufs[1], bufs[2]
-	if err := dev.Upload(s, src); err != nil {
+	s, err := dev.Alloc(4 * n)
+	if err != nil {
 		t.Fatal(err)
 	}
-	xs := Buffer{ptr: d.ptr + uintptr(tail), Size: 2 * len(parts)}
-	w := weight(b, compute.BF16, randF32(r, N*K), N, K)
-	product := func(kernel string, pdl bool) []byte {
-		t.Helper()
-		for _, buf := range []Buffer{d, y} {
-			if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
+	defer dev.Free(s)
+	d, err := dev.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(d)
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, sh := range []struct{ N, K int }{
+		{256, 512},  // one split: the product written directly
+		{300, 5376}, // ten splits summed through the counters, a partial last column group
+	} {
+		N, K := sh.N, sh.K
+		splits, chunk := splitK(N, K)
+		parts := make([]uint16, 3*K) // x's hi, mid and lo, as split_bf16 writes them
+		for k := range K {
+			x := float32(r.NormFloat64())
+			hi := compute.F32ToBF16(x)
+			rest := x - compute.BF16ToF32(hi)
+			mid := compute.F32ToBF16(rest)
+			parts[k], parts[K+k], parts[2*K+k] = hi, mid, compute.F32ToBF16(rest-compute.BF16ToF32(mid))
+		}
+		src := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
+		}
+		tail := 4*n - 2*len(parts) // the activations are the copy's last words
+		for i, h := range parts {
+			binary.LittleEndian.PutUint16(src[tail+2*i:], h)
+		}
+		if err := dev.Upload(s, src); err != nil {
+			t.Fatal(err)
+		}
+		xs := Buffer{ptr: d.ptr + uintptr(tail), Size: 2 * len(parts)}
+		w := weight(b, compute.BF16, randF32(r, N*K), N, K)
+		y, part := b.alloc(compute.F32, N), b.alloc(compute.F32, splits*N)
+		if splits == 1 { // the kernel writes its one split's sums as the product
+			part = y
+		}
+		product := func(kernel string, pdl bool) []float32 {
+			t.Helper()
+			for _, buf := range []Buffer{d, ptrOf(y)} {
+				if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			programmaticLaunch = pdl
+			if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
 				t.Fatal(err)
 			}
+			if !pdl { // the reference: the activations are written before the product starts
+				if err := dev.wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cols := 64
+			if c, ok := blockCols[kernel]; ok {
+				cols = c
+			}
+			if err := dev.LaunchAsync(b.k[kernel], [3]uint32{uint32((N + cols - 1) / cols), uint32(splits), 1}, [3]uint32{256, 1, 1}, 0,
+				xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1, segNone, segNone); err != nil {
+				t.Fatal(err)
+			}
+			programmaticLaunch = false
+			return b.ToF32(y)
 		}
-		programmaticLaunch = pdl
-		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
-			t.Fatal(err)
+		want := product("matmul_rows_wide", false)
+		if slices.Equal(want, make([]float32, N)) {
+			t.Fatalf("N=%d K=%d: the reference product is all zeros", N, K)
 		}
-		if !pdl { // the reference: the activations are written before the product starts
-			dev.wait()
-		}
-		cols := 64
-		if c, ok := blockCols[kernel]; ok {
-			cols = c
-		}
-		if err := dev.LaunchAsync(b.k[kernel], [3]uint32{uint32((N + cols - 1) / cols), 1, 1}, [3]uint32{256, 1, 1}, 0,
-			xs, ptrOf(w), y, y, ptrOf(b.counters), 1, N, K, K, 1, segNone, segNone); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 4*N)
-		if err := dev.Download(got, y); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-	want := product("matmul_rows_wide", false)
-	if slices.Equal(want, make([]byte, 4*N)) {
-		t.Fatal("the reference product is all zeros")
-	}
-	for _, kernel := range []string{"matmul_rows_wide_early", "matmul_rows_early"} {
-		for trial := range 4 {
-			if got := product(kernel, true); !slices.Equal(got, want) {
-				t.Fatalf("%s, trial %d: the product differs from the one computed after a sync (it read its activations before they were written)", kernel, trial)
+		for _, kernel := range []string{"matmul_rows_wide_early", "matmul_rows_early"} {
+			for trial := range 4 {
+				if err := sameBits(product(kernel, true), want); err != nil {
+					t.Fatalf("%s, N=%d K=%d, trial %d: the product differs from the one computed after a sync (it read its activations before they were written): %v",
+						kernel, N, K, trial, err)
+				}
 			}
 		}
 	}

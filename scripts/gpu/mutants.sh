@@ -32,9 +32,9 @@ mutants=(
   # the staged scores loading every pass'"'"'s keys from the first 32 columns
   'staged-cols|compute/cuda/kernels/ops.cu|(kb + (size_t)si * kstride + c0 + 4 * f)|(kb + (size_t)si * kstride + 4 * f)|^TestAttentionVariantsMatch$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait
-  'early-wait|compute/cuda/kernels/matmul.cu|        pdl_start();
+  'early-wait|compute/cuda/kernels/matmul.cu|        pdl_start_for(xs, out);
         wide_mma<G, U>(c, q, x, kb, k1, t, al);|        wide_mma<G, U>(c, q, x, kb, k1, t, al);
-        pdl_start();|^TestEarlyWeightsWaitForActivations$'
+        pdl_start_for(xs, out);|^TestEarlyWeightsWaitForActivations$'
   # matmul_rows_wide storing its first column group for both.
   'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|^TestMatMulVariantsMatch$'
   # a segment's rows laid out at the stack's width instead of their own.

@@ -24,6 +24,17 @@ __device__ __forceinline__ void pdl_start() {
 #endif
 }
 
+// pdl_start_for is pdl_start inside a function whose pointers a and b are
+// __restrict__: passing them to the wait keeps the compiler from moving
+// their loads and stores above it (a restrict pointer the asm does not
+// take might be assumed untouched by its memory clobber).
+__device__ __forceinline__ void pdl_start_for(const void* a, const void* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b) : "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float bf16(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
@@ -487,7 +498,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8;
     if (n0 >= N) {
-        if (Early) pdl_start();
+        if (Early) pdl_start_for(xs, out);
         return;
     }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
@@ -499,7 +510,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     if (Early) {
         uint4 cur[U];
         wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
-        pdl_start();
+        pdl_start_for(xs, out);
         rows_mma<U>(c, cur, x, kb, k1, t, al);
         kb += 32 * U;
     }
@@ -575,7 +586,7 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + wid) * 8 * G;
     if (n0 >= N) {
-        if (Early) pdl_start();
+        if (Early) pdl_start_for(xs, out);
         return;
     }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
@@ -596,7 +607,7 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         uint4 q[G][U];
 #pragma unroll
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
-        pdl_start();
+        pdl_start_for(xs, out);
         wide_mma<G, U>(c, q, x, kb, k1, t, al);
         kb += 32 * U;
     }

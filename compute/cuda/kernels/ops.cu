@@ -230,7 +230,7 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
 }
 
 #define RBLOCK 256 // threads of the attention, softmax and top-k blocks; part of their reduction order
-#define NMAX 1024  // most threads of a norm's block (row_threads in backend.go)
+#define NMAX 1024  // most threads of a norm's block (rowThreads in backend.go)
 
 // block_sum_d sums one double per thread in a fixed tree over the block's
 // threads (sh holds one double per thread).
@@ -247,7 +247,7 @@ __device__ double block_sum_d(double v, double* sh) {
 }
 
 // The norms take one block per row, and a row of D elements always gets
-// the same number of threads, row_threads(D) in backend.go (256 up to 1536
+// the same number of threads, rowThreads(D) in backend.go (256 up to 1536
 // elements, 512 up to 3072, else 1024): thread t sums elements
 // t + u·blockDim.x in order, then the block's tree. Every kernel that
 // normalises a row of D (rmsnorm, rmsnorm2, rmsnorm_rope, qkv_norms)
@@ -272,7 +272,7 @@ __device__ __forceinline__ float normed(const float* xr, int j, float r, const v
     return w ? __fmul_rn(v, load(w, wt, j)) : v;
 }
 
-#define RCACHE 6 // elements a thread holds of a register-cached row (rmsnorm, rmsnorm2): rows up to 6·row_threads(D)
+#define RCACHE 6 // elements a thread holds of a register-cached row (rmsnorm, rmsnorm2): rows up to 6·rowThreads(D)
 
 // cached_rscale is row_rscale for a row held in registers, thread t's
 // elements t + u·blockDim.x: the same sums in the same order.
@@ -396,7 +396,7 @@ __device__ __forceinline__ void rotate(float* yr, int j, int half, float x0, flo
     yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
 }
 
-// rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (row_threads(d),
+// rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (rowThreads(d),
 // as rmsnorm) per (token, head) row of d: rmsnorm's scale and rope's
 // rotation, the bits of the two kernels in sequence.
 extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm_rope(float* out, const float* x, const void* w, int wt, float eps,
