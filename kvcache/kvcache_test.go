@@ -320,7 +320,7 @@ func TestTruncate(t *testing.T) {
 func TestUntruncate(t *testing.T) {
 	const window, step = 4, 3 // ring of 6 slots
 	for _, tc := range []struct {
-		ops     string // "wN": a forward pass of N tokens; "tN": truncate to N; "uN": untruncate to N
+		ops     string // "wN": a forward pass of N tokens; "tN": truncate to N; "uN": untruncate to N; "c0": clone; "r0": reset
 		wantErr string // from the last op; the others must succeed
 	}{
 		{ops: "w3 w3 t4 u6"},
@@ -331,6 +331,8 @@ func TestUntruncate(t *testing.T) {
 		{ops: "w3 u4", wantErr: "kvcache: untruncate to 4: the cache holds 3 positions and the last forward pass left 3"},
 		{ops: "w3 w3 t4 w1 u6", wantErr: "the last forward pass left 5"},
 		{ops: "w3 w3 t4 u3", wantErr: "untruncate to 3: the cache holds 4 positions"},
+		{ops: "w3 w3 t4 c0 u6", wantErr: "the cache holds 4 positions and the last forward pass left 4"}, // a clone keeps only what it holds
+		{ops: "w3 w3 t4 r0 u3", wantErr: "the cache holds 0 positions and the last forward pass left 0"},
 	} {
 		t.Run(tc.ops, func(t *testing.T) {
 			b := cpu.New(1)
@@ -350,6 +352,12 @@ func TestUntruncate(t *testing.T) {
 					err = c.Truncate(n)
 				case 'u':
 					err = c.Untruncate(n)
+				case 'c':
+					c = c.Clone()
+					continue
+				case 'r':
+					c.Reset()
+					continue
 				}
 				if err != nil {
 					if i != len(ops)-1 {

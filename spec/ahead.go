@@ -69,7 +69,8 @@ func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *gen
 		return nil, err
 	}
 	b := m.Backend()
-	r := Round{PendingAt: b.Slice(in.idx, a, a+1).Reshape(1), Hidden: b.Slice(in.hidden, a, a+1), Snap: m.Snapshot(cache), K: kn}
+	r := Round{Pending: -1, PendingAt: b.Slice(in.idx, a, a+1).Reshape(1), Hidden: b.Slice(in.hidden, a, a+1),
+		Snap: m.Snapshot(cache), K: kn}
 	drafts, err := d.ProposeAt(r)
 	if err != nil {
 		return nil, err

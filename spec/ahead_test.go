@@ -1,6 +1,10 @@
 package spec
 
-import "testing"
+import (
+	"testing"
+
+	"tandem/model/gemma4"
+)
 
 // TestAheadGuess protects when drafting ahead guesses and what: never
 // unless turned on; "always" guesses the last outcome (at most the round's
@@ -35,5 +39,36 @@ func TestAheadGuess(t *testing.T) {
 		if ok != tc.guess || ok && got != tc.want {
 			t.Errorf("%s (%q after %v, depth %d): guess %d %v, want %d %v", tc.reason, tc.mode, tc.seen, tc.k, got, ok, tc.want, tc.guess)
 		}
+	}
+}
+
+// TestAheadFits protects which rounds take drafts made ahead: only the
+// round of the guessed outcome (the cache back at the guessed length), at
+// the guessed depth, whose pending token is the device's pick at the
+// guessed row. A NaN row's pick is the host's and may differ from the
+// device's, which the drafts embedded.
+func TestAheadFits(t *testing.T) {
+	picks := []uint32{11, 12, 13, 14}
+	a := &ahead{accepted: 1, picks: &picks, k: 3, snapLen: 42}
+	round := func(pending int32, k, snapLen int) Round {
+		return Round{Pending: pending, K: k, Snap: gemma4.Snapshot{Len: snapLen}}
+	}
+	for _, tc := range []struct {
+		name string
+		r    Round
+		want bool
+	}{
+		{"the guessed round", round(12, 3, 42), true},
+		{"another outcome", round(12, 3, 43), false},
+		{"the host picked another token (a NaN row)", round(99, 3, 42), false},
+		{"the pick of another row", round(13, 3, 42), false},
+		{"another depth", round(12, 2, 42), false},
+	} {
+		if got := a.fits(tc.r); got != tc.want {
+			t.Errorf("%s: fits = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if short := (&ahead{accepted: 4, picks: &picks, k: 3, snapLen: 42}); short.fits(round(14, 3, 42)) {
+		t.Error("fits a guess past the picks read")
 	}
 }

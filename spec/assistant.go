@@ -56,13 +56,21 @@ func (d *Assistant) ProposeAt(r Round) (*compute.Tensor, error) {
 	a, b := d.A, d.A.Backend()
 	row := gemma4.DraftRow{Token: r.Pending, Next: r.PendingAt, Hidden: r.Hidden, Snap: r.Snap}
 	var drafts *compute.Tensor
+	// A round drafted ahead embeds its first token from the device: other
+	// ops than a round that drafts after the verdict, so its steps keep
+	// graphs of their own.
+	site := "draft-at"
+	if r.PendingAt != nil {
+		site = "draft-ahead-at"
+	}
 	for j := range r.K {
-		end := compute.Record(b, fmt.Sprintf("draft-at%d", min(j, 1)))
+		end := compute.Record(b, fmt.Sprintf("%s%d", site, min(j, 1)))
 		// The round's first step starts on an idle device: its first layer
-		// runs while the host records the rest. Later steps are issued
-		// while the device still runs the one before.
+		// runs while the host records the rest. Later steps, and a round
+		// drafted ahead, are issued while the device still runs earlier
+		// work.
 		opt := d.Opt
-		opt.LaunchEarly = j == 0
+		opt.LaunchEarly = j == 0 && r.PendingAt == nil
 		out, err := a.Step([]gemma4.DraftRow{row}, opt)
 		if err != nil {
 			end()

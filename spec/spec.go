@@ -63,7 +63,8 @@ type Stats struct {
 	// Ahead counts rounds whose drafts were issued before the previous
 	// round's verdict was read, on a guess of its outcome that proved
 	// right; AheadMissed the guesses that proved wrong, whose drafts were
-	// discarded (rounds kept on the device only; see aheadGuess).
+	// discarded (rounds kept on the device only; see aheadGuess). Drafts
+	// for a round the sequence ended before count in neither.
 	Ahead       int `json:"drafted_ahead"`
 	AheadMissed int `json:"ahead_missed"`
 }
@@ -106,10 +107,10 @@ type Round struct {
 	History []int32         // prompt and emitted tokens, Pending last
 	Prompt  int             // the prompt's length within History (for the penalties)
 	K       int
-	// PendingAt, when set, is Pending as an I32 tensor [1] on the backend,
-	// not yet read by the host: a round drafted ahead starts from the last
-	// verify's pick before its verdict is read (ProposeAt takes it in place
-	// of Pending, and History is then unknown).
+	// PendingAt, when set, is the pending token as an I32 tensor [1] on
+	// the backend, not yet read by the host: a round drafted ahead starts
+	// from the last verify's pick before its verdict is read. Pending is
+	// then −1 and History nil; only ProposeAt sees such a round.
 	PendingAt *compute.Tensor
 }
 
@@ -126,6 +127,8 @@ type DeviceDrafter interface {
 	// DraftsOnDevice reports whether ProposeAt applies (its drafting is
 	// greedy).
 	DraftsOnDevice() bool
+	// ProposeAt drafts r.K tokens; it must take the pending token from
+	// r.PendingAt when that is set (a round drafted ahead).
 	ProposeAt(r Round) (*compute.Tensor, error)
 }
 
@@ -203,9 +206,11 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 				return res, err
 			}
 			// While the device verifies, draft the next round on a guess of
-			// this one's outcome, so the device goes on to it at once.
+			// this one's outcome, so the device goes on to it at once. A
+			// failure there is not this round's: the next round drafts as
+			// usual (and meets it again, if it is real).
 			if next, err = draftAhead(m, dd, cache, seq, k, &res.Stats, in, guess); err != nil {
-				return res, err
+				next, err = nil, nil
 			}
 			v, verified = in.finish(m, seq, judge, &res.Stats)
 		} else {
@@ -221,6 +226,12 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 			}
 		}
 		if done = seq.Done; done {
+			// As without drafting ahead: the cache holds the whole verify.
+			if full := T + r.K + 1; cache.Len() < full {
+				if err := cache.Untruncate(full); err != nil {
+					return res, err
+				}
+			}
 			break
 		}
 		// Keep pending and the accepted drafts; the next round's hidden is

@@ -505,7 +505,8 @@ func deviceRoundsMatchHostRounds(t *testing.T, preset, ahead string) {
 		if tc.synthetic < 0 && !slices.Equal(dev.Tokens, want) {
 			t.Fatalf("%s: speculative %v, plain %v", name, dev.Tokens, want)
 		}
-		if hs, ds := host.Stats, dev.Stats; hs.Rounds != ds.Rounds || hs.Accepted != ds.Accepted || hs.Drafted != ds.Drafted {
+		if hs, ds := host.Stats, dev.Stats; hs.Rounds != ds.Rounds || hs.Accepted != ds.Accepted || hs.Drafted != ds.Drafted ||
+			!slices.Equal(hs.AcceptedAt, ds.AcceptedAt) || !slices.Equal(hs.DraftedAt, ds.DraftedAt) {
 			t.Fatalf("%s: device stats %+v, host stats %+v", name, ds, hs)
 		}
 		ds := dev.Stats

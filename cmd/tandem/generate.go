@@ -259,6 +259,7 @@ func specStats(s *spec.Stats) map[string]any {
 		"rounds": s.Rounds, "drafted": s.Drafted, "accepted": s.Accepted,
 		"acceptance_rate": s.AcceptanceRate(), "mean_acceptance_length": s.MeanAcceptLength(),
 		"per_position_acceptance": per, "draft_s": s.DraftTime.Seconds(), "verify_s": s.VerifyTime.Seconds(),
+		"drafted_ahead": s.Ahead, "ahead_missed": s.AheadMissed,
 	}
 }
 
