@@ -801,9 +801,12 @@ var (
 // without a GPU: off until measured.
 var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
 
-// splitWarps is how many warps splitK aims for. It is part of the
-// arithmetic (the K split sets the summation order), never chosen per call.
-var splitWarps = 16384
+// splitWarps is how many warps splitK aims for, and splitMinK the fewest
+// elements of K a split takes. Both are part of the arithmetic (the K split
+// sets the summation order), never chosen per call; tests vary them to
+// measure. (The E2B shape's products get only 3 splits of 512 from
+// splitMinK: 288 blocks, half of one wave on the H200.)
+var splitWarps, splitMinK = 16384, 512
 
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
@@ -813,7 +816,7 @@ var splitWarps = 16384
 // row and gained nothing at four.)
 func splitK(N, K int) (splits, chunk int) {
 	groups := (N + 7) / 8
-	splits = max(1, min((splitWarps+groups-1)/groups, K/512))
+	splits = max(1, min((splitWarps+groups-1)/groups, K/splitMinK))
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
 }

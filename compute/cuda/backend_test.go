@@ -458,6 +458,9 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, n := range []int{8192, 32768} {
 		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
+	for _, k := range []string{"matmul_rows", "matmul_rows_wide"} { // more, shorter splits for the small products
+		variants = append(variants, variant{fmt.Sprintf("%s/minsplit=256", strings.TrimPrefix(k, "matmul_")), func() { rowsKernel, splitMinK = k, 256 }})
+	}
 	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
@@ -518,9 +521,9 @@ var (
 // restoreMatMul returns a function that puts the matmul variant switches
 // back as they are now.
 func restoreMatMul() func() {
-	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
+	w, m, rk, mk, m8, sw, sk, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, splitMinK, tiledMatMul
 	return func() {
-		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
+		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, splitMinK, tiledMatMul = w, m, rk, mk, m8, sw, sk, tl
 	}
 }
 
