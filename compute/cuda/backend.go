@@ -4,8 +4,11 @@ import (
 	_ "embed"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -801,6 +804,29 @@ var (
 // without a GPU: off until measured.
 var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
 
+// envInt reads a whole number in [lo, hi] from the environment variable
+// name: def when it is unset, and def with a warning when it is not such a
+// number.
+func envInt(name string, def, lo, hi int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		slog.Warn("ignoring an environment setting", "name", name, "value", v, "want", fmt.Sprintf("a whole number from %d to %d", lo, hi))
+		return def
+	}
+	return n
+}
+
+// earlyPrefetch is how many K steps beyond the first an _early kernel asks
+// L2 for before its wait (TANDEM_CUDA_EARLY_PREFETCH, 0 to 64; 0 unless
+// set): enough to keep the memory busy through the small kernels (norms,
+// attention) between two products, not so many that the first wave's
+// lines crowd out the L2. For measurement, like earlyWeights.
+var earlyPrefetch = envInt("TANDEM_CUDA_EARLY_PREFETCH", 0, 0, 64)
+
 // splitWarps is how many warps splitK aims for, and splitMinK the fewest
 // elements of K a split takes. Both are part of the arithmetic (the K split
 // sets the summation order), never chosen per call; tests vary them to
@@ -868,6 +894,9 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	al := 0
 	if K%8 == 0 && memOf(w).ptr%16 == 0 && (at == nil || at.stride%8 == 0) {
 		al = 1
+	}
+	if strings.HasSuffix(name, "_early") {
+		al |= earlyPrefetch << 8 // matmul.cu reads the steps to prefetch from the flag's upper bits
 	}
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
 	// the mma kernels the alignment flag too; grid (column groups of 64,

@@ -6,7 +6,8 @@
 # Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|profile-round|ncu|ncu-step]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
-# shape ($SHAPE, default 31b) with each alone.
+# shape ($SHAPE, default 31b) with each alone (commas join switches that go
+# together: PENDING="A=1 A=1,B=4").
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
@@ -63,11 +64,13 @@ for w in "${want[@]}"; do
         bench "pending-$p-off" -- "${args[@]}"
       done
       ;;
-    pending-each) # each of PENDING alone, on the shape SHAPE (default 31b)
+    pending-each) # each of PENDING alone (A=1,B=2: two together), on the shape SHAPE (default 31b)
       read -ra sws <<<"${PENDING:-}"
       shape=${SHAPE:-31b}
       for sw in "${sws[@]}"; do
-        bench "pending-$shape-${sw%%=*}" "$sw" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48
+        IFS=, read -ra envs <<<"$sw"
+        name=$(printf '%s' "$sw" | tr -c 'A-Za-z0-9_.-' '-')
+        bench "pending-$shape-$name" "${envs[@]}" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48
       done
       ;;
     long)

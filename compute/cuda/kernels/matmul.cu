@@ -35,6 +35,20 @@ __device__ __forceinline__ void pdl_start_for(const void* a, const void* b) {
 #endif
 }
 
+// prefetch_steps asks L2 for the weight lines of K steps 1..pre after kb
+// of row wr (32·U elements a step, 64 a 128-byte line; lane t < U/2 takes
+// line t of each step), up to k1: an _early kernel's weights beyond the
+// first step, streamed while the kernel before it still runs.
+template <int U>
+__device__ __forceinline__ void prefetch_steps(const unsigned short* wr, int kb, int k1, int t, bool ok, int pre) {
+    if (!ok || t >= U / 2) return;
+    for (int s = 1; s <= pre; s++) {
+        const int k = kb + 32 * U * s + 64 * t;
+        if (k >= k1) return;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + k));
+    }
+}
+
 __device__ __forceinline__ float bf16(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
@@ -488,8 +502,10 @@ __device__ __forceinline__ void rows_mma(float c[4], const uint4 q[U], const row
 // With Early (the _early kernels, TANDEM_CUDA_EARLY_WEIGHTS=1) the kernel's
 // pdl_start comes after its first weight loads: weights are constants, so
 // under programmatic launch they stream while the kernel before still
-// finishes, and only the activations wait for it. The same loads and mmas
-// in the same order: the bits are the plain kernel's.
+// finishes, and only the activations wait for it. aligned's bits from 8
+// up ask for that many more steps' weight lines in L2 before the wait
+// (TANDEM_CUDA_EARLY_PREFETCH). The same loads and mmas in the same order:
+// the bits are the plain kernel's.
 template <int U, bool NC, bool Tok, bool Early = false>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned, int xdiv = 1, int b1 = SEG_NONE,
@@ -502,7 +518,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
         return;
     }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const bool wok = n0 + g < N, al = aligned != 0;
+    const bool wok = n0 + g < N, al = (aligned & 1) != 0;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
     const rows_act x = Tok ? rows_act_token(xs, M, K, g, blockIdx.z / xdiv) : rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -510,6 +526,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     if (Early) {
         uint4 cur[U];
         wload_step<U, NC>(cur, wr, kb, t, k1, wok, al);
+        prefetch_steps<U>(wr, kb, k1, t, wok, aligned >> 8);
         pdl_start_for(xs, out);
         rows_mma<U>(c, cur, x, kb, k1, t, al);
         kb += 32 * U;
@@ -590,7 +607,7 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         return;
     }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const bool al = aligned != 0;
+    const bool al = (aligned & 1) != 0;
     bool ok[G];
     const unsigned short* wr[G];
 #pragma unroll
@@ -607,6 +624,8 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         uint4 q[G][U];
 #pragma unroll
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
+#pragma unroll
+        for (int i = 0; i < G; i++) prefetch_steps<U>(wr[i], kb, k1, t, ok[i], aligned >> 8);
         pdl_start_for(xs, out);
         wide_mma<G, U>(c, q, x, kb, k1, t, al);
         kb += 32 * U;
