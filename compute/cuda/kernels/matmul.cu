@@ -481,18 +481,27 @@ __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g,
     }
 }
 
-// rows_mma accumulates one K step, U weight chunks from kb, of a column
-// group into c: each chunk against the lane's two activation tile rows.
-template <int U>
-__device__ __forceinline__ void rows_mma(float c[4], const uint4 q[U], const rows_act& x, int kb, int k1, int t, bool al) {
+// wide_mma accumulates one K step, U weight chunks from kb, of G column
+// groups into c: each chunk against the lane's two activation tile rows,
+// loaded once for all G groups.
+template <int G, int U>
+__device__ __forceinline__ void wide_mma(float c[G][4], const uint4 q[G][U], const rows_act& x, int kb, int k1, int t,
+                                         bool al) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int k = kb + 32 * u + 8 * t;
         const bool kin = k < k1;
         const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
         const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
-        mma_part(c, q[u], a0, a1);
+#pragma unroll
+        for (int i = 0; i < G; i++) mma_part(c[i], q[i][u], a0, a1);
     }
+}
+
+// rows_mma is wide_mma for matmul_rows' one column group.
+template <int U>
+__device__ __forceinline__ void rows_mma(float c[4], const uint4 q[U], const rows_act& x, int kb, int k1, int t, bool al) {
+    wide_mma<1, U>(reinterpret_cast<float(*)[4]>(c), reinterpret_cast<const uint4(*)[U]>(q), x, kb, k1, t, al);
 }
 
 // With Tok, block z of the grid's third dimension computes row z / xdiv of
@@ -564,20 +573,6 @@ ROWS_KERNEL(matmul_rows, 4, true, 4, false)
 ROWS_KERNEL(matmul_rows_plain, 4, false, 4, false) // plain loads, for comparison
 ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
 
-// wide_mma is rows_mma for G column groups sharing each activation load.
-template <int G, int U>
-__device__ __forceinline__ void wide_mma(float c[G][4], const uint4 q[G][U], const rows_act& x, int kb, int k1, int t,
-                                         bool al) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int k = kb + 32 * u + 8 * t;
-        const bool kin = k < k1;
-        const uint4 a0 = load8bf(x.x0, k, k1, x.ok0 && kin, al);
-        const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
-#pragma unroll
-        for (int i = 0; i < G; i++) mma_part(c[i], q[i][u], a0, a1);
-    }
-}
 
 // matmul_rows_wide: matmul_rows with 8·G columns a warp, G groups of 8
 // sharing every activation load, and U weight chunks a group per K step.
