@@ -67,6 +67,9 @@ type Stats struct {
 	// for a round the sequence ended before count in neither.
 	Ahead       int `json:"drafted_ahead"`
 	AheadMissed int `json:"ahead_missed"`
+	// RoundTimes is each round's wall time, from the last verdict (or the
+	// prefill) to its own.
+	RoundTimes []time.Duration `json:"-"`
 }
 
 // AcceptanceRate is accepted drafts over proposed drafts.
@@ -180,6 +183,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	}
 	guess := newAheadGuess(os.Getenv("TANDEM_SPEC_AHEAD"))
 	var next *ahead // drafts issued for this round before the last verdict was read
+	roundStart := time.Now()
 	for !done {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -219,6 +223,9 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		if err != nil {
 			return res, err
 		}
+		now := time.Now()
+		res.Stats.RoundTimes = append(res.Stats.RoundTimes, now.Sub(roundStart))
+		roundStart = now
 		guess.saw(v.Accepted)
 		if onToken != nil {
 			for _, tok := range v.Emitted {

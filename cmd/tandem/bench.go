@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +43,11 @@ type benchRow struct {
 	// with its sync) and verifying (the target pass and the judging).
 	DraftMs  float64 `json:"draft_ms_per_round,omitempty"`
 	VerifyMs float64 `json:"verify_ms_per_round,omitempty"`
+	// The spread of plain decode steps and of speculative rounds (wall
+	// time, after the warmup steps or rounds): the median, the 90th
+	// percentile and the slowest.
+	StepMs  *spread `json:"step_ms,omitempty"`
+	RoundMs *spread `json:"round_ms,omitempty"`
 	// Rounds, and those drafted ahead of the last verdict on a right guess
 	// and on a wrong one (spec.Stats).
 	Rounds      int `json:"rounds,omitempty"`
@@ -158,6 +165,7 @@ func newBench() *cobra.Command {
 					PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
 					RooflineTokS: roof / float64(bytes)}
 				row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
+				row.StepMs = spreadOf(plainAt.gaps())
 				if a != nil {
 					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
 					if err != nil {
@@ -177,6 +185,7 @@ func newBench() *cobra.Command {
 						row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
 					}
 					row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
+					row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
 				}
 				rows = append(rows, row)
 				fmt.Fprintf(log, "context %d done\n", c)
@@ -252,6 +261,10 @@ func newBench() *cobra.Command {
 				if r.DraftMs+r.VerifyMs > 0 {
 					fmt.Fprintf(out, "context %d: a speculative round takes %.2f ms, %.2f ms of it in the drafter's calls (%d drafts; rounds kept on the device only issue the drafts there and wait for them in the verify); a plain step %.2f ms\n",
 						r.Context, r.DraftMs+r.VerifyMs, r.DraftMs, k, 1000/r.DecodeTokS)
+					if r.StepMs != nil && r.RoundMs != nil {
+						fmt.Fprintf(out, "context %d: plain steps %s; speculative rounds %s (median, 90th percentile, slowest)\n",
+							r.Context, r.StepMs, r.RoundMs)
+					}
 					if r.Ahead+r.AheadMissed > 0 {
 						fmt.Fprintf(out, "context %d: %d of %d rounds drafted ahead of the last verdict; %d more guessed wrong and drafted again\n",
 							r.Context, r.Ahead, r.Rounds, r.AheadMissed)
@@ -308,6 +321,42 @@ func (t tokenTimes) rate(decode time.Duration) float64 {
 		return float64(n-1) / decode.Seconds()
 	}
 	return float64(n-1-w) / t[n-1].Sub(t[w]).Seconds()
+}
+
+// gaps is the time between consecutive arrivals after the warmup: one a
+// decode step.
+func (t tokenTimes) gaps() []time.Duration {
+	var g []time.Duration
+	for i := max(1, warmup(len(t))+1); i < len(t); i++ {
+		g = append(g, t[i].Sub(t[i-1]))
+	}
+	return g
+}
+
+// spread summarises durations in milliseconds.
+type spread struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	Max float64 `json:"max"`
+}
+
+// spreadOf is ds' median, 90th percentile (nearest rank) and maximum, or
+// nil for none.
+func spreadOf(ds []time.Duration) *spread {
+	if len(ds) == 0 {
+		return nil
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		return ms(s[max(0, i)])
+	}
+	return &spread{P50: rank(0.5), P90: rank(0.9), Max: ms(s[len(s)-1])}
+}
+
+func (s *spread) String() string {
+	return fmt.Sprintf("%.2f / %.2f / %.2f ms", s.P50, s.P90, s.Max)
 }
 
 // warmup is how many of n tokens' arrivals the steady rate leaves out.

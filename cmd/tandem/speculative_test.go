@@ -80,6 +80,8 @@ func TestBench(t *testing.T) {
 			RooflineFrac  float64 `json:"roofline_fraction"`
 			Acceptance    float64 `json:"acceptance_rate"`
 			TokensPerPass float64 `json:"tokens_per_target_pass"`
+			StepMs        *spread `json:"step_ms"`
+			RoundMs       *spread `json:"round_ms"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
@@ -91,6 +93,9 @@ func TestBench(t *testing.T) {
 	for _, r := range v.Results {
 		if r.DecodeTokS <= 0 || r.RooflineFrac <= 0 || r.Acceptance != 1 || r.TokensPerPass < 2 {
 			t.Fatalf("implausible row %+v", r)
+		}
+		if r.StepMs == nil || r.RoundMs == nil || r.StepMs.P50 <= 0 || r.RoundMs.Max < r.RoundMs.P90 || r.RoundMs.P90 < r.RoundMs.P50 {
+			t.Fatalf("implausible spreads: steps %+v, rounds %+v", r.StepMs, r.RoundMs)
 		}
 	}
 	_, _, err := execute(t, "bench", "--contexts", "0")
@@ -123,5 +128,40 @@ func TestSteadyRate(t *testing.T) {
 		if got := c.times.rate(c.decode); math.Abs(got-c.want) > 1e-6*c.want {
 			t.Errorf("%s: rate %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// The spread of steps or rounds: the median and 90th percentile by nearest
+// rank and the slowest, over the gaps between arrivals after the warmup.
+func TestSpread(t *testing.T) {
+	msDur := func(v ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range v {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	for _, c := range []struct {
+		name string
+		ds   []time.Duration
+		want *spread
+	}{
+		{"none", nil, nil},
+		{"one", msDur(5), &spread{5, 5, 5}},
+		{"ten, unsorted", msDur(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), &spread{5, 9, 10}},
+		{"an outlier", msDur(2, 2, 2, 2, 2, 2, 2, 2, 2, 40), &spread{2, 2, 40}},
+	} {
+		got := spreadOf(c.ds)
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	var tt tokenTimes
+	base := time.Unix(0, 0)
+	for _, m := range []int{0, 500, 900, 910, 920, 930, 940, 950, 960, 975} { // warmup(10) leaves out 2
+		tt = append(tt, base.Add(time.Duration(m)*time.Millisecond))
+	}
+	if got, want := tt.gaps(), msDur(10, 10, 10, 10, 10, 10, 15); !slices.Equal(got, want) {
+		t.Errorf("gaps %v, want %v", got, want)
 	}
 }
