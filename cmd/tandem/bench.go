@@ -228,10 +228,13 @@ func newBench() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
-					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows,
+					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
+			if set := envSettings(os.Environ()); len(set) > 0 {
+				fmt.Fprintf(out, "settings from the environment: %s\n", strings.Join(set, " "))
+			}
 			if onGPU && g.Device().Graphs() {
 				s := g.Device().GraphStats()
 				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs (%d instantiated; %.0f ms building them in all), %d ran op by op after a failed capture\n",
@@ -321,6 +324,22 @@ func (t tokenTimes) rate(decode time.Duration) float64 {
 		return float64(n-1) / decode.Seconds()
 	}
 	return float64(n-1-w) / t[n-1].Sub(t[w]).Seconds()
+}
+
+// envSettings lists the TANDEM_ settings in env (os.Environ's form),
+// sorted, so that a benchmark's output says which switches it ran with.
+// Secrets (a name with KEY, TOKEN or SECRET) are left out.
+func envSettings(env []string) []string {
+	var set []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TANDEM_") || strings.Contains(name, "KEY") || strings.Contains(name, "TOKEN") || strings.Contains(name, "SECRET") {
+			continue
+		}
+		set = append(set, kv)
+	}
+	slices.Sort(set)
+	return set
 }
 
 // gaps is the time between consecutive arrivals after the warmup: one a

@@ -165,3 +165,13 @@ func TestSpread(t *testing.T) {
 		t.Errorf("gaps %v, want %v", got, want)
 	}
 }
+
+// A benchmark names the switches it ran with, sorted, and never a secret.
+func TestEnvSettings(t *testing.T) {
+	got := envSettings([]string{"PATH=/bin", "TANDEM_CUDA_PDL=0", "TANDEM_API_KEY=hunter2", "TANDEM_CUDA_ATTN_STAGED=1",
+		"TANDEM_HF_TOKEN=x", "MY_TANDEM_X=1", "TANDEM_SPEC_AHEAD="})
+	want := []string{"TANDEM_CUDA_ATTN_STAGED=1", "TANDEM_CUDA_PDL=0", "TANDEM_SPEC_AHEAD="}
+	if !slices.Equal(got, want) {
+		t.Errorf("envSettings = %q, want %q", got, want)
+	}
+}
