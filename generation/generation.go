@@ -39,6 +39,11 @@ type Result struct {
 	PromptTokens int     `json:"prompt_tokens"`
 	Prefill      time.Duration
 	Decode       time.Duration
+	// IssueTimes is, step by step, the time the caller's thread spent
+	// issuing decode steps (recording and launching them; reading tokens
+	// is left out), where steps run ahead of the host (decodeAhead). Near
+	// the step time, the host is what bounds decoding.
+	IssueTimes []time.Duration `json:"-"`
 }
 
 // Validate checks options against the model and fills in defaults.
@@ -89,7 +94,7 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 		res.Decode = time.Since(start)
 	}()
 	if pf, ok := b.(compute.Prefetcher); ok && opt.Sample.ArgmaxOnly() && m.DeviceTokens() {
-		return res, decodeAhead(ctx, m, cache, seq, logits, pf, onToken)
+		return res, decodeAhead(ctx, m, cache, seq, logits, pf, onToken, &res.IssueTimes)
 	}
 	for {
 		tok, done := seq.Next(b.ToF32(logits))
@@ -125,7 +130,7 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 // and the step issued ahead is rolled back. When a stop token ends the
 // sequence, the step issued after it is wasted device work.
 func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *compute.Tensor,
-	pf compute.Prefetcher, onToken func(int32)) error {
+	pf compute.Prefetcher, onToken func(int32), issue *[]time.Duration) error {
 	b := m.Backend()
 	// A pick is a step's logits and its device-chosen token, on its way to
 	// the host; read must be called once (it frees the readback).
@@ -141,6 +146,8 @@ func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq
 		return math.Float32frombits(p.val()[0]), int32(p.which()[0])
 	}
 	step := func(row gemma4.Row) (*pick, error) {
+		t0 := time.Now()
+		defer func() { *issue = append(*issue, time.Since(t0)) }()
 		end := compute.Record(b, "decode")
 		out, err := m.Forward([]gemma4.Row{row}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
 		end()

@@ -48,6 +48,12 @@ type benchRow struct {
 	// percentile and the slowest.
 	StepMs  *spread `json:"step_ms,omitempty"`
 	RoundMs *spread `json:"round_ms,omitempty"`
+	// The host's time per plain decode step, after the warmup: issuing it
+	// on the caller's thread, and the device thread's own calls for it
+	// (CUDA; waits for the device left out). Either near the step time
+	// means the host bounds decoding.
+	HostIssueMs    float64 `json:"host_issue_ms_per_step,omitempty"`
+	DeviceThreadMs float64 `json:"device_thread_ms_per_step,omitempty"`
 	// Rounds, and those drafted ahead of the last verdict on a right guess
 	// and on a wrong one (spec.Stats).
 	Rounds      int `json:"rounds,omitempty"`
@@ -157,7 +163,15 @@ func newBench() *cobra.Command {
 				prompt := randomPrompt(m, c, 1)
 				opt := generation.Options{MaxTokens: tokens}
 				var plainAt tokenTimes
-				res, err := generation.Generate(ctx, m, prompt, opt, plainAt.add)
+				var threadAt []time.Duration // the device thread's own time at each token (CUDA)
+				onPlain := func(tok int32) {
+					plainAt.add(tok)
+					if onGPU {
+						busy, blocked := g.Device().HostTime()
+						threadAt = append(threadAt, busy-blocked)
+					}
+				}
+				res, err := generation.Generate(ctx, m, prompt, opt, onPlain)
 				if err != nil {
 					return err
 				}
@@ -166,6 +180,7 @@ func newBench() *cobra.Command {
 					RooflineTokS: roof / float64(bytes)}
 				row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
 				row.StepMs = spreadOf(plainAt.gaps())
+				row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
 				if a != nil {
 					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
 					if err != nil {
@@ -264,6 +279,10 @@ func newBench() *cobra.Command {
 				if r.DraftMs+r.VerifyMs > 0 {
 					fmt.Fprintf(out, "context %d: a speculative round takes %.2f ms, %.2f ms of it in the drafter's calls (%d drafts; rounds kept on the device only issue the drafts there and wait for them in the verify); a plain step %.2f ms\n",
 						r.Context, r.DraftMs+r.VerifyMs, r.DraftMs, k, 1000/r.DecodeTokS)
+					if r.HostIssueMs > 0 {
+						fmt.Fprintf(out, "context %d: the host's time per plain step: %.2f ms issuing it, %.2f ms of the device thread's calls (a step takes %.2f ms)\n",
+							r.Context, r.HostIssueMs, r.DeviceThreadMs, 1000/r.DecodeTokS)
+					}
 					if r.StepMs != nil && r.RoundMs != nil {
 						fmt.Fprintf(out, "context %d: plain steps %s; speculative rounds %s (median, 90th percentile, slowest)\n",
 							r.Context, r.StepMs, r.RoundMs)
@@ -350,6 +369,24 @@ func (t tokenTimes) gaps() []time.Duration {
 		g = append(g, t[i].Sub(t[i-1]))
 	}
 	return g
+}
+
+// hostPerStep is the mean time in ms a plain decode step took to issue
+// (issue: one entry a step) and of the device thread's own calls
+// (thread: its cumulative time at each token's arrival), both after the
+// warmup, the steps rate leaves out; zero where not measured.
+func hostPerStep(issue, thread []time.Duration) (issueMs, threadMs float64) {
+	if w := warmup(len(issue)); len(issue) > w {
+		var sum time.Duration
+		for _, d := range issue[w:] {
+			sum += d
+		}
+		issueMs = ms(sum) / float64(len(issue)-w)
+	}
+	if n, w := len(thread), warmup(len(thread)); n-1 > w {
+		threadMs = ms(thread[n-1]-thread[w]) / float64(n-1-w)
+	}
+	return issueMs, threadMs
 }
 
 // spread summarises durations in milliseconds.

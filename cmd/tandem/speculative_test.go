@@ -175,3 +175,31 @@ func TestEnvSettings(t *testing.T) {
 		t.Errorf("envSettings = %q, want %q", got, want)
 	}
 }
+
+// The host's time per step leaves out the warmup steps, as the steady rate
+// does: issuing is the mean of the steps after it, the device thread's the
+// growth of its cumulative time from the warmup's last token to the last.
+func TestHostPerStep(t *testing.T) {
+	d := func(v ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range v {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	for _, c := range []struct {
+		name          string
+		issue, thread []time.Duration
+		wantIssue     float64
+		wantThread    float64
+	}{
+		{"nothing measured", nil, nil, 0, 0},
+		{"too few to leave anything out", d(2, 4), d(0, 3, 6), 3, 3},
+		{"warmup left out", d(50, 60, 2, 2, 2, 2, 2, 2), d(0, 80, 160, 161, 162, 163, 164, 165, 166), 2, 1},
+	} {
+		gotIssue, gotThread := hostPerStep(c.issue, c.thread)
+		if math.Abs(gotIssue-c.wantIssue) > 1e-9 || math.Abs(gotThread-c.wantThread) > 1e-9 {
+			t.Errorf("%s: %v, %v ms; want %v, %v", c.name, gotIssue, gotThread, c.wantIssue, c.wantThread)
+		}
+	}
+}

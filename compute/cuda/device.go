@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ebitengine/purego"
 	"unsafe"
@@ -21,14 +22,15 @@ type Device struct {
 	work          chan func()
 	ctx           uintptr
 	Name          string
-	Arch          int         // compute capability, e.g. 90 for sm_90
-	DriverVersion int         // e.g. 13000
-	asyncErr      error       // first failure of an asynchronous call; device thread only
-	prof          *profiler   // non-nil while profiling; device thread only
-	pdlRec        bool        // the recording in progress launches with PDL (pdlDecode); device thread only
-	stream        uintptr     // the stream all work goes to: 0 (legacy) unless graphs are on
-	graphs        graphState  // device thread only
-	profiling     atomic.Bool // prof != nil, for the host side
+	Arch          int          // compute capability, e.g. 90 for sm_90
+	DriverVersion int          // e.g. 13000
+	asyncErr      error        // first failure of an asynchronous call; device thread only
+	prof          *profiler    // non-nil while profiling; device thread only
+	pdlRec        bool         // the recording in progress launches with PDL (pdlDecode); device thread only
+	stream        uintptr      // the stream all work goes to: 0 (legacy) unless graphs are on
+	graphs        graphState   // device thread only
+	profiling     atomic.Bool  // prof != nil, for the host side
+	busy, blocked atomic.Int64 // nanoseconds the device thread spent in calls, and of that in waits for the device (HostTime)
 	closed        atomic.Bool
 	mu            sync.Mutex
 	pending       []func() error // posted, not yet handed to the thread
@@ -105,8 +107,28 @@ func (dev *Device) loop(ordinal int, ready chan<- error) {
 			dev.dropGraphs()
 			return
 		}
+		t0 := time.Now()
 		f()
+		dev.busy.Add(int64(time.Since(t0)))
 	}
+}
+
+// block runs a call that waits for the device (a synchronisation), counting
+// its time as blocked rather than as the thread's own work (HostTime).
+func (dev *Device) block(f func() result) result {
+	t0 := time.Now()
+	r := f()
+	dev.blocked.Add(int64(time.Since(t0)))
+	return r
+}
+
+// HostTime reports the device thread's time so far: in the driver calls
+// it made for the host (launches, graph capture and update, copies), and
+// of that the time it waited for the device to finish work. Their
+// difference is the host side's cost on that thread; next to the caller's
+// (generation.Result.Issue), it says whether the host bounds decoding.
+func (dev *Device) HostTime() (busy, blocked time.Duration) {
+	return time.Duration(dev.busy.Load()), time.Duration(dev.blocked.Load())
 }
 
 // do runs f on the device's thread. A synchronous call cannot join a
@@ -486,7 +508,7 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 // wait waits for all work on the device, leaving an asynchronous failure
 // for Sync to report.
 func (dev *Device) wait() error {
-	return dev.do(func() error { return dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()) })
+	return dev.do(func() error { return dev.d.check("cuCtxSynchronize", dev.block(dev.d.cuCtxSynchronize)) })
 }
 
 // Sync waits for all work on the device.
@@ -496,6 +518,6 @@ func (dev *Device) Sync() error {
 			dev.asyncErr = nil
 			return err
 		}
-		return dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize())
+		return dev.d.check("cuCtxSynchronize", dev.block(dev.d.cuCtxSynchronize))
 	})
 }

@@ -129,7 +129,7 @@ func (dev *Device) DownloadAsync(b Buffer, n int) (wait func(dst []byte) error) 
 			if queued != nil {
 				return queued
 			}
-			if err := dev.d.check("cuEventSynchronize", dev.d.cuEventSynchronize(ev)); err != nil {
+			if err := dev.d.check("cuEventSynchronize", dev.block(func() result { return dev.d.cuEventSynchronize(ev) })); err != nil {
 				return err
 			}
 			copy(dst[:n], unsafe.Slice((*byte)(host), n))
