@@ -134,22 +134,15 @@ func TestSteadyRate(t *testing.T) {
 // The spread of steps or rounds: the median and 90th percentile by nearest
 // rank and the slowest, over the gaps between arrivals after the warmup.
 func TestSpread(t *testing.T) {
-	msDur := func(v ...int) []time.Duration {
-		var ds []time.Duration
-		for _, x := range v {
-			ds = append(ds, time.Duration(x)*time.Millisecond)
-		}
-		return ds
-	}
 	for _, c := range []struct {
 		name string
 		ds   []time.Duration
 		want *spread
 	}{
 		{"none", nil, nil},
-		{"one", msDur(5), &spread{5, 5, 5}},
-		{"ten, unsorted", msDur(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), &spread{5, 9, 10}},
-		{"an outlier", msDur(2, 2, 2, 2, 2, 2, 2, 2, 2, 40), &spread{2, 2, 40}},
+		{"one", millis(5), &spread{5, 5, 5}},
+		{"ten, unsorted", millis(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), &spread{5, 9, 10}},
+		{"an outlier", millis(2, 2, 2, 2, 2, 2, 2, 2, 2, 40), &spread{2, 2, 40}},
 	} {
 		got := spreadOf(c.ds)
 		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
@@ -161,7 +154,7 @@ func TestSpread(t *testing.T) {
 	for _, m := range []int{0, 500, 900, 910, 920, 930, 940, 950, 960, 975} { // warmup(10) leaves out 2
 		tt = append(tt, base.Add(time.Duration(m)*time.Millisecond))
 	}
-	if got, want := tt.gaps(), msDur(10, 10, 10, 10, 10, 10, 15); !slices.Equal(got, want) {
+	if got, want := tt.gaps(), millis(10, 10, 10, 10, 10, 10, 15); !slices.Equal(got, want) {
 		t.Errorf("gaps %v, want %v", got, want)
 	}
 }
@@ -180,13 +173,6 @@ func TestEnvSettings(t *testing.T) {
 // does: issuing is the mean of the steps after it, the device thread's the
 // growth of its cumulative time from the warmup's last token to the last.
 func TestHostPerStep(t *testing.T) {
-	d := func(v ...int) []time.Duration {
-		var ds []time.Duration
-		for _, x := range v {
-			ds = append(ds, time.Duration(x)*time.Millisecond)
-		}
-		return ds
-	}
 	for _, c := range []struct {
 		name          string
 		issue, thread []time.Duration
@@ -194,12 +180,21 @@ func TestHostPerStep(t *testing.T) {
 		wantThread    float64
 	}{
 		{"nothing measured", nil, nil, 0, 0},
-		{"too few to leave anything out", d(2, 4), d(0, 3, 6), 3, 3},
-		{"warmup left out", d(50, 60, 2, 2, 2, 2, 2, 2), d(0, 80, 160, 161, 162, 163, 164, 165, 166), 2, 1},
+		{"too few to leave anything out", millis(2, 4), millis(0, 3, 6), 3, 3},
+		{"warmup left out", millis(50, 60, 2, 2, 2, 2, 2, 2), millis(0, 80, 160, 161, 162, 163, 164, 165, 166), 2, 1},
 	} {
 		gotIssue, gotThread := hostPerStep(c.issue, c.thread)
 		if math.Abs(gotIssue-c.wantIssue) > 1e-9 || math.Abs(gotThread-c.wantThread) > 1e-9 {
 			t.Errorf("%s: %v, %v ms; want %v, %v", c.name, gotIssue, gotThread, c.wantIssue, c.wantThread)
 		}
 	}
+}
+
+// millis makes durations of whole milliseconds.
+func millis(v ...int) []time.Duration {
+	var ds []time.Duration
+	for _, x := range v {
+		ds = append(ds, time.Duration(x)*time.Millisecond)
+	}
+	return ds
 }
