@@ -126,7 +126,7 @@ func (dev *Device) block(f func() result) result {
 // it made for the host (launches, graph capture and update, copies), and
 // of that the time it waited for the device to finish work. Their
 // difference is the host side's cost on that thread; next to the caller's
-// (generation.Result.Issue), it says whether the host bounds decoding.
+// (generation.Result.IssueTimes), it says whether the host bounds decoding.
 func (dev *Device) HostTime() (busy, blocked time.Duration) {
 	return time.Duration(dev.busy.Load()), time.Duration(dev.blocked.Load())
 }
