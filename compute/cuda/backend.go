@@ -804,6 +804,9 @@ var (
 // without a GPU: off until measured.
 var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
 
+// earlyOf names the rows kernels' _early variants.
+var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early"}
+
 // envInt reads a whole number in [lo, hi] from the environment variable
 // name: def when it is unset, and def with a warning when it is not such a
 // number.
@@ -885,10 +888,8 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	case M > 16:
 		name = mma8Kernel
 	}
-	if rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
-		if _, ok := b.k[name+"_early"]; ok {
-			name += "_early"
-		}
+	if e, ok := earlyOf[name]; ok && rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
+		name = e
 	}
 	xs := b.splitParts(x, M*K)
 	al := 0
