@@ -437,6 +437,7 @@ func TestSyntheticAcceptance(t *testing.T) {
 // synthetic coin, and rows sent back to the host by a NaN pick. The
 // backend here is the CPU with prefetching, which takes the device path.
 func TestDeviceRoundsMatchHostRounds(t *testing.T) {
+	t.Setenv("TANDEM_SPEC_AHEAD", "") // the suite may run with it on; TestDraftingAheadMatches covers that
 	for _, preset := range presets {
 		t.Run(preset, func(t *testing.T) {
 			deviceRoundsMatchHostRounds(t, preset, "")

@@ -473,6 +473,10 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 		sum = mixSig(sum, v)
 	}
 	sig := launchSig{k.name, sum}
+	// Read at issue, not when the device thread runs the call: a test that
+	// turns programmaticLaunch on for a few launches and off again would
+	// otherwise race with the batched posts (and its launches run plain).
+	pdl := programmaticLaunch
 	return func() error {
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
@@ -489,7 +493,7 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 		if dev.prof != nil {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
-		if (programmaticLaunch || dev.pdlRec) && dev.d.launchExFn != 0 {
+		if (pdl || dev.pdlRec) && dev.d.launchExFn != 0 {
 			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
 			r, _, _ := purego.SyscallN(dev.d.launchExFn, uintptr(unsafe.Pointer(cfg)), k.fn, pp, 0)
 			runtime.KeepAlive(cfg)
