@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"tandem/compute"
@@ -83,10 +85,10 @@ func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *gen
 // host's time between the verdict and the first draft kernel (a millisecond
 // or more on the H200); a wrong one costs the device the wasted drafts
 // (about 2 ms on the 31B shape), so it guesses only when the last rounds
-// agree. TANDEM_SPEC_AHEAD=auto turns that on, =always guesses the last
-// round's outcome every round (for tests and comparisons); unset or
-// anything else never drafts ahead. Written without a GPU: off until
-// measured.
+// agree. That is the default (TANDEM_SPEC_AHEAD unset or =auto): on the
+// H200 it took the 31B shape's round at synthetic acceptance 0 from 28.6
+// to 27.4 ms. =always guesses the last round's outcome every round (for
+// tests and comparisons); =0 or =off never drafts ahead.
 type aheadGuess struct {
 	mode string
 	last [aheadWindow]int // accepted counts, a ring
@@ -97,7 +99,21 @@ type aheadGuess struct {
 // aheadAgree how many of them must share the outcome it guesses.
 const aheadWindow, aheadAgree = 8, 7
 
-func newAheadGuess(mode string) *aheadGuess { return &aheadGuess{mode: mode} }
+var warnedAhead atomic.Bool
+
+func newAheadGuess(mode string) *aheadGuess {
+	switch mode {
+	case "", "auto":
+		mode = "auto"
+	case "always", "0", "off":
+	default:
+		if !warnedAhead.Swap(true) { // once, not per request
+			slog.Warn("ignoring an environment setting", "name", "TANDEM_SPEC_AHEAD", "value", mode, "want", "auto, always, 0 or off")
+		}
+		mode = "auto"
+	}
+	return &aheadGuess{mode: mode}
+}
 
 // saw records a round's accepted count.
 func (g *aheadGuess) saw(accepted int) {

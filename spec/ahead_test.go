@@ -6,8 +6,8 @@ import (
 	"tandem/model/gemma4"
 )
 
-// TestAheadGuess protects when drafting ahead guesses and what: never
-// unless turned on; "always" guesses the last outcome (at most the round's
+// TestAheadGuess protects when drafting ahead guesses and what: as
+// "auto" unless turned off (=0, =off); "always" guesses the last outcome (at most the round's
 // depth) from the second round; "auto" only once the last eight rounds
 // include seven alike, and only an outcome the round in flight can have.
 func TestAheadGuess(t *testing.T) {
@@ -19,8 +19,11 @@ func TestAheadGuess(t *testing.T) {
 		guess  bool
 		reason string
 	}{
-		{"", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off unless turned on"},
+		{"", []int{0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, true, "auto unless turned off"},
+		{"yes", []int{0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, true, "auto for a value it does not know"},
+		{"yes", []int{0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "auto for a value it does not know, fewer than eight rounds"},
 		{"0", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
+		{"off", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
 		{"always", nil, 3, 0, false, "nothing seen yet"},
 		{"always", []int{2}, 3, 2, true, "the last outcome"},
 		{"always", []int{0, 3}, 1, 1, true, "at most the depth in flight"},

@@ -437,7 +437,7 @@ func TestSyntheticAcceptance(t *testing.T) {
 // synthetic coin, and rows sent back to the host by a NaN pick. The
 // backend here is the CPU with prefetching, which takes the device path.
 func TestDeviceRoundsMatchHostRounds(t *testing.T) {
-	t.Setenv("TANDEM_SPEC_AHEAD", "") // the suite may run with it on; TestDraftingAheadMatches covers that
+	t.Setenv("TANDEM_SPEC_AHEAD", "0") // rounds that never draft ahead; TestDraftingAheadMatches covers the rest
 	for _, preset := range presets {
 		t.Run(preset, func(t *testing.T) {
 			deviceRoundsMatchHostRounds(t, preset, "")
@@ -451,9 +451,9 @@ func TestDeviceRoundsMatchHostRounds(t *testing.T) {
 // whether the guesses prove right (the drafts are used) or wrong (the cache
 // is restored and the round drafts again). "always" guesses every round: at
 // synthetic acceptance 0 every guess after the first round is right, at 0.7
-// many are wrong. "auto" guesses once eight rounds agree; unset, never.
+// many are wrong. "auto" (the default) guesses once eight rounds agree; "0", never.
 func TestDraftingAheadMatches(t *testing.T) {
-	for _, mode := range []string{"always", "auto", ""} {
+	for _, mode := range []string{"always", "auto", "0"} {
 		for _, preset := range presets {
 			t.Run(mode+"/"+preset, func(t *testing.T) {
 				t.Setenv("TANDEM_SPEC_AHEAD", mode)
@@ -512,8 +512,8 @@ func deviceRoundsMatchHostRounds(t *testing.T, preset, ahead string) {
 		}
 		ds := dev.Stats
 		switch {
-		case ahead == "" && ds.Ahead+ds.AheadMissed != 0:
-			t.Fatalf("%s: drafted ahead %d times (%d missed) with TANDEM_SPEC_AHEAD unset", name, ds.Ahead, ds.AheadMissed)
+		case ahead == "0" && ds.Ahead+ds.AheadMissed != 0:
+			t.Fatalf("%s: drafted ahead %d times (%d missed) with TANDEM_SPEC_AHEAD=0", name, ds.Ahead, ds.AheadMissed)
 		case ahead == "auto" && tc.synthetic == 0 && tc.nanAt == nil && (ds.Ahead == 0 || ds.AheadMissed != 0):
 			t.Fatalf("%s: %d of %d rounds drafted ahead, %d missed; want the rounds after the first eight, none missed", name, ds.Ahead, ds.Rounds, ds.AheadMissed)
 		case ahead == "always" && (tc.synthetic == 0 || tc.synthetic == 1) && tc.nanAt == nil && (ds.Ahead < ds.Rounds-3 || ds.AheadMissed != 0):

@@ -28,23 +28,6 @@ var (
 // attn_combine, for comparisons.
 var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
 
-// deepAttention runs the untiled attention kernels (decode, verify) with
-// more loads in flight (TANDEM_CUDA_ATTN_DEEP=1): a thread's key 128 (or
-// 64) elements at a time instead of 32, and 64 values ahead instead of 16,
-// the sums in the same order. A decode step's attention is a few blocks a
-// layer whose threads wait on dependent loads: 3.7 ms of a 31B step, 62 µs
-// a layer, in the fifth session's profile. Written without a GPU: off
-// until measured.
-var deepAttention = os.Getenv("TANDEM_CUDA_ATTN_DEEP") == "1"
-
-// stagedScores runs the untiled scores kernel with the keys read through
-// shared memory by coalesced loads (TANDEM_CUDA_ATTN_STAGED=1), each thread
-// still summing its own key in element order. attn_scores took 18 µs a
-// layer of a 31B step at 128 keys, stalled on L1 half the time, and loading
-// more of a key at once (ATTN_DEEP) changed nothing. Written without a GPU:
-// off until measured.
-var stagedScores = os.Getenv("TANDEM_CUDA_ATTN_STAGED") == "1"
-
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -199,12 +182,6 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			}
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
-		if deepAttention {
-			scores, values = "attn_scores_deep", "attn_values_deep"
-		}
-		if stagedScores {
-			scores = "attn_scores_staged"
-		}
 		tiled := tiledAttention && n >= attnTileMin
 		if tiled {
 			// QT (ops.cu) queries of a row per block: keys and values are

@@ -4,11 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 	"hash/maphash"
-	"log/slog"
 	"math"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -62,8 +59,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms",
-		"attn_scores_deep", "attn_values_deep", "attn_scores_staged"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
@@ -800,35 +796,13 @@ var (
 // out before griddepcontrol.wait, so under programmatic launch (plain
 // decode steps) a product's weights start streaming while the kernel
 // before it still finishes. Only a weight qualifies: no kernel writes one,
-// so reading it early cannot see a stale value. The same bits. Written
-// without a GPU: off until measured.
+// so reading it early cannot see a stale value. The same bits. Off: on the
+// H200 it moved decode within the noise (31B 43.9 → 44.1 tok/s, E2B 206 →
+// 212 in one run each).
 var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
 
 // earlyOf names the rows kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early"}
-
-// envInt reads a whole number in [lo, hi] from the environment variable
-// name: def when it is unset, and def with a warning when it is not such a
-// number.
-func envInt(name string, def, lo, hi int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		slog.Warn("ignoring an environment setting", "name", name, "value", v, "want", fmt.Sprintf("a whole number from %d to %d", lo, hi))
-		return def
-	}
-	return n
-}
-
-// earlyPrefetch is how many K steps beyond the first an _early kernel asks
-// L2 for before its wait (TANDEM_CUDA_EARLY_PREFETCH, 0 to 64; 0 unless
-// set): enough to keep the memory busy through the small kernels (norms,
-// attention) between two products, not so many that the first wave's
-// lines crowd out the L2. For measurement, like earlyWeights.
-var earlyPrefetch = envInt("TANDEM_CUDA_EARLY_PREFETCH", 0, 0, 64)
 
 // splitWarps is how many warps splitK aims for, and splitMinK the fewest
 // elements of K a split takes. Both are part of the arithmetic (the K split
@@ -895,9 +869,6 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	al := 0
 	if K%8 == 0 && memOf(w).ptr%16 == 0 && (at == nil || at.stride%8 == 0) {
 		al = 1
-	}
-	if strings.HasSuffix(name, "_early") {
-		al |= earlyPrefetch << 8 // matmul.cu reads the steps to prefetch from the flag's upper bits
 	}
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
 	// the mma kernels the alignment flag too; grid (column groups of 64,

@@ -216,7 +216,7 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 		if splits == 1 { // the kernel writes its one split's sums as the product
 			part = y
 		}
-		product := func(kernel string, pdl bool, prefetch int) []float32 {
+		product := func(kernel string, pdl bool) []float32 {
 			t.Helper()
 			for _, buf := range []Buffer{d, ptrOf(y)} {
 				if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
@@ -237,23 +237,21 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 				cols = c
 			}
 			if err := dev.LaunchAsync(b.k[kernel], [3]uint32{uint32((N + cols - 1) / cols), uint32(splits), 1}, [3]uint32{256, 1, 1}, 0,
-				xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1|prefetch<<8, segNone, segNone); err != nil {
+				xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1, segNone, segNone); err != nil {
 				t.Fatal(err)
 			}
 			programmaticLaunch = false
 			return b.ToF32(y)
 		}
-		want := product("matmul_rows_wide", false, 0)
+		want := product("matmul_rows_wide", false)
 		if slices.Equal(want, make([]float32, N)) {
 			t.Fatalf("N=%d K=%d: the reference product is all zeros", N, K)
 		}
 		for _, kernel := range []string{"matmul_rows_wide_early", "matmul_rows_early"} {
-			for _, prefetch := range []int{0, 4} { // steps of weights asked of L2 before the wait
-				for trial := range 4 {
-					if err := sameBits(product(kernel, true, prefetch), want); err != nil {
-						t.Fatalf("%s (prefetch %d), N=%d K=%d, trial %d: the product differs from the one computed after a sync (it read its activations before they were written): %v",
-							kernel, prefetch, N, K, trial, err)
-					}
+			for trial := range 4 {
+				if err := sameBits(product(kernel, true), want); err != nil {
+					t.Fatalf("%s, N=%d K=%d, trial %d: the product differs from the one computed after a sync (it read its activations before they were written): %v",
+						kernel, N, K, trial, err)
 				}
 			}
 		}

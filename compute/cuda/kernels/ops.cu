@@ -655,13 +655,14 @@ __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst)
 
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
 // key's score sc[bh][r] = float32(q·k)·scale and the chunk's max. A thread
-// loads CH four-float chunks of its key ahead of their sums (8: 32
-// elements; the deep variant 32 or 16 where D allows), in element order
-// either way, so both give the same bits.
-template <int CH>
-__device__ void attn_scores_t(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
-                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, float scale,
-                              int causal, int window) {
+// loads its key 32 elements ahead of their sums. Loading more at once (128
+// elements) and staging keys through shared memory by coalesced loads both
+// kept these bits and both lost on the H200 (the staged kernel took the 31B
+// step from 22.8 to 23.9 ms), so neither stayed.
+extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
+                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
+                                       float scale, int causal, int window) {
+    pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
@@ -676,6 +677,7 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
     // near-tied MoE route of the 26B fixture, so the order stays). Keys
     // are read 4·CH elements at a time with 16-byte loads, ahead of the
     // sums.
+    constexpr int CH = 8; // four-float chunks a load step
     const bool vec = D % (4 * CH) == 0 && ((size_t)k & 15) == 0;
     for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
@@ -706,101 +708,20 @@ __device__ void attn_scores_t(const float* q, const float* k, float* sc, float* 
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
-#define ATTN_SCORES_KERNEL(name, deep)                                                                           \
-    extern "C" __global__ void name(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,  \
-                                    const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,     \
-                                    float scale, int causal, int window) {                                       \
-        pdl_start();                                                                                             \
-        if (deep && D % 128 == 0)                                                                                \
-            attn_scores_t<32>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
-        else if (deep && D % 64 == 0)                                                                            \
-            attn_scores_t<16>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);   \
-        else                                                                                                     \
-            attn_scores_t<8>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);    \
-    }
-ATTN_SCORES_KERNEL(attn_scores, false)
-ATTN_SCORES_KERNEL(attn_scores_deep, true) // TANDEM_CUDA_ATTN_DEEP=1
-
-// attn_scores_staged: attn_scores with the keys read through shared
-// memory (TANDEM_CUDA_ATTN_STAGED=1). In attn_scores each thread loads its
-// own key, so every warp-wide load touches 32 keys' lines; Nsight Compute
-// had the kernel stalled on L1 half the time, and more loads in flight
-// (attn_scores_deep) changed nothing. Here the block stages SCOLS columns
-// of up to RBLOCK keys at a time with coalesced loads (eight lanes a key's
-// 128 bytes, four keys a warp-wide load), and each thread then sums its own
-// key from shared memory: the same fmaf chain in element order, so the
-// bits are attn_scores'. Rows padded to SCOLS + 4 floats make both the
-// staging stores and the row reads conflict-free.
-#define SCOLS 32
-extern "C" __global__ void attn_scores_staged(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
-                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                              float scale, int causal, int window) {
-    pdl_start();
-    if (D % SCOLS != 0 || ((size_t)k & 15) != 0) { // attn_scores' element loop, the same bits
-        attn_scores_t<8>(q, k, sc, cmax, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window);
-        return;
-    }
-    __shared__ float qs[512];
-    __shared__ __align__(16) float ks[RBLOCK][SCOLS + 4];
-    __shared__ int sl[RBLOCK];
-    __shared__ float shm[RBLOCK];
-    const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
-    const size_t bh = (size_t)bl * Hq + h, kstride = (size_t)Hkv * D;
-    for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
-    const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
-    const float* kb = k + (size_t)b * S * kstride + (size_t)kvh * D;
-    float m = -__int_as_float(0x7f800000);
-    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
-    for (int g0 = r0; g0 < r1; g0 += RBLOCK) { // RBLOCK keys a group, thread t on key g0 + t
-        const int r = g0 + threadIdx.x;
-        int s = r < r1 ? slot_of[(size_t)b * S + r] : -1;
-        if (s >= 0 && !visible(mp + r, qp, causal, window)) s = -1;
-        sl[threadIdx.x] = s;
-        __syncthreads(); // publishes sl (and qs, the first time)
-        float dot = 0.0f;
-        for (int c0 = 0; c0 < D; c0 += SCOLS) {
-#pragma unroll
-            for (int u = 0; u < RBLOCK / 32; u++) { // key i's float4 f: eight lanes a key
-                const int i = (threadIdx.x >> 3) + 32 * u, f = threadIdx.x & 7, si = sl[i];
-                if (si >= 0) *(float4*)&ks[i][4 * f] = *(const float4*)(kb + (size_t)si * kstride + c0 + 4 * f);
-            }
-            __syncthreads();
-            if (s >= 0) {
-#pragma unroll
-                for (int j = 0; j < SCOLS; j += 4) {
-                    const float4 kk = *(const float4*)&ks[threadIdx.x][j];
-                    const float* qj = qs + c0 + j;
-                    dot = fmaf(qj[0], kk.x, dot);
-                    dot = fmaf(qj[1], kk.y, dot);
-                    dot = fmaf(qj[2], kk.z, dot);
-                    dot = fmaf(qj[3], kk.w, dot);
-                }
-            }
-            __syncthreads(); // the next pass overwrites ks
-        }
-        if (s >= 0) {
-            const float v = __fmul_rn(dot, scale);
-            sc[bh * S + r] = v;
-            m = fmax_nan(m, v);
-        }
-    }
-    store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
-}
-
 // attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
 // absolute positions of chunk (first >> 10) + i. It writes the split's
 // Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
 // with e = exp(score − max) and max the exact maximum over all chunks.
 // With out (one split only) it writes the normalised result instead, with
 // attn_combine's arithmetic for one split (and its split to parts), and
-// attn_combine is not launched. Values are loaded VB at a time ahead of
-// their sums (16; the deep variant 64), the sums in position order either
-// way, so both give the same bits.
-template <int VB>
-__device__ void attn_values_t(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
-                              const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
-                              int Dv, int nscore, int nsplit, int causal, int window, float* out, unsigned short* parts,
-                              size_t n) {
+// attn_combine is not launched. Values are loaded VB = 16 at a time ahead
+// of their sums, in position order (64 ahead gave the same bits and no gain
+// on the H200).
+extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
+                                       const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv,
+                                       int S, int Dv, int nscore, int nsplit, int causal, int window, float* out,
+                                       unsigned short* parts, size_t n) {
+    pdl_start();
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
@@ -833,6 +754,7 @@ __device__ void attn_values_t(const float* v, const float* sc, const float* cmax
     }
     const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss
     const size_t vstride = (size_t)Hkv * Dv;
+    constexpr int VB = 16;
     for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
         const float* vj = v + (size_t)b * S * vstride + (size_t)kvh * Dv + j;
         float acc = 0.0f;
@@ -847,18 +769,6 @@ __device__ void attn_values_t(const float* v, const float* sc, const float* cmax
 #pragma unroll
             for (int u = 0; u < VB; u++)
                 if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
-        }
-        if (VB > 16 && o < ohi) { // the rest as one batch, its loads in flight together
-            float vv[VB];
-#pragma unroll
-            for (int u = 0; u < VB; u++) {
-                const int s = o + u < ohi ? ss[o + u] : -1;
-                vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < VB; u++)
-                if (o + u < ohi && ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
-            o = ohi;
         }
         for (; o < ohi; o++) {
             const int s = ss[o];
@@ -876,18 +786,6 @@ __device__ void attn_values_t(const float* v, const float* sc, const float* cmax
     }
     if (!out && threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
 }
-
-#define ATTN_VALUES_KERNEL(name, VB)                                                                             \
-    extern "C" __global__ void name(const float* v, const float* sc, const float* cmax, float* pv, double* pe,   \
-                                    const int* slot_of, const int* span, const int* qpos, int L, int Hq,       \
-                                    int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,      \
-                                    float* out, unsigned short* parts, size_t n) {                               \
-        pdl_start();                                                                                             \
-        attn_values_t<VB>(v, sc, cmax, pv, pe, slot_of, span, qpos, L, Hq, Hkv, S, Dv, nscore, nsplit, causal, \
-                          window, out, parts, n);                                                                \
-    }
-ATTN_VALUES_KERNEL(attn_values, 16)
-ATTN_VALUES_KERNEL(attn_values_deep, 64) // TANDEM_CUDA_ATTN_DEEP=1
 
 // Query-tiled variants for passes with many queries per row (prefill): a
 // block serves QT consecutive queries of one batch row and one head, so each
