@@ -54,6 +54,11 @@ type benchRow struct {
 	// means the host bounds decoding.
 	HostIssueMs    float64 `json:"host_issue_ms_per_step,omitempty"`
 	DeviceThreadMs float64 `json:"device_thread_ms_per_step,omitempty"`
+	// The device pool's work per plain step (after the warmup) and per
+	// speculative round (the whole run): blocks handed out, new device
+	// memory asked of the driver, collections started (CUDA).
+	PoolPerStep  *poolUse `json:"pool_per_step,omitempty"`
+	PoolPerRound *poolUse `json:"pool_per_round,omitempty"`
 	// Rounds, and those drafted ahead of the last verdict on a right guess
 	// and on a wrong one (spec.Stats).
 	Rounds      int `json:"rounds,omitempty"`
@@ -164,11 +169,13 @@ func newBench() *cobra.Command {
 				opt := generation.Options{MaxTokens: tokens}
 				var plainAt tokenTimes
 				var threadAt []time.Duration // the device thread's own time at each token (CUDA)
+				var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
 				onPlain := func(tok int32) {
 					plainAt.add(tok)
 					if onGPU {
 						busy, blocked := g.Device().HostTime()
 						threadAt = append(threadAt, busy-blocked)
+						poolAt = append(poolAt, g.PoolStats())
 					}
 				}
 				res, err := generation.Generate(ctx, m, prompt, opt, onPlain)
@@ -181,6 +188,9 @@ func newBench() *cobra.Command {
 				row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
 				row.StepMs = spreadOf(plainAt.gaps())
 				row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
+				if w := warmup(len(poolAt)); len(poolAt)-1 > w {
+					row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
+				}
 				if a != nil {
 					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
 					if err != nil {
@@ -188,9 +198,16 @@ func newBench() *cobra.Command {
 					}
 					so := spec.Options{Options: opt, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
 					var specAt tokenTimes
+					var pool0 cuda.PoolStats
+					if onGPU {
+						pool0 = g.PoolStats()
+					}
 					sres, err := spec.Generate(ctx, m, d, prompt, so, specAt.add)
 					if err != nil {
 						return err
+					}
+					if onGPU {
+						row.PoolPerRound = poolPer(pool0, g.PoolStats(), sres.Stats.Rounds)
 					}
 					row.SpecTokS = specAt.rate(sres.Decode)
 					row.Acceptance = sres.Stats.AcceptanceRate()
@@ -282,6 +299,9 @@ func newBench() *cobra.Command {
 					if r.HostIssueMs > 0 {
 						fmt.Fprintf(out, "context %d: the host's time per plain step: %.2f ms issuing it, %.2f ms of the device thread's calls (a step takes %.2f ms)\n",
 							r.Context, r.HostIssueMs, r.DeviceThreadMs, 1000/r.DecodeTokS)
+					}
+					if p, q := r.PoolPerStep, r.PoolPerRound; p != nil && q != nil {
+						fmt.Fprintf(out, "context %d: the device pool per plain step: %s; per speculative round: %s\n", r.Context, p, q)
 					}
 					if r.StepMs != nil && r.RoundMs != nil {
 						fmt.Fprintf(out, "context %d: plain steps %s; speculative rounds %s (median, 90th percentile, slowest)\n",
@@ -387,6 +407,30 @@ func hostPerStep(issue, thread []time.Duration) (issueMs, threadMs float64) {
 		threadMs = ms(thread[n-1]-thread[w]) / float64(n-1-w)
 	}
 	return issueMs, threadMs
+}
+
+// poolUse is the device pool's work per step or round.
+type poolUse struct {
+	Handouts     float64 `json:"handouts"`
+	DriverAllocs float64 `json:"driver_allocs"`
+	DriverMB     float64 `json:"driver_mb"`
+	Collections  float64 `json:"collections"`
+}
+
+// poolPer is the pool's work between two counts, per step of n; nil for
+// no steps.
+func poolPer(from, to cuda.PoolStats, n int) *poolUse {
+	if n <= 0 {
+		return nil
+	}
+	f := float64(n)
+	return &poolUse{Handouts: float64(to.Handouts-from.Handouts) / f, DriverAllocs: float64(to.DriverAllocs-from.DriverAllocs) / f,
+		DriverMB: float64(to.DriverBytes-from.DriverBytes) / f / 1e6, Collections: float64(to.Collections-from.Collections) / f}
+}
+
+func (u *poolUse) String() string {
+	return fmt.Sprintf("%.0f blocks handed out, %.2f new from the driver (%.2f MB), %.3f collections started",
+		u.Handouts, u.DriverAllocs, u.DriverMB, u.Collections)
 }
 
 // spread summarises durations in milliseconds.

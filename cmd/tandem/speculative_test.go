@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"tandem/compute/cuda"
 )
 
 // TestGenerateWithDraft protects the speculative CLI: --draft and its
@@ -187,6 +189,30 @@ func TestHostPerStep(t *testing.T) {
 		if math.Abs(gotIssue-c.wantIssue) > 1e-9 || math.Abs(gotThread-c.wantThread) > 1e-9 {
 			t.Errorf("%s: %v, %v ms; want %v, %v", c.name, gotIssue, gotThread, c.wantIssue, c.wantThread)
 		}
+	}
+}
+
+// TestPoolPer protects the pool line of bench: counts between two
+// snapshots divided by the steps between them, bytes in megabytes, and
+// nothing for no steps.
+func TestPoolPer(t *testing.T) {
+	from := cuda.PoolStats{Handouts: 100, DriverAllocs: 10, DriverBytes: 1e6, Collections: 1}
+	to := cuda.PoolStats{Handouts: 500, DriverAllocs: 14, DriverBytes: 3e6, Collections: 2}
+	for _, c := range []struct {
+		name string
+		n    int
+		want *poolUse
+	}{
+		{"no steps", 0, nil},
+		{"four steps", 4, &poolUse{Handouts: 100, DriverAllocs: 1, DriverMB: 0.5, Collections: 0.25}},
+	} {
+		got := poolPer(from, to, c.n)
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	if got, want := poolPer(from, to, 4).String(), "100 blocks handed out, 1.00 new from the driver (0.50 MB), 0.250 collections started"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	_ "embed"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -171,6 +173,11 @@ func (b *Backend) Name() string { return "cuda" }
 
 // Device is the GPU the backend runs on.
 func (b *Backend) Device() *Device { return b.dev }
+
+// PoolStats returns the counts of the backend's pooled allocations so far:
+// how many blocks it handed out, how many of them were new device memory,
+// and how many collections it started to get garbage tensors back.
+func (b *Backend) PoolStats() PoolStats { return b.pool.snapshot() }
 
 // MemInfo implements compute.MemoryInfo: the GPU's free and total bytes
 // (memory the backend's pool caches counts as used).
@@ -804,12 +811,33 @@ var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
 // earlyOf names the rows kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early"}
 
+// envInt reads a whole number in [lo, hi] from the environment variable
+// name: def when it is unset, and def with a warning when it is not such a
+// number.
+func envInt(name string, def, lo, hi int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		slog.Warn("ignoring an environment setting", "name", name, "value", v, "want", fmt.Sprintf("a whole number from %d to %d", lo, hi))
+		return def
+	}
+	return n
+}
+
 // splitWarps is how many warps splitK aims for, and splitMinK the fewest
 // elements of K a split takes. Both are part of the arithmetic (the K split
-// sets the summation order), never chosen per call; tests vary them to
-// measure. (The E2B shape's products get only 3 splits of 512 from
-// splitMinK: 288 blocks, half of one wave on the H200.)
-var splitWarps, splitMinK = 16384, 512
+// sets the summation order), fixed for the process and never chosen per
+// call; tests vary them to measure. The E2B shape's products get only 3
+// splits of 512 from splitMinK: 288 blocks, half of one wave on the H200.
+// In TestMatMulSpeed matmul_rows_wide with splits of 256 ran them 9-14%
+// faster at one row, so TANDEM_CUDA_MINSPLIT=256 (with TANDEM_CUDA_ROWS=wide)
+// is there to measure whole steps. It changes the bits of every product it
+// splits differently, batch invariance kept (the split depends on the shape
+// alone).
+var splitWarps, splitMinK = 16384, envInt("TANDEM_CUDA_MINSPLIT", 512, 32, 1<<20)
 
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,13 +20,36 @@ var ErrOutOfMemory = errors.New("cuda: out of device memory")
 // while kernels that use it are still queued is only reused by later work.
 type pool struct {
 	dev     *Device
+	alloc   func(n int) (Buffer, error) // new device memory: dev.Alloc (tests replace it)
 	mu      sync.Mutex
 	free    map[int][]*block // size class → cached blocks
 	cached  int64            // bytes in free
 	sinceGC int64            // bytes newly allocated since the last forced GC
 	newGC   int              // allocations newly made since the last forced GC
 	gcEvery int64
+	stats   PoolStats
+
+	// bgEvery is how many hand-outs start a collection in the background
+	// (TANDEM_CUDA_POOL_GC; 0, the default, never): garbage tensors then
+	// come back to the free lists before they run dry, instead of each
+	// miss between two forced collections calling the driver (240-360 µs
+	// calls in the E2B shape's decode steps on the H200).
+	bgEvery   int
+	sinceKick int
+	bgRunning atomic.Bool
 }
+
+// PoolStats counts a backend's pooled allocations since it was made.
+type PoolStats struct {
+	Handouts     int64 // blocks handed out, from the free lists or new
+	DriverAllocs int64 // of those, new device memory asked of the driver
+	DriverBytes  int64
+	Collections  int64 // garbage collections the pool started (forced or in the background)
+}
+
+// poolGCEvery is TANDEM_CUDA_POOL_GC: hand-outs between background
+// collections, 0 for none. Written without a GPU: off until measured.
+var poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 0, 0, 1<<30)
 
 // gcAllocs forces a collection after this many new device allocations even
 // when they are small: a decode step makes a thousand or more small
@@ -53,7 +77,37 @@ type block struct {
 }
 
 func newPool(dev *Device) *pool {
-	return &pool{dev: dev, free: map[int][]*block{}, gcEvery: 4 << 30}
+	p := &pool{dev: dev, free: map[int][]*block{}, gcEvery: 4 << 30, bgEvery: poolGCEvery}
+	if dev != nil {
+		p.alloc = dev.Alloc
+	}
+	return p
+}
+
+// snapshot returns the pool's counts.
+func (p *pool) snapshot() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// handedOut counts a hand-out and starts a background collection every
+// bgEvery of them, unless one still runs. Called with p.mu held.
+func (p *pool) handedOut() {
+	p.stats.Handouts++
+	if p.bgEvery <= 0 {
+		return
+	}
+	if p.sinceKick++; p.sinceKick < p.bgEvery || p.bgRunning.Load() {
+		return
+	}
+	p.sinceKick = 0
+	p.stats.Collections++
+	p.bgRunning.Store(true)
+	go func() {
+		defer p.bgRunning.Store(false)
+		runtime.GC() // the cleanups of the garbage found return its blocks (put)
+	}()
 }
 
 // sizeClass rounds n up to a multiple of 256 bytes below 64 KiB and to one
@@ -80,6 +134,7 @@ func (p *pool) get(n int) (*block, error) {
 		p.free[size] = l[:len(l)-1]
 		p.cached -= int64(size)
 		b.pooled = true
+		p.handedOut()
 		p.mu.Unlock()
 		p.arm(b)
 		return b, nil
@@ -89,14 +144,18 @@ func (p *pool) get(n int) (*block, error) {
 	collect := p.sinceGC > p.gcEvery || p.newGC > gcAllocs
 	if collect {
 		p.sinceGC, p.newGC = 0, 0
+		p.stats.Collections++
 	}
+	p.handedOut()
+	p.stats.DriverAllocs++
+	p.stats.DriverBytes += int64(size)
 	p.mu.Unlock()
 	if collect {
 		// Garbage tensors hold device memory the Go heap does not see;
 		// collect them now and then so the pool recycles instead of growing.
 		runtime.GC()
 	}
-	buf, err := p.dev.Alloc(size)
+	buf, err := p.alloc(size)
 	if err != nil {
 		buf, err = p.retry(size)
 		if err != nil {

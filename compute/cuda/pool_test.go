@@ -93,6 +93,66 @@ func TestPoolReuse(t *testing.T) {
 	}
 }
 
+// TestPoolStatsAndBackgroundCollection protects the pool's counts (every
+// hand-out, which of them asked the driver and for how many bytes) and
+// TANDEM_CUDA_POOL_GC: every bgEvery hand-outs the pool starts a collection
+// by itself, so a dropped tensor's block comes back to the free list
+// without anyone calling runtime.GC; with bgEvery 0 it never does.
+func TestPoolStatsAndBackgroundCollection(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		bgEvery     int
+		collections int64
+		comesBack   bool
+	}{
+		{"off", 0, 0, false},
+		{"every three hand-outs", 3, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPool(nil)
+			p.bgEvery = tc.bgEvery
+			next := uintptr(0x10000)
+			p.alloc = func(n int) (Buffer, error) {
+				next += 0x10000
+				return Buffer{ptr: next, Size: n}, nil
+			}
+			size := sizeClass(1000)
+			dropped, err := p.get(1000) // two misses: new memory
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := p.get(1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.recycle(kept)
+			dropped = nil // garbage before the hand-out that starts a collection
+			b, err := p.get(1000) // a hit: the third hand-out
+			if err != nil || b != kept {
+				t.Fatalf("get after recycle: %p, %v; want the recycled block", b, err)
+			}
+			want := PoolStats{Handouts: 3, DriverAllocs: 2, DriverBytes: 2 * int64(size), Collections: tc.collections}
+			if got := p.snapshot(); got != want {
+				t.Fatalf("stats %+v, want %+v", got, want)
+			}
+			wait := 300 * time.Millisecond // long enough for a collection started, short for one by the runtime
+			if tc.comesBack {
+				wait = 5 * time.Second
+			}
+			back := false
+			for deadline := time.Now().Add(wait); time.Now().Before(deadline) && !back; {
+				time.Sleep(5 * time.Millisecond)
+				back = freeBlocks(p, size) > 0
+			}
+			if back != tc.comesBack {
+				t.Fatalf("the dropped block back in the free list without a collection by the test: %v, want %v", back, tc.comesBack)
+			}
+			runtime.KeepAlive(b)
+			runtime.KeepAlive(dropped)
+		})
+	}
+}
+
 // The split memo keeps at most maxSplits entries and maxSplitBytes of
 // parts, evicting the oldest, and forgets exactly the tensors whose memory
 // a write touches (views of the same allocation included).

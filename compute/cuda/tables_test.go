@@ -117,3 +117,18 @@ func TestRowThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvInt protects the reading of numeric switches: unset gives the
+// default, a number in range is taken, and anything else falls back to
+// the default (with a warning) rather than to a surprising value.
+func TestEnvInt(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int
+	}{{"", 3}, {"0", 0}, {"8", 8}, {"64", 64}, {"65", 3}, {"-1", 3}, {"four", 3}, {" 4", 3}} {
+		t.Setenv("TANDEM_TEST_ENVINT", tc.value)
+		if got := envInt("TANDEM_TEST_ENVINT", 3, 0, 64); got != tc.want {
+			t.Errorf("envInt with %q = %d, want %d", tc.value, got, tc.want)
+		}
+	}
+}
