@@ -75,6 +75,9 @@ func New(ordinal int) (*Backend, error) {
 	}
 	b := &Backend{dev: dev, pool: newPool(dev), stage: newStaging(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{}}
 	b.tables.seed = maphash.MakeSeed()
+	if waveWarps == 0 {
+		waveWarps = 32 * dev.SMs // the rows kernels: four blocks of eight warps a multiprocessor
+	}
 	for name, src := range map[string]string{"ops.cu": opsSource, "matmul.cu": MatMulSource} {
 		ks, err := dev.Compile(src, name, kernelNames[name]...)
 		if err != nil {
@@ -848,8 +851,51 @@ var splitWarps, splitMinK = 16384, envInt("TANDEM_CUDA_MINSPLIT", 512, 32, 1<<20
 func splitK(N, K int) (splits, chunk int) {
 	groups := (N + 7) / 8
 	splits = max(1, min((splitWarps+groups-1)/groups, K/splitMinK))
+	switch {
+	case splitFixed > 0:
+		splits = max(1, min(splitFixed, K/32))
+	case splitByWaves && waveWarps > 0 && rowsFor(N, K) == "matmul_rows_wide":
+		if w := wavesSplit(N, K, waveWarps); w > 0 {
+			splits = w
+		}
+	}
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
+}
+
+// splitByWaves picks the K splits of the products the wide rows kernel
+// runs by how evenly their warps fill whole waves of the GPU
+// (TANDEM_CUDA_SPLIT=waves). The 31B MLP's 21504 × 5376 product gets 7
+// splits today: 9,408 warps, 2.2 waves of the H200's 4,224, so its last
+// wave runs a fifth full. That fits the 3.2 TB/s it streams against the LM
+// head's 4.1 (3.9 waves). Like splitWarps it depends on the shape (and the
+// GPU) alone, so batch invariance holds. Written without a GPU: off until
+// measured.
+var splitByWaves = os.Getenv("TANDEM_CUDA_SPLIT") == "waves"
+
+// waveWarps is how many warps of the rows kernels the GPU holds at once:
+// four blocks of eight warps a multiprocessor (their launch bounds). Set
+// when a backend opens its device.
+var waveWarps int
+
+// splitFixed, when positive, puts every product in that many K splits (at
+// most one a 32 elements): TestMatMulSpeed's sweep.
+var splitFixed int
+
+// wavesSplit is the fewest K splits, at most K/splitMinK, whose warps (16
+// columns each) fill at least 90% of their last wave, or 0 if none does.
+// The fewest, since each split shortens every warp's run and adds partial
+// sums to finish: the 31B MLP down product streams 3.4 TB/s with 25
+// splits and a 99% full last wave, the LM head 4.1 TB/s unsplit and 97%.
+func wavesSplit(N, K, wave int) int {
+	cols := (N + 15) / 16
+	for s := 1; s <= max(1, K/splitMinK); s++ {
+		waves := float64(cols*s) / float64(wave)
+		if waves/math.Ceil(waves) >= 0.9 {
+			return s
+		}
+	}
+	return 0
 }
 
 // expertAt picks a matmul's weights on the device: output row z is input

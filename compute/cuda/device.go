@@ -23,6 +23,7 @@ type Device struct {
 	ctx           uintptr
 	Name          string
 	Arch          int          // compute capability, e.g. 90 for sm_90
+	SMs           int          // multiprocessors, e.g. 132 on the H200
 	DriverVersion int          // e.g. 13000
 	asyncErr      error        // first failure of an asynchronous call; device thread only
 	prof          *profiler    // non-nil while profiling; device thread only
@@ -79,6 +80,9 @@ func (dev *Device) loop(ordinal int, ready chan<- error) {
 		d.cuDeviceGetAttribute(&major, attrComputeCapabilityMajor, h)
 		d.cuDeviceGetAttribute(&minor, attrComputeCapabilityMinor, h)
 		dev.Arch = int(major*10 + minor)
+		var sms int32
+		d.cuDeviceGetAttribute(&sms, attrMultiprocessorCount, h)
+		dev.SMs = int(sms)
 		d.cuDriverGetVersion(&v)
 		dev.DriverVersion = int(v)
 		if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&dev.ctx, h)); err != nil {

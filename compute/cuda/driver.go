@@ -64,6 +64,7 @@ type driverAPI struct {
 const (
 	attrComputeCapabilityMajor = 75
 	attrComputeCapabilityMinor = 76
+	attrMultiprocessorCount    = 16
 )
 
 var (

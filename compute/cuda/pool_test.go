@@ -126,7 +126,7 @@ func TestPoolStatsAndBackgroundCollection(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.recycle(kept)
-			dropped = nil // garbage before the hand-out that starts a collection
+			dropped = nil         // garbage before the hand-out that starts a collection
 			b, err := p.get(1000) // a hit: the third hand-out
 			if err != nil || b != kept {
 				t.Fatalf("get after recycle: %p, %v; want the recycled block", b, err)

@@ -72,6 +72,44 @@ func TestSplitK(t *testing.T) {
 	}
 }
 
+// TestWavesSplit protects TANDEM_CUDA_SPLIT=waves on the H200's 132
+// multiprocessors (4,224 warps a wave): the fewest splits whose 16-column
+// warps fill 90% of their last wave, only for the products the wide kernel
+// runs, today's split elsewhere or when no count fills that much, and K
+// still covered in 32-aligned chunks.
+func TestWavesSplit(t *testing.T) {
+	defer func(on bool, w int) { splitByWaves, waveWarps = on, w }(splitByWaves, waveWarps)
+	splitByWaves, waveWarps = true, 4224
+	for _, tc := range []struct {
+		name   string
+		N, K   int
+		splits int
+	}{
+		{"31B MLP up (7 today: 2.2 waves)", 21504, 5376, 3},
+		{"31B stacked gate/up (4 today: 2.5 waves)", 43008, 5376, 3},
+		{"31B MLP down (25 today)", 5376, 21504, 12},
+		{"31B attention output (16 today: 1.3 waves)", 5376, 8192, 12},
+		{"31B LM head: 97% full unsplit", 262144, 5376, 1},
+		{"E2B LM head", 262144, 1536, 1},
+		{"an E2B projection: the narrow kernel, today's split", 2048, 1536, 3},
+	} {
+		splits, chunk := splitK(tc.N, tc.K)
+		if splits != tc.splits {
+			t.Errorf("%s: splitK(%d, %d) = %d splits, want %d", tc.name, tc.N, tc.K, splits, tc.splits)
+		}
+		if chunk%32 != 0 || splits*chunk < tc.K || (splits-1)*chunk >= tc.K {
+			t.Errorf("%s: %d × %d does not cover K = %d in 32-aligned chunks", tc.name, splits, chunk, tc.K)
+		}
+	}
+	if got := wavesSplit(512, 1024, 4224); got != 0 {
+		t.Errorf("wavesSplit of a product that cannot fill 90%% of a wave = %d, want 0", got)
+	}
+	splitByWaves = false
+	if splits, _ := splitK(21504, 5376); splits != 7 {
+		t.Errorf("without the switch the 31B MLP gets %d splits, want today's 7", splits)
+	}
+}
+
 // TestRowsFor protects the rows kernel's choice by weight size: the 31B
 // shapes take the wide kernel, the E2B shape's small products the narrow
 // one, and a TANDEM_CUDA_ROWS setting takes one kernel for every weight.
