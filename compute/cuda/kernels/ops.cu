@@ -232,17 +232,43 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
 #define RBLOCK 256 // threads of the attention, softmax and top-k blocks; part of their reduction order
 #define NMAX 1024  // most threads of a norm's block (rowThreads in backend.go)
 
-// block_sum_d sums one double per thread in a fixed tree over the block's
-// threads (sh holds one double per thread).
-__device__ double block_sum_d(double v, double* sh) {
+// block_tree0 reduces one value a thread by op in a fixed tree over the
+// block (blockDim.x a power of two, at least 32; sh holds one value a
+// thread): at each level s = blockDim.x/2, …, 1, thread t's value becomes
+// op(its value, thread t + s's), and the result is thread 0's. Only thread
+// 0 gets it. The levels from s = 32 up pair the same lane of two warps, so
+// warp 0's lane l runs them down its own column of sh, and the last five
+// are warp 0's shuffles: the same operations on the same operands as a
+// tree through shared memory with a barrier a level, with one barrier in
+// all (the first, which also publishes what the caller wrote before). A
+// norm's two reductions had 8-10 barriers each.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
+    T r = v;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        for (int s = blockDim.x >> 6; s > 0; s >>= 1) // s warps: the levels of 32·s threads
+            for (int w = 0; w < s; w++) sh[32 * w + lane] = op(sh[32 * w + lane], sh[32 * (w + s) + lane]);
+        r = sh[lane];
+        for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));
     }
-    const double r = sh[0];
+    return r;
+}
+
+struct add_d {
+    __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
+};
+
+// block_sum_d sums one double per thread in a fixed tree over the block's
+// threads (sh holds one double per thread); every thread gets the sum.
+__device__ double block_sum_d(double v, double* sh) {
+    const double r0 = block_tree0(v, sh, add_d());
+    if (threadIdx.x == 0) sh[0] = r0;
     __syncthreads();
+    const double r = sh[0];
+    __syncthreads(); // sh is free again
     return r;
 }
 
@@ -462,6 +488,10 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
     return a > b ? a : b;
 }
 
+struct max_nan {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmax_nan(a, b); }
+};
+
 // softmax: one block per row.
 extern "C" __global__ void softmax(float* out, const float* x, int D) {
     pdl_start();
@@ -471,12 +501,9 @@ extern "C" __global__ void softmax(float* out, const float* x, int D) {
     float* yr = out + (size_t)blockIdx.x * D;
     float m = -__int_as_float(0x7f800000);
     for (int j = threadIdx.x; j < D; j += RBLOCK) m = fmax_nan(m, xr[j]);
-    shm[threadIdx.x] = m;
+    m = block_tree0(m, shm, max_nan());
+    if (threadIdx.x == 0) shm[0] = m;
     __syncthreads();
-    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + s]);
-        __syncthreads();
-    }
     const double mx = shm[0];
     double sum = 0;
     for (int j = threadIdx.x; j < D; j += RBLOCK) sum += exp((double)xr[j] - mx);
@@ -644,13 +671,8 @@ __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) 
 // store_block_max writes the block's maximum of m (NaN if any is) to dst,
 // by a tree over shm (RBLOCK floats): exact whatever the order.
 __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst) {
-    shm[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = RBLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) shm[threadIdx.x] = fmax_nan(shm[threadIdx.x], shm[threadIdx.x + s]);
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *dst = shm[0];
+    m = block_tree0(m, shm, max_nan());
+    if (threadIdx.x == 0) *dst = m;
 }
 
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
