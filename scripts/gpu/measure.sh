@@ -82,8 +82,8 @@ for w in "${want[@]}"; do
           --contexts 128 --tokens 24 --kernel-profile
       done
       ;;
-    ncu)
-      for shape in 21504x5376x1 5376x21504x1 262144x5376x1; do
+    ncu) # NCU_SHAPES="NxKxM ...": the rows kernels in Nsight Compute (default the 31B shapes at one row)
+      for shape in ${NCU_SHAPES:-21504x5376x1 5376x21504x1 262144x5376x1}; do
         echo "== ncu $shape"
         (cd compute/cuda && TANDEM_PROFILE_SHAPE=$shape ncu --clock-control none -k regex:matmul_rows -c 2 \
           --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
