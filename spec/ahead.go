@@ -88,7 +88,7 @@ func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *gen
 // agree. That is the default (TANDEM_SPEC_AHEAD unset or =auto): on the
 // H200 it took the 31B shape's round at synthetic acceptance 0 from 28.6
 // to 27.4 ms. =always guesses the last round's outcome every round (for
-// tests and comparisons); =0 or =off never drafts ahead.
+// tests and comparisons); =0 (off, false, no) never drafts ahead.
 type aheadGuess struct {
 	mode string
 	last [aheadWindow]int // accepted counts, a ring
@@ -105,7 +105,9 @@ func newAheadGuess(mode string) *aheadGuess {
 	switch mode {
 	case "", "auto":
 		mode = "auto"
-	case "always", "0", "off":
+	case "always":
+	case "0", "off", "false", "no":
+		mode = "off"
 	default:
 		if !warnedAhead.Swap(true) { // once, not per request
 			slog.Warn("ignoring an environment setting", "name", "TANDEM_SPEC_AHEAD", "value", mode, "want", "auto, always, 0 or off")

@@ -24,6 +24,7 @@ func TestAheadGuess(t *testing.T) {
 		{"yes", []int{0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "auto for a value it does not know, fewer than eight rounds"},
 		{"0", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
 		{"off", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
+		{"false", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
 		{"always", nil, 3, 0, false, "nothing seen yet"},
 		{"always", []int{2}, 3, 2, true, "the last outcome"},
 		{"always", []int{0, 3}, 1, 1, true, "at most the depth in flight"},

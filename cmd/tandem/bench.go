@@ -59,6 +59,8 @@ type benchRow struct {
 	// memory asked of the driver, collections started (CUDA).
 	PoolPerStep  *poolUse `json:"pool_per_step,omitempty"`
 	PoolPerRound *poolUse `json:"pool_per_round,omitempty"`
+	// Settings are the switches this row was measured with (--sweep).
+	Settings string `json:"settings,omitempty"`
 	// Rounds, and those drafted ahead of the last verdict on a right guess
 	// and on a wrong one (spec.Stats).
 	Rounds      int `json:"rounds,omitempty"`
@@ -79,7 +81,7 @@ func newBench() *cobra.Command {
 		tokens, k, threads                     int
 		synthetic                              float64
 		asJSON, kernels                        bool
-		cpuProfile                             string
+		cpuProfile, sweep                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--preset P | --model DIR] [--draft DIR|auto]",
@@ -103,6 +105,13 @@ func newBench() *cobra.Command {
 			}
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
+			}
+			groups, err := parseSweep(sweep)
+			if err != nil {
+				return err
+			}
+			if kernels && sweep != "" {
+				return fmt.Errorf("--kernel-profile and --sweep: profile one setting at a time")
 			}
 			b, err := openBackend(device, threads)
 			if err != nil {
@@ -161,66 +170,85 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			for _, c := range ctxs {
-				if c+tokens > m.Config.Text.MaxPositionEmbeddings {
-					return fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
-				}
-				prompt := randomPrompt(m, c, 1)
-				opt := generation.Options{MaxTokens: tokens}
-				var plainAt tokenTimes
-				var threadAt []time.Duration // the device thread's own time at each token (CUDA)
-				var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
-				onPlain := func(tok int32) {
-					plainAt.add(tok)
+			for _, grp := range groups {
+				err := func() error {
+					undo := grp.apply()
+					defer func() {
+						undo()
+						if onGPU {
+							g.ReadSettings()
+						}
+					}()
 					if onGPU {
-						busy, blocked := g.Device().HostTime()
-						threadAt = append(threadAt, busy-blocked)
-						poolAt = append(poolAt, g.PoolStats())
+						g.ReadSettings()
 					}
-				}
-				res, err := generation.Generate(ctx, m, prompt, opt, onPlain)
+					for _, c := range ctxs {
+						if c+tokens > m.Config.Text.MaxPositionEmbeddings {
+							return fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
+						}
+						prompt := randomPrompt(m, c, 1)
+						opt := generation.Options{MaxTokens: tokens}
+						var plainAt tokenTimes
+						var threadAt []time.Duration // the device thread's own time at each token (CUDA)
+						var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
+						onPlain := func(tok int32) {
+							plainAt.add(tok)
+							if onGPU {
+								busy, blocked := g.Device().HostTime()
+								threadAt = append(threadAt, busy-blocked)
+								poolAt = append(poolAt, g.PoolStats())
+							}
+						}
+						res, err := generation.Generate(ctx, m, prompt, opt, onPlain)
+						if err != nil {
+							return err
+						}
+						row := benchRow{Context: c, BytesPerToken: bytes,
+							PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
+							RooflineTokS: roof / float64(bytes)}
+						row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
+						row.StepMs = spreadOf(plainAt.gaps())
+						row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
+						if w := warmup(len(poolAt)); len(poolAt)-1 > w {
+							row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
+						}
+						if a != nil {
+							d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
+							if err != nil {
+								return err
+							}
+							so := spec.Options{Options: opt, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
+							var specAt tokenTimes
+							var pool0 cuda.PoolStats
+							if onGPU {
+								pool0 = g.PoolStats()
+							}
+							sres, err := spec.Generate(ctx, m, d, prompt, so, specAt.add)
+							if err != nil {
+								return err
+							}
+							if onGPU {
+								row.PoolPerRound = poolPer(pool0, g.PoolStats(), sres.Stats.Rounds)
+							}
+							row.SpecTokS = specAt.rate(sres.Decode)
+							row.Acceptance = sres.Stats.AcceptanceRate()
+							row.TokensPerPass = sres.Stats.MeanAcceptLength()
+							row.Speedup = row.SpecTokS / row.DecodeTokS
+							if n := float64(sres.Stats.Rounds); n > 0 {
+								row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
+							}
+							row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
+							row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
+						}
+						row.Settings = grp.name
+						rows = append(rows, row)
+						fmt.Fprintf(log, "%s done\n", benchRow{Context: c, Settings: grp.name}.label())
+					}
+					return nil
+				}()
 				if err != nil {
 					return err
 				}
-				row := benchRow{Context: c, BytesPerToken: bytes,
-					PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
-					RooflineTokS: roof / float64(bytes)}
-				row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
-				row.StepMs = spreadOf(plainAt.gaps())
-				row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
-				if w := warmup(len(poolAt)); len(poolAt)-1 > w {
-					row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
-				}
-				if a != nil {
-					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
-					if err != nil {
-						return err
-					}
-					so := spec.Options{Options: opt, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
-					var specAt tokenTimes
-					var pool0 cuda.PoolStats
-					if onGPU {
-						pool0 = g.PoolStats()
-					}
-					sres, err := spec.Generate(ctx, m, d, prompt, so, specAt.add)
-					if err != nil {
-						return err
-					}
-					if onGPU {
-						row.PoolPerRound = poolPer(pool0, g.PoolStats(), sres.Stats.Rounds)
-					}
-					row.SpecTokS = specAt.rate(sres.Decode)
-					row.Acceptance = sres.Stats.AcceptanceRate()
-					row.TokensPerPass = sres.Stats.MeanAcceptLength()
-					row.Speedup = row.SpecTokS / row.DecodeTokS
-					if n := float64(sres.Stats.Rounds); n > 0 {
-						row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
-					}
-					row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
-					row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
-				}
-				rows = append(rows, row)
-				fmt.Fprintf(log, "context %d done\n", c)
 			}
 			out := cmd.OutOrStdout()
 			if kernels {
@@ -275,12 +303,18 @@ func newBench() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			head := "context\tprefill tok/s\tdecode tok/s\troofline tok/s\tof roofline\t"
+			if sweep != "" {
+				head = "settings\t" + head
+			}
 			if a != nil {
 				head += "spec tok/s\tacceptance\ttokens/pass\tspeedup\t"
 			}
 			fmt.Fprintln(tw, head)
 			for _, r := range rows {
 				line := fmt.Sprintf("%d\t%.1f\t%.2f\t%.2f\t%.0f%%\t", r.Context, r.PrefillTokS, r.DecodeTokS, r.RooflineTokS, 100*r.RooflineFrac)
+				if sweep != "" {
+					line = r.Settings + "\t" + line
+				}
 				if a != nil {
 					line += fmt.Sprintf("%.2f\t%.0f%%\t%.2f\t%.2fx\t", r.SpecTokS, 100*r.Acceptance, r.TokensPerPass, r.Speedup)
 				}
@@ -293,24 +327,31 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(out, "decode rates leave out the first %d of %d tokens (the steps that capture graphs and make first allocations)\n", w, tokens)
 			}
 			for _, r := range rows {
+				at := r.label()
 				if r.DraftMs+r.VerifyMs > 0 {
-					fmt.Fprintf(out, "context %d: a speculative round takes %.2f ms, %.2f ms of it in the drafter's calls (%d drafts; rounds kept on the device only issue the drafts there and wait for them in the verify); a plain step %.2f ms\n",
-						r.Context, r.DraftMs+r.VerifyMs, r.DraftMs, k, 1000/r.DecodeTokS)
-					if r.HostIssueMs > 0 {
-						fmt.Fprintf(out, "context %d: the host's time per plain step: %.2f ms issuing it, %.2f ms of the device thread's calls (a step takes %.2f ms)\n",
-							r.Context, r.HostIssueMs, r.DeviceThreadMs, 1000/r.DecodeTokS)
+					fmt.Fprintf(out, "%s: a speculative round takes %.2f ms, %.2f ms of it in the drafter's calls (%d drafts; rounds kept on the device only issue the drafts there and wait for them in the verify); a plain step %.2f ms\n",
+						at, r.DraftMs+r.VerifyMs, r.DraftMs, k, 1000/r.DecodeTokS)
+				}
+				if r.HostIssueMs > 0 {
+					fmt.Fprintf(out, "%s: the host's time per plain step: %.2f ms issuing it, %.2f ms of the device thread's calls (a step takes %.2f ms)\n",
+						at, r.HostIssueMs, r.DeviceThreadMs, 1000/r.DecodeTokS)
+				}
+				if p := r.PoolPerStep; p != nil {
+					line := fmt.Sprintf("%s: the device pool per plain step: %s", at, p)
+					if q := r.PoolPerRound; q != nil {
+						line += fmt.Sprintf("; per speculative round: %s", q)
 					}
-					if p, q := r.PoolPerStep, r.PoolPerRound; p != nil && q != nil {
-						fmt.Fprintf(out, "context %d: the device pool per plain step: %s; per speculative round: %s\n", r.Context, p, q)
-					}
-					if r.StepMs != nil && r.RoundMs != nil {
-						fmt.Fprintf(out, "context %d: plain steps %s; speculative rounds %s (median, 90th percentile, slowest)\n",
-							r.Context, r.StepMs, r.RoundMs)
-					}
-					if r.Ahead+r.AheadMissed > 0 {
-						fmt.Fprintf(out, "context %d: %d of %d rounds drafted ahead of the last verdict; %d more guessed wrong and drafted again\n",
-							r.Context, r.Ahead, r.Rounds, r.AheadMissed)
-					}
+					fmt.Fprintln(out, line)
+				}
+				switch {
+				case r.StepMs != nil && r.RoundMs != nil:
+					fmt.Fprintf(out, "%s: plain steps %s; speculative rounds %s (median, 90th percentile, slowest)\n", at, r.StepMs, r.RoundMs)
+				case r.StepMs != nil:
+					fmt.Fprintf(out, "%s: plain steps %s (median, 90th percentile, slowest)\n", at, r.StepMs)
+				}
+				if r.Ahead+r.AheadMissed > 0 {
+					fmt.Fprintf(out, "%s: %d of %d rounds drafted ahead of the last verdict; %d more guessed wrong and drafted again\n",
+						at, r.Ahead, r.Rounds, r.AheadMissed)
 				}
 			}
 			for _, r := range rows {
@@ -343,6 +384,7 @@ func newBench() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
+	f.StringVar(&sweep, "sweep", "", `measure each of these settings in turn with the model built once: groups separated by ";", each TANDEM_NAME=VALUE pairs separated by ","; "none" is the settings the process started with (e.g. "none;TANDEM_CUDA_SPLIT=waves;none")`)
 	return cmd
 }
 
@@ -407,6 +449,15 @@ func hostPerStep(issue, thread []time.Duration) (issueMs, threadMs float64) {
 		threadMs = ms(thread[n-1]-thread[w]) / float64(n-1-w)
 	}
 	return issueMs, threadMs
+}
+
+// label names a row in bench's text lines: its context, and its settings
+// when sweeping.
+func (r benchRow) label() string {
+	if r.Settings != "" {
+		return fmt.Sprintf("context %d [%s]", r.Context, r.Settings)
+	}
+	return fmt.Sprintf("context %d", r.Context)
 }
 
 // poolUse is the device pool's work per step or round.

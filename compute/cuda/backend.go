@@ -874,23 +874,26 @@ func splitK(N, K int) (splits, chunk int) {
 var splitByWaves = os.Getenv("TANDEM_CUDA_SPLIT") == "waves"
 
 // waveWarps is how many warps of the rows kernels the GPU holds at once:
-// four blocks of eight warps a multiprocessor (their launch bounds). Set
-// when a backend opens its device.
+// four blocks of eight warps a multiprocessor (256 threads of 64 registers
+// fill the 64K registers four times). Set when a backend opens its device.
 var waveWarps int
 
 // splitFixed, when positive, puts every product in that many K splits (at
 // most one a 32 elements): TestMatMulSpeed's sweep.
 var splitFixed int
 
-// wavesSplit is the fewest K splits, at most K/splitMinK, whose warps (16
-// columns each) fill at least 90% of their last wave, or 0 if none does.
-// The fewest, since each split shortens every warp's run and adds partial
-// sums to finish: the 31B MLP down product streams 3.4 TB/s with 25
-// splits and a 99% full last wave, the LM head 4.1 TB/s unsplit and 97%.
+// wavesSplit is the fewest K splits, at most K/splitMinK, whose warps fill
+// at least 90% of their last wave, or 0 if none does. A split of the wide
+// kernel is ceil(N/128) blocks of 8 warps, and the count judged is the one
+// the 32-aligned chunk leaves. The fewest, since each split shortens every
+// warp's run and adds partial sums to finish: the 31B MLP down product
+// streams 3.4 TB/s with 25 splits and a 99% full last wave, the LM head
+// 4.1 TB/s unsplit and 97%.
 func wavesSplit(N, K, wave int) int {
-	cols := (N + 15) / 16
+	warps := (N + 127) / 128 * 8
 	for s := 1; s <= max(1, K/splitMinK); s++ {
-		waves := float64(cols*s) / float64(wave)
+		chunk := ((K+s-1)/s + 31) &^ 31
+		waves := float64(warps*((K+chunk-1)/chunk)) / float64(wave)
 		if waves/math.Ceil(waves) >= 0.9 {
 			return s
 		}

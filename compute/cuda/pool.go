@@ -143,12 +143,10 @@ func (p *pool) get(n int) (*block, error) {
 	p.newGC++
 	collect := p.sinceGC > p.gcEvery || p.newGC > gcAllocs
 	if collect {
-		p.sinceGC, p.newGC = 0, 0
+		p.sinceGC, p.newGC, p.sinceKick = 0, 0, 0 // a background one would find nothing more
 		p.stats.Collections++
 	}
 	p.handedOut()
-	p.stats.DriverAllocs++
-	p.stats.DriverBytes += int64(size)
 	p.mu.Unlock()
 	if collect {
 		// Garbage tensors hold device memory the Go heap does not see;
@@ -162,16 +160,23 @@ func (p *pool) get(n int) (*block, error) {
 			return nil, err
 		}
 	}
+	p.mu.Lock()
+	p.stats.DriverAllocs++
+	p.stats.DriverBytes += int64(size)
+	p.mu.Unlock()
 	return p.track(buf.ptr, size), nil
 }
 
 // retry collects garbage tensors, gives cached blocks back to the driver,
 // and allocates again.
 func (p *pool) retry(size int) (Buffer, error) {
+	p.mu.Lock()
+	p.stats.Collections++
+	p.mu.Unlock()
 	runtime.GC()
 	time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
 	p.release()
-	buf, err := p.dev.Alloc(size)
+	buf, err := p.alloc(size)
 	if err != nil {
 		return buf, errors.Join(ErrOutOfMemory, err)
 	}

@@ -51,6 +51,8 @@ func TestTableMemo(t *testing.T) {
 // arithmetic: it covers K exactly, in 32-aligned chunks, from the weight's
 // shape alone.
 func TestSplitK(t *testing.T) {
+	defer restoreMatMul()()
+	splitWarps, splitMinK, splitFixed, splitByWaves = 16384, 512, 0, false // the defaults, whatever the environment
 	for _, tc := range []struct {
 		N, K          int
 		splits, chunk int
@@ -78,7 +80,9 @@ func TestSplitK(t *testing.T) {
 // runs, today's split elsewhere or when no count fills that much, and K
 // still covered in 32-aligned chunks.
 func TestWavesSplit(t *testing.T) {
-	defer func(on bool, w int) { splitByWaves, waveWarps = on, w }(splitByWaves, waveWarps)
+	defer func(w int) { waveWarps = w }(waveWarps)
+	defer restoreMatMul()()
+	splitWarps, splitMinK, splitFixed, rowsKernel = 16384, 512, 0, "auto" // the defaults, whatever the environment
 	splitByWaves, waveWarps = true, 4224
 	for _, tc := range []struct {
 		name   string

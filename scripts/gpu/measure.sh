@@ -3,7 +3,7 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|long|profile-round|ncu|ncu-step]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
@@ -72,6 +72,11 @@ for w in "${want[@]}"; do
         name=$(printf '%s' "$sw" | tr -c 'A-Za-z0-9_.-' '-')
         bench "pending-$shape-$name" "${envs[@]}" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48
       done
+      ;;
+    sweep) # SWEEP="none;A=1;A=1,B=2;none": bench --sweep on the shape SHAPE (default 31b), the model built once
+      shape=${SHAPE:-31b}
+      bench "sweep-$shape" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48 --sweep "${SWEEP:-none}"
+      grep -E "^ *(settings|none|TANDEM_)|^context .*(round takes|plain steps|pool|ahead of)" "$out/sweep-$shape.txt"
       ;;
     long)
       bench long -- --preset gemma4-31b --contexts 4k,32k --tokens 32

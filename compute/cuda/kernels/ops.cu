@@ -241,7 +241,9 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
 // are warp 0's shuffles: the same operations on the same operands as a
 // tree through shared memory with a barrier a level, with one barrier in
 // all (the first, which also publishes what the caller wrote before). A
-// norm's two reductions had 8-10 barriers each.
+// norm's two reductions had 8-10 barriers each. At 1,024 threads warp 0's
+// lanes add 31 pairs each, which may cost what the barriers did; at 256
+// (the E2B shape's norms, attention, softmax) 7.
 template <typename T, typename Op>
 __device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     sh[threadIdx.x] = v;
@@ -250,6 +252,7 @@ __device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         for (int s = blockDim.x >> 6; s > 0; s >>= 1) // s warps: the levels of 32·s threads
+#pragma unroll 4
             for (int w = 0; w < s; w++) sh[32 * w + lane] = op(sh[32 * w + lane], sh[32 * (w + s) + lane]);
         r = sh[lane];
         for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));

@@ -1,0 +1,53 @@
+package cuda
+
+import "os"
+
+// liveSettings are the switches (TANDEM_CUDA_*) consulted at every call
+// rather than once at start-up, each with how ReadSettings reads it again:
+// the same parse as its variable's initializer. Graphs, PDL, attention
+// tiling and the library and cache paths stay as they were at start-up.
+var liveSettings = []struct {
+	name string
+	set  func(v string)
+}{
+	{"TANDEM_CUDA_CHECKPOINT", func(v string) { checkpoints = v != "0" }},
+	{"TANDEM_CUDA_ROUTE", func(v string) { routeOnDevice = v != "0" }},
+	{"TANDEM_CUDA_ROUTE_ROWS", func(v string) { routeRows = v != "0" }},
+	{"TANDEM_CUDA_MOE_BATCH", func(v string) { batchExperts = v != "0" }},
+	{"TANDEM_CUDA_STACK", func(v string) { stackMatMuls = v != "0" }},
+	{"TANDEM_CUDA_SEGMENTS", func(v string) { segmentOutputs = v != "0" }},
+	{"TANDEM_CUDA_MATMUL", func(v string) { warpMatMul, tiledMatMul = v == "warp", v != "mma8" }},
+	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
+	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v == "1" }},
+	{"TANDEM_CUDA_MINSPLIT", func(string) { splitMinK = envInt("TANDEM_CUDA_MINSPLIT", 512, 32, 1<<20) }},
+	{"TANDEM_CUDA_SPLIT", func(v string) { splitByWaves = v == "waves" }},
+	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
+	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
+	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
+	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 0, 0, 1<<30) }},
+}
+
+// ReadSettings reads the live switches again from the environment, so that
+// one process can measure several of them with the model built once
+// (tandem bench --sweep; building the 31B shape's weights takes a minute).
+// Call it only between passes: nothing else may be recording.
+func (b *Backend) ReadSettings() {
+	for _, s := range liveSettings {
+		s.set(os.Getenv(s.name))
+	}
+	if b.pool != nil {
+		b.pool.mu.Lock()
+		b.pool.bgEvery = poolGCEvery
+		b.pool.mu.Unlock()
+	}
+}
+
+// Live reports whether ReadSettings reads the switch name again.
+func Live(name string) bool {
+	for _, s := range liveSettings {
+		if s.name == name {
+			return true
+		}
+	}
+	return false
+}

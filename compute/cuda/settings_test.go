@@ -1,0 +1,59 @@
+package cuda
+
+import "testing"
+
+// TestReadSettings protects bench --sweep: every switch ReadSettings
+// covers takes a new value from the environment, and with the environment
+// clear every one is back at its default.
+func TestReadSettings(t *testing.T) {
+	b := &Backend{pool: newPool(nil)}
+	t.Cleanup(b.ReadSettings) // after the environment is restored (cleanups run last first)
+	cases := []struct {
+		env, value string
+		on, def    func() bool
+	}{
+		{"TANDEM_CUDA_CHECKPOINT", "0", func() bool { return !checkpoints }, func() bool { return checkpoints }},
+		{"TANDEM_CUDA_ROUTE", "0", func() bool { return !routeOnDevice }, func() bool { return routeOnDevice }},
+		{"TANDEM_CUDA_ROUTE_ROWS", "0", func() bool { return !routeRows }, func() bool { return routeRows }},
+		{"TANDEM_CUDA_MOE_BATCH", "0", func() bool { return !batchExperts }, func() bool { return batchExperts }},
+		{"TANDEM_CUDA_STACK", "0", func() bool { return !stackMatMuls }, func() bool { return stackMatMuls }},
+		{"TANDEM_CUDA_SEGMENTS", "0", func() bool { return !segmentOutputs }, func() bool { return segmentOutputs }},
+		{"TANDEM_CUDA_MATMUL", "warp", func() bool { return warpMatMul && tiledMatMul }, func() bool { return !warpMatMul && tiledMatMul }},
+		{"TANDEM_CUDA_ROWS", "wide", func() bool { return rowsKernel == "matmul_rows_wide" }, func() bool { return rowsKernel == "auto" }},
+		{"TANDEM_CUDA_EARLY_WEIGHTS", "1", func() bool { return earlyWeights }, func() bool { return !earlyWeights }},
+		{"TANDEM_CUDA_MINSPLIT", "256", func() bool { return splitMinK == 256 }, func() bool { return splitMinK == 512 }},
+		{"TANDEM_CUDA_SPLIT", "waves", func() bool { return splitByWaves }, func() bool { return !splitByWaves }},
+		{"TANDEM_CUDA_FUSE", "0", func() bool { return !fusedOps }, func() bool { return fusedOps }},
+		{"TANDEM_CUDA_NORM2", "0", func() bool { return !fusedNorm2 }, func() bool { return fusedNorm2 }},
+		{"TANDEM_CUDA_COMBINE", "0", func() bool { return !combineInValuesOn }, func() bool { return combineInValuesOn }},
+		{"TANDEM_CUDA_POOL_GC", "2048", func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 },
+			func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 }},
+	}
+	if len(cases) != len(liveSettings) {
+		t.Fatalf("%d cases for %d live settings", len(cases), len(liveSettings))
+	}
+	for _, c := range cases {
+		if !Live(c.env) {
+			t.Errorf("%s is not live", c.env)
+		}
+		t.Setenv(c.env, c.value)
+	}
+	if Live("TANDEM_CUDA_PDL") || Live("TANDEM_CUDA_GRAPHS") {
+		t.Error("a switch read once at start-up reported live")
+	}
+	b.ReadSettings()
+	for _, c := range cases {
+		if !c.on() {
+			t.Errorf("%s=%s: not read again", c.env, c.value)
+		}
+	}
+	for _, c := range cases {
+		t.Setenv(c.env, "")
+	}
+	b.ReadSettings()
+	for _, c := range cases {
+		if !c.def() {
+			t.Errorf("%s unset: not back at its default", c.env)
+		}
+	}
+}
