@@ -28,6 +28,15 @@ var (
 // attn_combine, for comparisons.
 var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
 
+// fusedAttention runs attn_fused, scores and values in one kernel, for
+// passes whose keys lie in one position chunk a row and whose values are
+// combined in their kernel (TANDEM_CUDA_ATTN_FUSED=1; live, see
+// settings.go): one launch fewer a layer, and the scores never leave
+// shared memory. The bits are the two kernels'. A 31B decode step spent
+// 2.3 ms in the two (58 layers, 32 blocks each at 128 keys). Written
+// without a GPU: off until measured.
+var fusedAttention = os.Getenv("TANDEM_CUDA_ATTN_FUSED") == "1"
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -150,12 +159,19 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		// Also at most 65535 queries per launch: the grid's y limit.
 		G = max(1, min(L, attnScratchBytes/perQuery, 65535))
 	}
-	sc := b.alloc(compute.F32, B*G*Hq*S)
-	cmax := b.alloc(compute.F32, B*G*Hq*nscore)
 	// A single split's values kernel normalises as it writes (the combine's
 	// arithmetic), so the combine is not launched: one kernel fewer a layer
 	// at contexts under attnChunk positions, and no partial sums.
 	combineInValues := nsplit == 1 && combineInValuesOn
+	// With one split every key lies in the first chunk of offsets too, so
+	// attn_fused can keep a row's scores in shared memory (never tiled: at
+	// most attnTileMin-1 queries a row).
+	fused := fusedAttention && combineInValues && L < attnTileMin
+	var sc, cmax *compute.Tensor
+	if !fused {
+		sc = b.alloc(compute.F32, B*G*Hq*S)
+		cmax = b.alloc(compute.F32, B*G*Hq*nscore)
+	}
 	var pv, pe *compute.Tensor
 	var pvArg, peArg any
 	if !combineInValues || (tiledAttention && G >= attnTileMin) {
@@ -181,6 +197,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				pg = Buffer{ptr: buf.ptr + uintptr(off), Size: buf.Size - off}
 			}
 		}
+		if fused {
+			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
+				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len())
+			continue
+		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
 		tiled := tiledAttention && n >= attnTileMin
 		if tiled {
@@ -205,7 +226,9 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	if parts != nil {
 		b.remember(out, parts)
 	}
-	b.recycle(sc, cmax)
+	if sc != nil {
+		b.recycle(sc, cmax)
+	}
 	if pv != nil {
 		b.recycle(pv, pe)
 	}

@@ -801,6 +801,50 @@ func TestMatMulForProfiler(t *testing.T) {
 	}
 }
 
+// TestFusedAttentionMatches protects attn_fused (TANDEM_CUDA_ATTN_FUSED):
+// scores and values in one kernel give the two kernels' bits. Every
+// attention case runs, with its output's split for the next matmul, then
+// one- to four-query passes over key counts that leave partial groups of
+// 16 values and 256 keys, up to a whole chunk, a ring whose positions
+// straddle two chunks (two splits: the two kernels run either way), and
+// head widths the vector key loads do and do not take.
+func TestFusedAttentionMatches(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(on, comb bool) { fusedAttention, combineInValuesOn = on, comb }(fusedAttention, combineInValuesOn)
+	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
+	check := func(name string, tc opCase, seed uint64) {
+		t.Helper()
+		run := func(on bool) []float32 {
+			fusedAttention = on
+			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
+			return g.ToF32(a)
+		}
+		if err := sameBits(run(true), run(false)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	for _, tc := range opCases {
+		if strings.HasPrefix(tc.name, "Attention/") {
+			check(tc.name, tc, 1)
+		}
+	}
+	for _, L := range []int{1, 4} {
+		for _, keys := range []int{1, 2, 63, 100, 257, 1024} {
+			if keys < L {
+				continue
+			}
+			for _, d := range []int{64, 100, 256, 512} {
+				check(fmt.Sprintf("%d queries, %d keys, head %d", L, keys, d),
+					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L))
+			}
+		}
+		check(fmt.Sprintf("%d queries, a sliding ring across a chunk boundary", L),
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L))
+		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7))
+	}
+}
+
 // A single split's attn_values normalises its output itself, with
 // attn_combine's arithmetic (TANDEM_CUDA_COMBINE=1): every attention case
 // must keep its bits, and so must a matmul of the output, whose split the

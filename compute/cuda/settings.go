@@ -24,6 +24,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
+	{"TANDEM_CUDA_ATTN_FUSED", func(v string) { fusedAttention = v == "1" }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 0, 0, 1<<30) }},
 }
 

@@ -26,6 +26,8 @@ mutants=(
   'scale-stride|compute/cuda/backend.go|at(ptrOf(scales), slot), k, N)|at(ptrOf(scales), slot), 0, N)|^TestRouterMatchesHost$'
   # block_tree0'"'"'s warp levels in the other order: the same sum, paired differently
   'tree-order|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
+  # attn_fused taking thread 1'"'"'s partial maximum for the block'"'"'s
+  'fused-max|compute/cuda/kernels/ops.cu|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait
   'early-wait|compute/cuda/kernels/matmul.cu|        pdl_start_for(xs, out);
         wide_mma<G, U>(c, q, x, kb, k1, t, al);|        wide_mma<G, U>(c, q, x, kb, k1, t, al);

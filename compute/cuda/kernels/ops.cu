@@ -678,25 +678,24 @@ __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst)
     if (threadIdx.x == 0) *dst = m;
 }
 
-// attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
-// key's score sc[bh][r] = float32(q·k)·scale and the chunk's max. A thread
-// loads its key 32 elements ahead of their sums. Loading more at once (128
-// elements) and staging keys through shared memory by coalesced loads both
-// kept these bits and both lost on the H200 (the staged kernel took the 31B
-// step from 22.8 to 23.9 ms), so neither stayed.
-extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
-                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                       float scale, int causal, int window) {
-    pdl_start();
-    __shared__ float qs[512];
-    __shared__ float shm[RBLOCK];
+// scores_pass writes the scores of row bl = blockIdx.y's keys in chunk z
+// of their offsets from the row's first position, scr[r] =
+// float32(q·k)·scale for each visible key r, and returns the thread's
+// maximum of them (qs: the query, loaded here). A thread loads its key 32
+// elements ahead of their sums. Loading more at once (128 elements) and
+// staging keys through shared memory by coalesced loads both kept these
+// bits and both lost on the H200 (the staged kernel took the 31B step from
+// 22.8 to 23.9 ms), so neither stayed.
+__device__ __forceinline__ float scores_pass(const float* q, const float* k, float* scr, const int* slot_of,
+                                             const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
+                                             float scale, int causal, int window, int z, float* qs) {
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
     __syncthreads();
     const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
     float m = -__int_as_float(0x7f800000);
-    const int r0 = blockIdx.z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
+    const int r0 = z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
     // One thread per key, summing q·k in element order (a warp per key with
     // a butterfly was tried: faster, but its different rounding flipped a
     // near-tied MoE route of the 26B fixture, so the order stays). Keys
@@ -727,34 +726,46 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
             for (int j = 0; j < D; j++) dot = fmaf(qs[j], kr[j], dot);
         }
         const float v = __fmul_rn(dot, scale);
-        sc[bh * S + r] = v;
+        scr[r] = v;
         m = fmax_nan(m, v);
     }
+    return m;
+}
+
+// attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
+// key's score sc[bh][r] and the chunk's max.
+extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
+                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
+                                       float scale, int causal, int window) {
+    pdl_start();
+    __shared__ float qs[512];
+    __shared__ float shm[RBLOCK];
+    const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
+    const float m = scores_pass(q, k, sc + bh * S, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window,
+                                blockIdx.z, qs);
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
-// attn_values: grid (Hq, B·L, nsplit), block RBLOCK. Split i covers the
+// values_pass is split blockIdx.z of row blockIdx.y's values for head
+// blockIdx.x, from the scores scr[r] (r the offset from the row's first
+// position) and their maximum mx over all chunks. Split i covers the
 // absolute positions of chunk (first >> 10) + i. It writes the split's
 // Σ e (double, fixed tree) and Σ float32(e)·v (float32, position order),
-// with e = exp(score − max) and max the exact maximum over all chunks.
-// With out (one split only) it writes the normalised result instead, with
-// attn_combine's arithmetic for one split (and its split to parts), and
-// attn_combine is not launched. Values are loaded VB = 16 at a time ahead
-// of their sums, in position order (64 ahead gave the same bits and no gain
-// on the H200).
-extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
-                                       const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv,
-                                       int S, int Dv, int nscore, int nsplit, int causal, int window, float* out,
-                                       unsigned short* parts, size_t n) {
-    pdl_start();
+// with e = exp(score − max). With out (one split only) it writes the
+// normalised result instead, with attn_combine's arithmetic for one split
+// (and its split to parts), and attn_combine is not launched. Values are
+// loaded VB = 16 at a time ahead of their sums, in position order (64
+// ahead gave the same bits and no gain on the H200).
+__device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
+                                            const int* slot_of, const int* span, const int* qpos, int L, int Hq,
+                                            int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
+                                            unsigned short* parts, size_t n) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
-    float mx = -__int_as_float(0x7f800000);
-    for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
     const int p0 = ((mp >> 10) + (int)blockIdx.z) << 10; // first position of this split
     // Only offsets whose position lies in [first, last] can hold a key; values
     // are loaded VB at a time ahead of their (ordered) sums.
@@ -767,7 +778,7 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
         if (r >= 0 && r < S) {
             s = slot_of[(size_t)b * S + r];
             if (s >= 0 && visible(p0 + o, qp, causal, window)) {
-                const double ed = exp((double)sc[bh * S + r] - (double)mx);
+                const double ed = exp((double)scr[r] - (double)mx);
                 part += ed;
                 e = (float)ed;
             } else {
@@ -810,6 +821,45 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
         pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
     }
     if (!out && threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
+}
+
+// attn_values: grid (Hq, B·L, nsplit), block RBLOCK: values_pass with the
+// exact maximum over the nscore chunk maxima.
+extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
+                                       const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv,
+                                       int S, int Dv, int nscore, int nsplit, int causal, int window, float* out,
+                                       unsigned short* parts, size_t n) {
+    pdl_start();
+    const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
+    float mx = -__int_as_float(0x7f800000);
+    for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
+    values_pass(v, sc + bh * S, mx, pv, pe, slot_of, span, qpos, L, Hq, Hkv, S, Dv, nsplit, causal, window, out,
+                parts, n);
+}
+
+// attn_fused: attn_scores and attn_values in one block, for passes whose
+// every row's keys lie in one position chunk and whose values kernel
+// combines its one split (decode and verify at contexts within a chunk,
+// and every sliding layer's window that does not straddle two; grid
+// (Hq, B·L), TANDEM_CUDA_ATTN_FUSED=1). The scores stay in shared memory,
+// and the maximum is the block's own: every chunk of offsets past the
+// first holds no key, so attn_values' fold over their maxima (−∞) leaves
+// the first chunk's as it is. The same arithmetic in the same order, so
+// the same bits, and one launch and one round trip through memory fewer.
+extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
+                                      const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
+                                      float scale, int causal, int window, float* out, unsigned short* parts,
+                                      size_t n) {
+    pdl_start();
+    __shared__ float qs[512];
+    __shared__ float shm[RBLOCK];
+    __shared__ float scs[ATTN_CHUNK];
+    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
+    m = block_tree0(m, shm, max_nan());
+    if (threadIdx.x == 0) shm[0] = m;
+    __syncthreads(); // publishes the scores and their maximum
+    const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
+    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
