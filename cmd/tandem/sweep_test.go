@@ -8,8 +8,9 @@ import (
 )
 
 // TestParseSweep protects bench --sweep's syntax: groups by ";", pairs by
-// ",", "none" (or an empty group) for the process's own settings, and a
-// clear error for anything a running process could not change.
+// ",", "none" for the process's own settings, empty groups skipped, and a
+// clear error for anything a running process could not change (or a
+// misspelt name).
 func TestParseSweep(t *testing.T) {
 	for _, tc := range []struct {
 		in    string
@@ -18,11 +19,13 @@ func TestParseSweep(t *testing.T) {
 		err   string
 	}{
 		{"", []string{""}, [][][2]string{nil}, ""},
-		{"none;TANDEM_CUDA_SPLIT=waves;", []string{"none", "TANDEM_CUDA_SPLIT=waves", "none"},
+		{" ; ", []string{""}, [][][2]string{nil}, ""},
+		{"none;TANDEM_CUDA_SPLIT=waves;;none;", []string{"none", "TANDEM_CUDA_SPLIT=waves", "none"},
 			[][][2]string{nil, {{"TANDEM_CUDA_SPLIT", "waves"}}, nil}, ""},
 		{"TANDEM_CUDA_ROWS=wide, TANDEM_CUDA_MINSPLIT=256;TANDEM_SPEC_AHEAD=0", []string{"TANDEM_CUDA_ROWS=wide, TANDEM_CUDA_MINSPLIT=256", "TANDEM_SPEC_AHEAD=0"},
 			[][][2]string{{{"TANDEM_CUDA_ROWS", "wide"}, {"TANDEM_CUDA_MINSPLIT", "256"}}, {{"TANDEM_SPEC_AHEAD", "0"}}}, ""},
-		{"TANDEM_CUDA_PDL=1", nil, nil, "read once at start-up"},
+		{"TANDEM_CUDA_PDL=1", nil, nil, "not a switch read at every call"},
+		{"TANDEM_SPEC_AHEED=0", nil, nil, "not a switch read at every call"},
 		{"TANDEM_CUDA_SPLIT", nil, nil, "not TANDEM_NAME=VALUE"},
 		{"PATH=/bin", nil, nil, "not TANDEM_NAME=VALUE"},
 	} {

@@ -53,6 +53,7 @@ type Backend struct {
 	recPart  int                               // its parts launched so far
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
+	fusedN   int                               // attn_fused launches, for the test that they happen
 
 	bwOnce sync.Once
 	bw     float64

@@ -802,30 +802,48 @@ func TestMatMulForProfiler(t *testing.T) {
 }
 
 // TestFusedAttentionMatches protects attn_fused (TANDEM_CUDA_ATTN_FUSED):
-// scores and values in one kernel give the two kernels' bits. Every
-// attention case runs, with its output's split for the next matmul, then
-// one- to four-query passes over key counts that leave partial groups of
-// 16 values and 256 keys, up to a whole chunk, a ring whose positions
-// straddle two chunks (two splits: the two kernels run either way), and
-// head widths the vector key loads do and do not take.
+// scores and values in one kernel give the two kernels' bits, and so does
+// a matmul of the output, whose split the kernel writes. Every attention
+// case runs, then one- to four-query passes over key counts that leave
+// partial groups of 16 values and 256 keys, up to a whole chunk; caches of
+// several chunks whose rows (of different lengths, one empty) lie in the
+// first, where the values kernel folds in the later chunks' maxima; rings
+// within and across a chunk boundary (two splits: the two kernels run
+// either way); and head widths the vector key loads do and do not take.
+// The passes that qualify must run the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
 	defer func(on, comb bool) { fusedAttention, combineInValuesOn = on, comb }(fusedAttention, combineInValuesOn)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
-	check := func(name string, tc opCase, seed uint64) {
+	r := rand.New(rand.NewPCG(41, 42))
+	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
+	check := func(name string, tc opCase, seed uint64, mustFuse bool) {
 		t.Helper()
-		run := func(on bool) []float32 {
+		run := func(on bool) (attn, product []float32) {
 			fusedAttention = on
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
-			return g.ToF32(a)
+			attn = g.ToF32(a)
+			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
+				product = g.ToF32(g.MatMul(a.Reshape(n/256, 256), w))
+			}
+			return attn, product
 		}
-		if err := sameBits(run(true), run(false)); err != nil {
+		before := g.fusedN
+		gotA, gotP := run(true)
+		if fused := g.fusedN > before; fused != mustFuse {
+			t.Fatalf("%s: attn_fused ran %v, want %v", name, fused, mustFuse)
+		}
+		wantA, wantP := run(false)
+		if err := sameBits(gotA, wantA); err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		if err := sameBits(gotP, wantP); err != nil {
+			t.Fatalf("%s, matmul of the output: %v", name, err)
 		}
 	}
 	for _, tc := range opCases {
 		if strings.HasPrefix(tc.name, "Attention/") {
-			check(tc.name, tc, 1)
+			check(tc.name, tc, 1, !strings.Contains(tc.name, "multi-split") && !strings.Contains(tc.name, "short-of-capacity"))
 		}
 	}
 	for _, L := range []int{1, 4} {
@@ -835,13 +853,15 @@ func TestFusedAttentionMatches(t *testing.T) {
 			}
 			for _, d := range []int{64, 100, 256, 512} {
 				check(fmt.Sprintf("%d queries, %d keys, head %d", L, keys, d),
-					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L))
+					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L), true)
 			}
 		}
+		check(fmt.Sprintf("%d queries, rows of 100, 0 and 700 keys in 2,600 slots", L),
+			attnCase("", 3, L, 4, 2, 2600, 64, 64, prefix(L, 100, 0, 700)), uint64(L+3), true)
 		check(fmt.Sprintf("%d queries, a sliding ring across a chunk boundary", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L))
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false)
 		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7))
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true)
 	}
 }
 

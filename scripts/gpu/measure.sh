@@ -98,7 +98,7 @@ for w in "${want[@]}"; do
       ;;
     ncu-step) # the small kernels of a 31B decode step (norms, attention) in Nsight Compute: which stall bounds them
       echo "== ncu-step"
-      ncu --clock-control none -k regex:'rmsnorm2|attn_values|attn_scores' --launch-skip 600 -c 6 \
+      ncu --clock-control none -k regex:'rmsnorm2|attn_values|attn_scores|attn_fused' --launch-skip 600 -c 6 \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         "$bin" bench --device cuda --preset gemma4-31b --contexts 128 --tokens 12 >"$out/ncu-step.txt" 2>&1
       grep -E "^  [a-z_0-9]+|Duration|DRAM Throughput|Registers Per Thread|Warp Cycles Per Issued|Stall" "$out/ncu-step.txt" | head -60
