@@ -170,6 +170,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -183,62 +184,9 @@ func newBench() *cobra.Command {
 						g.ReadSettings()
 					}
 					for _, c := range ctxs {
-						if c+tokens > m.Config.Text.MaxPositionEmbeddings {
-							return fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
-						}
-						prompt := randomPrompt(m, c, 1)
-						opt := generation.Options{MaxTokens: tokens}
-						var plainAt tokenTimes
-						var threadAt []time.Duration // the device thread's own time at each token (CUDA)
-						var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
-						onPlain := func(tok int32) {
-							plainAt.add(tok)
-							if onGPU {
-								busy, blocked := g.Device().HostTime()
-								threadAt = append(threadAt, busy-blocked)
-								poolAt = append(poolAt, g.PoolStats())
-							}
-						}
-						res, err := generation.Generate(ctx, m, prompt, opt, onPlain)
+						row, err := run.row(ctx, c)
 						if err != nil {
 							return err
-						}
-						row := benchRow{Context: c, BytesPerToken: bytes,
-							PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
-							RooflineTokS: roof / float64(bytes)}
-						row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
-						row.StepMs = spreadOf(plainAt.gaps())
-						row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
-						if w := warmup(len(poolAt)); len(poolAt)-1 > w {
-							row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
-						}
-						if a != nil {
-							d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, opt.Sample)
-							if err != nil {
-								return err
-							}
-							so := spec.Options{Options: opt, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
-							var specAt tokenTimes
-							var pool0 cuda.PoolStats
-							if onGPU {
-								pool0 = g.PoolStats()
-							}
-							sres, err := spec.Generate(ctx, m, d, prompt, so, specAt.add)
-							if err != nil {
-								return err
-							}
-							if onGPU {
-								row.PoolPerRound = poolPer(pool0, g.PoolStats(), sres.Stats.Rounds)
-							}
-							row.SpecTokS = specAt.rate(sres.Decode)
-							row.Acceptance = sres.Stats.AcceptanceRate()
-							row.TokensPerPass = sres.Stats.MeanAcceptLength()
-							row.Speedup = row.SpecTokS / row.DecodeTokS
-							if n := float64(sres.Stats.Rounds); n > 0 {
-								row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
-							}
-							row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
-							row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
 						}
 						row.Settings = grp.name
 						rows = append(rows, row)
@@ -449,6 +397,81 @@ func hostPerStep(issue, thread []time.Duration) (issueMs, threadMs float64) {
 		threadMs = ms(thread[n-1]-thread[w]) / float64(n-1-w)
 	}
 	return issueMs, threadMs
+}
+
+// benchRun measures one context's row: a plain decode and, with a
+// drafter, a speculative one, both from the same random prompt.
+type benchRun struct {
+	m         *gemma4.Model
+	a         *gemma4.Assistant // nil: plain decoding only
+	g         *cuda.Backend     // nil off the GPU
+	tokens, k int
+	synthetic float64
+	roof      float64 // copy bandwidth, bytes/s
+	bytes     int64   // read per decode step
+}
+
+func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
+	m, g, onGPU, tokens := br.m, br.g, br.g != nil, br.tokens
+	if c+tokens > m.Config.Text.MaxPositionEmbeddings {
+		return benchRow{}, fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
+	}
+	prompt := randomPrompt(m, c, 1)
+	opt := generation.Options{MaxTokens: tokens}
+	var plainAt tokenTimes
+	var threadAt []time.Duration // the device thread's own time at each token (CUDA)
+	var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
+	onPlain := func(tok int32) {
+		plainAt.add(tok)
+		if onGPU {
+			busy, blocked := g.Device().HostTime()
+			threadAt = append(threadAt, busy-blocked)
+			poolAt = append(poolAt, g.PoolStats())
+		}
+	}
+	res, err := generation.Generate(ctx, m, prompt, opt, onPlain)
+	if err != nil {
+		return benchRow{}, err
+	}
+	row := benchRow{Context: c, BytesPerToken: br.bytes,
+		PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
+		RooflineTokS: br.roof / float64(br.bytes)}
+	row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
+	row.StepMs = spreadOf(plainAt.gaps())
+	row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
+	if w := warmup(len(poolAt)); len(poolAt)-1 > w {
+		row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
+	}
+	if br.a == nil {
+		return row, nil
+	}
+	d, err := spec.NewAssistant(br.a, gemma4.DraftOptions{}, opt.Sample)
+	if err != nil {
+		return benchRow{}, err
+	}
+	so := spec.Options{Options: opt, DraftTokens: br.k, Synthetic: br.synthetic >= 0, SyntheticAcceptance: br.synthetic}
+	var specAt tokenTimes
+	var pool0 cuda.PoolStats
+	if onGPU {
+		pool0 = g.PoolStats()
+	}
+	sres, err := spec.Generate(ctx, m, d, prompt, so, specAt.add)
+	if err != nil {
+		return benchRow{}, err
+	}
+	if onGPU {
+		row.PoolPerRound = poolPer(pool0, g.PoolStats(), sres.Stats.Rounds)
+	}
+	row.SpecTokS = specAt.rate(sres.Decode)
+	row.Acceptance = sres.Stats.AcceptanceRate()
+	row.TokensPerPass = sres.Stats.MeanAcceptLength()
+	row.Speedup = row.SpecTokS / row.DecodeTokS
+	if n := float64(sres.Stats.Rounds); n > 0 {
+		row.DraftMs, row.VerifyMs = ms(sres.Stats.DraftTime)/n, ms(sres.Stats.VerifyTime)/n
+	}
+	row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
+	row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
+	return row, nil
 }
 
 // label names a row in bench's text lines: its context, and its settings
