@@ -672,7 +672,8 @@ __device__ __forceinline__ bool visible(int kp, int qp, int causal, int window) 
 }
 
 // store_block_max writes the block's maximum of m (NaN if any is) to dst,
-// by a tree over shm (RBLOCK floats): exact whatever the order.
+// by block_tree0 over shm (a float a thread), whose fixed order also fixes
+// which zero a tie of +0 and −0 gives.
 __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst) {
     m = block_tree0(m, shm, max_nan());
     if (threadIdx.x == 0) *dst = m;
