@@ -21,6 +21,7 @@ var ErrOutOfMemory = errors.New("cuda: out of device memory")
 type pool struct {
 	dev     *Device
 	alloc   func(n int) (Buffer, error) // new device memory: dev.Alloc (tests replace it)
+	gc      func()                      // a garbage collection: runtime.GC (tests replace it)
 	mu      sync.Mutex
 	free    map[int][]*block // size class → cached blocks
 	cached  int64            // bytes in free
@@ -77,7 +78,7 @@ type block struct {
 }
 
 func newPool(dev *Device) *pool {
-	p := &pool{dev: dev, free: map[int][]*block{}, gcEvery: 4 << 30, bgEvery: poolGCEvery}
+	p := &pool{dev: dev, free: map[int][]*block{}, gcEvery: 4 << 30, bgEvery: poolGCEvery, gc: runtime.GC}
 	if dev != nil {
 		p.alloc = dev.Alloc
 	}
@@ -106,7 +107,7 @@ func (p *pool) handedOut() {
 	p.bgRunning.Store(true)
 	go func() {
 		defer p.bgRunning.Store(false)
-		runtime.GC() // the cleanups of the garbage found return its blocks (put)
+		p.gc() // the cleanups of the garbage found return its blocks (put)
 	}()
 }
 
@@ -143,15 +144,24 @@ func (p *pool) get(n int) (*block, error) {
 	p.newGC++
 	collect := p.sinceGC > p.gcEvery || p.newGC > gcAllocs
 	if collect {
-		p.sinceGC, p.newGC, p.sinceKick = 0, 0, 0 // a background one would find nothing more
-		p.stats.Collections++
+		p.sinceGC, p.newGC = 0, 0
+		if p.bgEvery > 0 {
+			// With background collections on, this one goes there too
+			// (unless one runs already): the caller is recording a step,
+			// and a blocking collection stalls the device behind it.
+			p.sinceKick = p.bgEvery
+			collect = false
+		} else {
+			p.sinceKick = 0
+			p.stats.Collections++
+		}
 	}
 	p.handedOut()
 	p.mu.Unlock()
 	if collect {
 		// Garbage tensors hold device memory the Go heap does not see;
 		// collect them now and then so the pool recycles instead of growing.
-		runtime.GC()
+		p.gc()
 	}
 	buf, err := p.alloc(size)
 	if err != nil {

@@ -153,6 +153,68 @@ func TestPoolStatsAndBackgroundCollection(t *testing.T) {
 	}
 }
 
+// The collection forced after gcAllocs new allocations blocks the caller,
+// unless background collections are on (TANDEM_CUDA_POOL_GC): then it goes
+// to the background too, rather than stalling the goroutine that records a
+// step, and it is started (and counted) even when the hand-out count alone
+// would not start one.
+func TestForcedCollection(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		bgEvery    int
+		background bool
+	}{
+		{"background collections off: on the caller", 0, false},
+		{"background collections on: in the background", 1 << 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPool(nil)
+			p.bgEvery = tc.bgEvery
+			next := uintptr(0)
+			p.alloc = func(n int) (Buffer, error) {
+				next += 0x1000
+				return Buffer{ptr: next, Size: n}, nil
+			}
+			release := make(chan struct{})
+			collecting := make(chan struct{}, 1)
+			p.gc = func() { // a collection that lasts until the test ends it
+				collecting <- struct{}{}
+				<-release
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range gcAllocs + 1 {
+					if _, err := p.get(256); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+			select {
+			case <-collecting:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no collection started")
+			}
+			select {
+			case <-done:
+				if !tc.background {
+					t.Fatal("the allocations finished while their collection still ran")
+				}
+			case <-time.After(200 * time.Millisecond):
+				if tc.background {
+					t.Fatal("the allocations waited for a collection in the background")
+				}
+			}
+			close(release)
+			<-done
+			if got := p.snapshot(); got.Collections != 1 || got.DriverAllocs != gcAllocs+1 {
+				t.Fatalf("after %d new allocations: %+v, want one collection", gcAllocs+1, got)
+			}
+		})
+	}
+}
+
 // The split memo keeps at most maxSplits entries and maxSplitBytes of
 // parts, evicting the oldest, and forgets exactly the tensors whose memory
 // a write touches (views of the same allocation included).
