@@ -73,6 +73,12 @@ type benchRow struct {
 	SpecTimeline  *cuda.Profile `json:"speculative_kernel_timeline,omitempty"`
 	ProfileSteps  int           `json:"profile_steps,omitempty"`
 	ProfileRounds int           `json:"profile_rounds,omitempty"`
+	// --graph-profile: real plain steps and speculative rounds timed a
+	// whole CUDA graph at a time (no events between kernels).
+	GraphPlain  *cuda.Profile `json:"graph_timeline,omitempty"`
+	GraphSpec   *cuda.Profile `json:"speculative_graph_timeline,omitempty"`
+	GraphSteps  int           `json:"graph_steps,omitempty"`
+	GraphRounds int           `json:"graph_rounds,omitempty"`
 }
 
 func newBench() *cobra.Command {
@@ -80,7 +86,7 @@ func newBench() *cobra.Command {
 		preset, model, draft, device, contexts string
 		tokens, k, threads                     int
 		synthetic                              float64
-		asJSON, kernels                        bool
+		asJSON, kernels, graphProfile          bool
 		cpuProfile, sweep                      string
 	)
 	cmd := &cobra.Command{
@@ -120,6 +126,9 @@ func newBench() *cobra.Command {
 			g, onGPU := b.(*cuda.Backend)
 			if kernels && !onGPU {
 				return fmt.Errorf("--kernel-profile needs the GPU (--device cuda)")
+			}
+			if graphProfile && (!onGPU || !g.Device().Graphs()) {
+				return fmt.Errorf("--graph-profile needs the GPU with CUDA graphs (--device cuda, TANDEM_CUDA_GRAPHS not 0)")
 			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
@@ -170,7 +179,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes}
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, graphs: graphProfile}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -207,10 +216,10 @@ func newBench() *cobra.Command {
 						_, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: tokens}, onToken)
 						return tokens - 1, err
 					}
-					if r.Profile, r.ProfileSteps, err = profileRun(g, true, plain); err != nil {
+					if r.Profile, r.ProfileSteps, err = profileRun(g, kernelsBackToBack, plain); err != nil {
 						return err
 					}
-					if r.Timeline, r.ProfileSteps, err = profileRun(g, false, plain); err != nil {
+					if r.Timeline, r.ProfileSteps, err = profileRun(g, kernelsAsIssued, plain); err != nil {
 						return err
 					}
 					if a == nil {
@@ -228,7 +237,7 @@ func newBench() *cobra.Command {
 						}
 						return res.Stats.Rounds, nil
 					}
-					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, false, specRun); err != nil {
+					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, kernelsAsIssued, specRun); err != nil {
 						return err
 					}
 				}
@@ -303,6 +312,14 @@ func newBench() *cobra.Command {
 				}
 			}
 			for _, r := range rows {
+				if r.GraphPlain != nil {
+					printGraphs(out, r.label(), "plain step", r.GraphPlain, r.GraphSteps)
+				}
+				if r.GraphSpec != nil {
+					printGraphs(out, r.label(), "speculative round", r.GraphSpec, r.GraphRounds)
+				}
+			}
+			for _, r := range rows {
 				if r.Profile != nil {
 					step := time.Duration(float64(time.Second) / r.DecodeTokS)
 					printProfile(out, fmt.Sprintf("kernel profile: plain decode after %d tokens, kernels run back to back", r.Context), "step", r.Profile, r.ProfileSteps, step)
@@ -330,6 +347,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	f.StringVar(&sweep, "sweep", "", `measure each of these settings in turn with the model built once: groups separated by ";", each TANDEM_NAME=VALUE pairs separated by ","; "none" is the settings the process started with (e.g. "none;TANDEM_CUDA_SPLIT=waves;none")`)
@@ -409,6 +427,7 @@ type benchRun struct {
 	synthetic float64
 	roof      float64 // copy bandwidth, bytes/s
 	bytes     int64   // read per decode step
+	graphs    bool    // --graph-profile
 }
 
 func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
@@ -442,6 +461,15 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	if w := warmup(len(poolAt)); len(poolAt)-1 > w {
 		row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
 	}
+	if br.graphs {
+		plain := func(onToken func(int32)) (int, error) {
+			_, err := generation.Generate(ctx, m, prompt, opt, onToken)
+			return tokens - 1, err
+		}
+		if row.GraphPlain, row.GraphSteps, err = profileRun(g, graphsAsIssued, plain); err != nil {
+			return benchRow{}, err
+		}
+	}
 	if br.a == nil {
 		return row, nil
 	}
@@ -471,6 +499,18 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	}
 	row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
 	row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
+	if br.graphs {
+		specRun := func(onToken func(int32)) (int, error) {
+			res, err := spec.Generate(ctx, m, d, prompt, so, onToken)
+			if err != nil {
+				return 0, err
+			}
+			return res.Stats.Rounds, nil
+		}
+		if row.GraphSpec, row.GraphRounds, err = profileRun(g, graphsAsIssued, specRun); err != nil {
+			return benchRow{}, err
+		}
+	}
 	return row, nil
 }
 
@@ -582,15 +622,28 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 // the device's alone. Without, the profile is the real timeline: where the
 // device sat idle and why. run reports how many steps (or rounds) the
 // profile covers.
-func profileRun(g *cuda.Backend, spin bool, run func(onToken func(int32)) (int, error)) (*cuda.Profile, int, error) {
+// profileKind is what profileRun times.
+type profileKind int
+
+const (
+	kernelsBackToBack profileKind = iota // every kernel, held back behind a spin so they run back to back
+	kernelsAsIssued                      // every kernel, as the host issues them (recordings run as calls)
+	graphsAsIssued                       // whole graphs, as a real run launches them
+)
+
+func profileRun(g *cuda.Backend, kind profileKind, run func(onToken func(int32)) (int, error)) (*cuda.Profile, int, error) {
 	started := false
 	var err error
 	units, rerr := run(func(int32) {
 		if !started && err == nil {
-			err = g.Device().StartProfile()
+			if kind == graphsAsIssued {
+				err = g.Device().StartGraphProfile()
+			} else {
+				err = g.Device().StartProfile()
+			}
 			started = err == nil
 		}
-		if started && spin {
+		if started && kind == kernelsBackToBack {
 			g.Spin(100 * time.Millisecond)
 		}
 	})
@@ -607,7 +660,7 @@ func profileRun(g *cuda.Backend, spin bool, run func(onToken func(int32)) (int, 
 		prof = p
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("--kernel-profile: %w", err)
+		return nil, 0, fmt.Errorf("profile: %w", err)
 	}
 	for _, d := range issue {
 		prof.Issue += d
@@ -678,12 +731,36 @@ func printTimeline(w io.Writer, unit string, p *cuda.Profile, units int) {
 	n := float64(max(units, 1))
 	fmt.Fprintf(w, "timeline of a real %s (with profiling events): device idle %.2f ms per %s between kernels, %.2f ms of it waiting for the host to issue the next; longest gaps:\n",
 		unit, ms(p.Idle)/n, unit, ms(p.HostBound)/n)
+	printGaps(w, p.Gaps)
+}
+
+// printGaps lists a profile's longest idle stretches.
+func printGaps(w io.Writer, gaps []cuda.Gap) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  idle\thost late\tbetween\tsynchronous calls in between")
-	for _, g := range p.Gaps {
+	for _, g := range gaps {
 		fmt.Fprintf(tw, "  %v\t%v\t%s → %s\t%s\n", g.Idle.Round(time.Microsecond), g.HostLate.Round(time.Microsecond), g.After, g.Before, g.HostCalls)
 	}
 	tw.Flush()
+}
+
+// printGraphs prints a --graph-profile timeline: the device time of each
+// recording site's graphs and the idle time between graphs, per unit (a
+// plain step or a speculative round).
+func printGraphs(w io.Writer, label, unit string, p *cuda.Profile, units int) {
+	fmt.Fprintf(w, "%s: graphs of real %ss, %s\n", label, unit, graphSummary(unit, p, units))
+	printGaps(w, p.Gaps)
+}
+
+// graphSummary is printGraphs' line: time in graphs by site, then idle.
+func graphSummary(unit string, p *cuda.Profile, units int) string {
+	n := float64(max(units, 1))
+	var parts []string
+	for _, s := range p.Sites {
+		parts = append(parts, fmt.Sprintf("%s %.2f ms (%.1f graphs)", s.Name, ms(s.Time)/n, float64(s.Calls)/n))
+	}
+	return fmt.Sprintf("%d of them: %.2f ms a %s in graphs (%s); the device idle %.2f ms a %s between graphs, %.2f ms of it waiting for the host to launch the next; longest gaps:",
+		units, ms(p.Busy)/n, unit, strings.Join(parts, ", "), ms(p.Idle)/n, unit, ms(p.HostBound)/n)
 }
 
 // printChanged says which kernels' launches changed their grid or

@@ -216,6 +216,23 @@ func TestPoolPer(t *testing.T) {
 	}
 }
 
+// TestGraphSummary protects --graph-profile's line: each site's graph time
+// and graph count per unit, then the idle time between graphs and the part
+// the host caused, per unit.
+func TestGraphSummary(t *testing.T) {
+	p := &cuda.Profile{
+		Sites:     []cuda.KernelTime{{Name: "verify-at4", Calls: 20, Time: 46 * time.Millisecond}, {Name: "draft-ahead-at0", Calls: 2, Time: time.Millisecond}},
+		Busy:      47 * time.Millisecond,
+		Idle:      3 * time.Millisecond,
+		HostBound: time.Millisecond,
+	}
+	got := graphSummary("round", p, 2)
+	want := "2 of them: 23.50 ms a round in graphs (verify-at4 23.00 ms (10.0 graphs), draft-ahead-at0 0.50 ms (1.0 graphs)); the device idle 1.50 ms a round between graphs, 0.50 ms of it waiting for the host to launch the next; longest gaps:"
+	if got != want {
+		t.Errorf("graphSummary:\n got %s\nwant %s", got, want)
+	}
+}
+
 // millis makes durations of whole milliseconds.
 func millis(v ...int) []time.Duration {
 	var ds []time.Duration

@@ -494,7 +494,7 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 			}
 			pp = uintptr(unsafe.Pointer(&params[0]))
 		}
-		if dev.prof != nil {
+		if dev.prof != nil && !dev.prof.graphs {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
 		if (pdl || dev.pdlRec) && dev.d.launchExFn != 0 {

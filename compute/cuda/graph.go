@@ -3,6 +3,7 @@ package cuda
 import (
 	"maps"
 	"os"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -219,6 +220,10 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 		}
 		dev.graphs.stats.Instantiated++
 		dev.graphs.execs[site] = exec
+	}
+	if p := dev.prof; p != nil && p.graphs {
+		p.site, _, _ = strings.Cut(site, "/") // a checkpoint's part counts under its step's site
+		defer p.around(dev.d, dev.stream, site)()
 	}
 	return dev.d.cuGraphLaunch(exec, dev.stream) == 0
 }

@@ -77,6 +77,47 @@ func TestGraphsMatchDirect(t *testing.T) {
 	}
 }
 
+// TestGraphProfile protects StartGraphProfile (bench --graph-profile): a
+// recorded step runs as its graphs, checkpoints included, and each graph
+// is one mark, named by its site and part and summed under its site,
+// rather than its kernels being timed one by one.
+func TestGraphProfile(t *testing.T) {
+	g := backendOrSkip(t)
+	if !g.dev.Graphs() {
+		t.Skip("CUDA graphs are off")
+	}
+	r := rand.New(rand.NewPCG(51, 52))
+	x := g.FromF32(randF32(r, 4*256), 4, 256)
+	step := func() {
+		end := compute.Record(g, "probe")
+		y := g.Add(x, x)
+		compute.Checkpoint(g) // the step's second part
+		g.Add(y, y)
+		end()
+	}
+	step() // the site's first recording
+	if err := g.dev.StartGraphProfile(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		step()
+	}
+	p, err := g.dev.StopProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, k := range p.Kernels {
+		names[k.Name] = k.Calls
+	}
+	if names["probe"] != 3 || names["probe/1"] != 3 || len(names) != 2 {
+		t.Fatalf("graph marks %v, want probe and probe/1 three times each", names)
+	}
+	if len(p.Sites) != 1 || p.Sites[0].Name != "probe" || p.Sites[0].Calls != 6 || p.Busy <= 0 {
+		t.Fatalf("sites %+v (busy %v), want probe's six graphs", p.Sites, p.Busy)
+	}
+}
+
 // TestProgrammaticLaunchWaits protects pdl_start (TANDEM_CUDA_PDL): a
 // kernel launched while the one before it still writes must not read
 // early. A 256 MB copy on one block per multiprocessor starts all its

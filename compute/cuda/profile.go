@@ -48,13 +48,14 @@ type Gap struct {
 }
 
 type profiler struct {
-	site  string // the recording site being issued
-	start time.Time
-	base  uintptr // event recorded at start: device time zero
-	marks []profMark
-	calls []hostCall
-	free  []uintptr // events to reuse
-	err   error
+	graphs bool   // StartGraphProfile: whole graphs, not kernels
+	site   string // the recording site being issued
+	start  time.Time
+	base   uintptr // event recorded at start: device time zero
+	marks  []profMark
+	calls  []hostCall
+	free   []uintptr // events to reuse
+	err    error
 }
 
 type profMark struct {
@@ -117,8 +118,19 @@ func callerName(skip int) string {
 	return name[strings.LastIndex(name, "/")+1:]
 }
 
-// StartProfile starts timing every kernel the device runs.
-func (dev *Device) StartProfile() error {
+// StartProfile starts timing every kernel the device runs. Recordings run
+// as their calls, not as graphs, so that each kernel can be bracketed.
+func (dev *Device) StartProfile() error { return dev.startProfile(false) }
+
+// StartGraphProfile starts timing every CUDA graph the device launches, as
+// a whole: the timeline of real steps and rounds, graphs and checkpoints
+// as they run, with no events between kernels (whose cost to the host
+// StartProfile pays). Each graph is a mark named by its site and part
+// ("verify-at4/3") and summed by its site; work outside recordings is not
+// timed, and shows as idle time between graphs. StopProfile ends it.
+func (dev *Device) StartGraphProfile() error { return dev.startProfile(true) }
+
+func (dev *Device) startProfile(graphs bool) error {
 	if dev.d.cuEventElapsedTime == nil {
 		return errors.New("cuda: the driver has no cuEventElapsedTime; profiling is unavailable")
 	}
@@ -126,11 +138,13 @@ func (dev *Device) StartProfile() error {
 		if err := dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()); err != nil {
 			return err
 		}
-		p := &profiler{start: time.Now()}
+		p := &profiler{start: time.Now(), graphs: graphs}
 		p.base = p.event(dev.d)
 		dev.d.cuEventRecord(p.base, dev.stream)
 		dev.prof = p
-		dev.profiling.Store(true)
+		if !graphs { // the kernel profile runs recordings as calls
+			dev.profiling.Store(true)
+		}
 		return nil
 	})
 }
