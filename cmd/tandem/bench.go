@@ -461,17 +461,8 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	if w := warmup(len(poolAt)); len(poolAt)-1 > w {
 		row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
 	}
-	if br.graphs {
-		plain := func(onToken func(int32)) (int, error) {
-			_, err := generation.Generate(ctx, m, prompt, opt, onToken)
-			return tokens - 1, err
-		}
-		if row.GraphPlain, row.GraphSteps, err = profileRun(g, graphsAsIssued, plain); err != nil {
-			return benchRow{}, err
-		}
-	}
 	if br.a == nil {
-		return row, nil
+		return row, br.graphRuns(ctx, &row, prompt, opt, nil, spec.Options{})
 	}
 	d, err := spec.NewAssistant(br.a, gemma4.DraftOptions{}, opt.Sample)
 	if err != nil {
@@ -499,19 +490,33 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	}
 	row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
 	row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
-	if br.graphs {
-		specRun := func(onToken func(int32)) (int, error) {
-			res, err := spec.Generate(ctx, m, d, prompt, so, onToken)
-			if err != nil {
-				return 0, err
-			}
-			return res.Stats.Rounds, nil
-		}
-		if row.GraphSpec, row.GraphRounds, err = profileRun(g, graphsAsIssued, specRun); err != nil {
-			return benchRow{}, err
-		}
+	return row, br.graphRuns(ctx, &row, prompt, opt, d, so)
+}
+
+// graphRuns adds --graph-profile's timelines to row: the plain decode and,
+// with a drafter d, the speculative one again, after the measured runs so
+// that they do not change them.
+func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32, opt generation.Options, d spec.Drafter, so spec.Options) error {
+	if !br.graphs {
+		return nil
 	}
-	return row, nil
+	plain := func(onToken func(int32)) (int, error) {
+		_, err := generation.Generate(ctx, br.m, prompt, opt, onToken)
+		return br.tokens - 1, err
+	}
+	var err error
+	if row.GraphPlain, row.GraphSteps, err = profileRun(br.g, graphsAsIssued, plain); err != nil || d == nil {
+		return err
+	}
+	specRun := func(onToken func(int32)) (int, error) {
+		res, err := spec.Generate(ctx, br.m, d, prompt, so, onToken)
+		if err != nil {
+			return 0, err
+		}
+		return res.Stats.Rounds, nil
+	}
+	row.GraphSpec, row.GraphRounds, err = profileRun(br.g, graphsAsIssued, specRun)
+	return err
 }
 
 // label names a row in bench's text lines: its context, and its settings
@@ -616,12 +621,6 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 	return p.RandomAssistant(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
 }
 
-// profileRun profiles run from its first token on. With spin, every token
-// callback queues a spin long enough for the host to issue the next step
-// behind it, so a plain step's kernels run back to back and their times are
-// the device's alone. Without, the profile is the real timeline: where the
-// device sat idle and why. run reports how many steps (or rounds) the
-// profile covers.
 // profileKind is what profileRun times.
 type profileKind int
 
@@ -630,6 +629,13 @@ const (
 	kernelsAsIssued                      // every kernel, as the host issues them (recordings run as calls)
 	graphsAsIssued                       // whole graphs, as a real run launches them
 )
+
+// profileRun profiles run from its first token on. With kernelsBackToBack
+// every token callback queues a spin long enough for the host to issue the
+// next step behind it, so a plain step's kernels run back to back and their
+// times are the device's alone. Otherwise the profile is the real
+// timeline: where the device sat idle and why. run reports how many steps
+// (or rounds) the profile covers.
 
 func profileRun(g *cuda.Backend, kind profileKind, run func(onToken func(int32)) (int, error)) (*cuda.Profile, int, error) {
 	started := false
@@ -759,7 +765,7 @@ func graphSummary(unit string, p *cuda.Profile, units int) string {
 	for _, s := range p.Sites {
 		parts = append(parts, fmt.Sprintf("%s %.2f ms (%.1f graphs)", s.Name, ms(s.Time)/n, float64(s.Calls)/n))
 	}
-	return fmt.Sprintf("%d of them: %.2f ms a %s in graphs (%s); the device idle %.2f ms a %s between graphs, %.2f ms of it waiting for the host to launch the next; longest gaps:",
+	return fmt.Sprintf("%d of them: %.2f ms a %s in graphs (%s; a graph's time includes its launch when the device waits for it); %.2f ms a %s between graphs (idle, or running work outside graphs), %.2f ms of it before the host had launched the next; longest gaps:",
 		units, ms(p.Busy)/n, unit, strings.Join(parts, ", "), ms(p.Idle)/n, unit, ms(p.HostBound)/n)
 }
 

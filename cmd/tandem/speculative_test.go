@@ -227,7 +227,7 @@ func TestGraphSummary(t *testing.T) {
 		HostBound: time.Millisecond,
 	}
 	got := graphSummary("round", p, 2)
-	want := "2 of them: 23.50 ms a round in graphs (verify-at4 23.00 ms (10.0 graphs), draft-ahead-at0 0.50 ms (1.0 graphs)); the device idle 1.50 ms a round between graphs, 0.50 ms of it waiting for the host to launch the next; longest gaps:"
+	want := "2 of them: 23.50 ms a round in graphs (verify-at4 23.00 ms (10.0 graphs), draft-ahead-at0 0.50 ms (1.0 graphs); a graph's time includes its launch when the device waits for it); 1.50 ms a round between graphs (idle, or running work outside graphs), 0.50 ms of it before the host had launched the next; longest gaps:"
 	if got != want {
 		t.Errorf("graphSummary:\n got %s\nwant %s", got, want)
 	}

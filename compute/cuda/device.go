@@ -30,7 +30,8 @@ type Device struct {
 	pdlRec        bool         // the recording in progress launches with PDL (pdlDecode); device thread only
 	stream        uintptr      // the stream all work goes to: 0 (legacy) unless graphs are on
 	graphs        graphState   // device thread only
-	profiling     atomic.Bool  // prof != nil, for the host side
+	profiling     atomic.Bool  // a kernel profile runs (prof != nil, not graphs), for the host side
+	callNames     atomic.Bool  // a profile of either kind runs: name the device thread's synchronous calls
 	busy, blocked atomic.Int64 // nanoseconds the device thread spent in calls, and of that in waits for the device (HostTime)
 	closed        atomic.Bool
 	mu            sync.Mutex
@@ -149,7 +150,7 @@ func (dev *Device) run(f func() error, endCapture bool) error {
 	}
 	done := make(chan error, 1)
 	name := ""
-	if dev.profiling.Load() {
+	if dev.callNames.Load() {
 		name = callerName(2) // do's or doKeep's caller
 	}
 	if !dev.send(func() {

@@ -221,11 +221,19 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 		dev.graphs.stats.Instantiated++
 		dev.graphs.execs[site] = exec
 	}
-	if p := dev.prof; p != nil && p.graphs {
-		p.site, _, _ = strings.Cut(site, "/") // a checkpoint's part counts under its step's site
-		defer p.around(dev.d, dev.stream, site)()
+	p := dev.prof
+	if p == nil || !p.graphs {
+		return dev.d.cuGraphLaunch(exec, dev.stream) == 0
 	}
-	return dev.d.cuGraphLaunch(exec, dev.stream) == 0
+	// Graph profile: a mark around the launch (which it includes while the
+	// device waits for it), only for a graph that did launch.
+	p.site, _, _ = strings.Cut(site, "/") // a checkpoint's part counts under its step's site
+	done := p.around(dev.d, dev.stream, site)
+	if dev.d.cuGraphLaunch(exec, dev.stream) != 0 {
+		return false
+	}
+	done()
+	return true
 }
 
 // GraphStats reports what became of the recordings so far.

@@ -86,6 +86,8 @@ func TestGraphProfile(t *testing.T) {
 	if !g.dev.Graphs() {
 		t.Skip("CUDA graphs are off")
 	}
+	defer func(on bool) { checkpoints = on }(checkpoints)
+	checkpoints = true
 	r := rand.New(rand.NewPCG(51, 52))
 	x := g.FromF32(randF32(r, 4*256), 4, 256)
 	step := func() {

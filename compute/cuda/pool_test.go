@@ -182,13 +182,16 @@ func TestForcedCollection(t *testing.T) {
 				<-release
 			}
 			done := make(chan struct{})
+			var kept []*block // alive: a block the runtime collected would be reused, not allocated
 			go func() {
 				defer close(done)
 				for range gcAllocs + 1 {
-					if _, err := p.get(256); err != nil {
+					b, err := p.get(256)
+					if err != nil {
 						t.Error(err)
 						return
 					}
+					kept = append(kept, b)
 				}
 			}()
 			select {
@@ -196,18 +199,23 @@ func TestForcedCollection(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("no collection started")
 			}
+			wait := 300 * time.Millisecond // the blocking case never finishes before the release
+			if tc.background {
+				wait = 10 * time.Second
+			}
 			select {
 			case <-done:
 				if !tc.background {
 					t.Fatal("the allocations finished while their collection still ran")
 				}
-			case <-time.After(200 * time.Millisecond):
+			case <-time.After(wait):
 				if tc.background {
 					t.Fatal("the allocations waited for a collection in the background")
 				}
 			}
 			close(release)
 			<-done
+			runtime.KeepAlive(kept)
 			if got := p.snapshot(); got.Collections != 1 || got.DriverAllocs != gcAllocs+1 {
 				t.Fatalf("after %d new allocations: %+v, want one collection", gcAllocs+1, got)
 			}

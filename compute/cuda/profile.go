@@ -145,6 +145,7 @@ func (dev *Device) startProfile(graphs bool) error {
 		if !graphs { // the kernel profile runs recordings as calls
 			dev.profiling.Store(true)
 		}
+		dev.callNames.Store(true)
 		return nil
 	})
 }
@@ -160,6 +161,7 @@ func (dev *Device) StopProfile() (Profile, error) {
 		}
 		dev.prof = nil
 		dev.profiling.Store(false)
+		dev.callNames.Store(false)
 		if err := dev.d.check("cuCtxSynchronize", dev.d.cuCtxSynchronize()); err != nil {
 			return err
 		}
