@@ -93,6 +93,19 @@ func TestPoolReuse(t *testing.T) {
 	}
 }
 
+// fakePool is a pool without a device: new memory comes from made-up
+// addresses, each a fresh megabyte apart.
+func fakePool(bgEvery int) *pool {
+	p := newPool(nil)
+	p.bgEvery = bgEvery
+	next := uintptr(0)
+	p.alloc = func(n int) (Buffer, error) {
+		next += 1 << 20
+		return Buffer{ptr: next, Size: n}, nil
+	}
+	return p
+}
+
 // TestPoolStatsAndBackgroundCollection protects the pool's counts (every
 // hand-out, which of them asked the driver and for how many bytes) and
 // TANDEM_CUDA_POOL_GC: every bgEvery hand-outs the pool starts a collection
@@ -109,13 +122,7 @@ func TestPoolStatsAndBackgroundCollection(t *testing.T) {
 		{"every three hand-outs", 3, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPool(nil)
-			p.bgEvery = tc.bgEvery
-			next := uintptr(0x10000)
-			p.alloc = func(n int) (Buffer, error) {
-				next += 0x10000
-				return Buffer{ptr: next, Size: n}, nil
-			}
+			p := fakePool(tc.bgEvery)
 			size := sizeClass(1000)
 			dropped, err := p.get(1000) // two misses: new memory
 			if err != nil {
@@ -168,13 +175,7 @@ func TestForcedCollection(t *testing.T) {
 		{"background collections on: in the background", 1 << 30, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPool(nil)
-			p.bgEvery = tc.bgEvery
-			next := uintptr(0)
-			p.alloc = func(n int) (Buffer, error) {
-				next += 0x1000
-				return Buffer{ptr: next, Size: n}, nil
-			}
+			p := fakePool(tc.bgEvery)
 			release := make(chan struct{})
 			collecting := make(chan struct{}, 1)
 			p.gc = func() { // a collection that lasts until the test ends it
