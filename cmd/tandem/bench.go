@@ -21,6 +21,7 @@ import (
 
 	"tandem/compute"
 	"tandem/compute/cuda"
+	"tandem/engine"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/progress"
@@ -73,6 +74,12 @@ type benchRow struct {
 	SpecTimeline  *cuda.Profile `json:"speculative_kernel_timeline,omitempty"`
 	ProfileSteps  int           `json:"profile_steps,omitempty"`
 	ProfileRounds int           `json:"profile_rounds,omitempty"`
+	// --engine: the same prompt as one request through the serving engine
+	// (tandem serve's path), plainly and, with a drafter, speculatively at
+	// the drafter's real acceptance.
+	EngineTokS       float64 `json:"engine_decode_tokens_per_s,omitempty"`
+	EngineSpecTokS   float64 `json:"engine_speculative_tokens_per_s,omitempty"`
+	EngineAcceptance float64 `json:"engine_acceptance_rate,omitempty"`
 	// --graph-profile: real plain steps and speculative rounds timed a
 	// whole CUDA graph at a time (no events between kernels).
 	GraphPlain  *cuda.Profile `json:"graph_timeline,omitempty"`
@@ -86,7 +93,7 @@ func newBench() *cobra.Command {
 		preset, model, draft, device, contexts string
 		tokens, k, threads                     int
 		synthetic                              float64
-		asJSON, kernels, graphProfile          bool
+		asJSON, kernels, graphProfile, viaEng  bool
 		cpuProfile, sweep                      string
 	)
 	cmd := &cobra.Command{
@@ -179,7 +186,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, graphs: graphProfile}
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, graphs: graphProfile, engine: viaEng}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -310,6 +317,13 @@ func newBench() *cobra.Command {
 					fmt.Fprintf(out, "%s: %d of %d rounds drafted ahead of the last verdict; %d more guessed wrong and drafted again\n",
 						at, r.Ahead, r.Rounds, r.AheadMissed)
 				}
+				if r.EngineTokS > 0 {
+					line := fmt.Sprintf("%s: through the serving engine (tandem serve's path, one request): decode %.2f tok/s (%.2fx the direct path)", at, r.EngineTokS, r.EngineTokS/r.DecodeTokS)
+					if r.EngineSpecTokS > 0 {
+						line += fmt.Sprintf(", speculative %.2f tok/s at %.0f%% real acceptance", r.EngineSpecTokS, 100*r.EngineAcceptance)
+					}
+					fmt.Fprintln(out, line)
+				}
 			}
 			for _, r := range rows {
 				if r.GraphPlain != nil {
@@ -347,6 +361,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
@@ -428,6 +443,7 @@ type benchRun struct {
 	roof      float64 // copy bandwidth, bytes/s
 	bytes     int64   // read per decode step
 	graphs    bool    // --graph-profile
+	engine    bool    // --engine
 }
 
 func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
@@ -462,6 +478,9 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 		row.PoolPerStep = poolPer(poolAt[w], poolAt[len(poolAt)-1], len(poolAt)-1-w)
 	}
 	if br.a == nil {
+		if err := br.engineRuns(ctx, &row, prompt); err != nil {
+			return benchRow{}, err
+		}
 		return row, br.graphRuns(ctx, &row, prompt, opt, nil, spec.Options{})
 	}
 	d, err := spec.NewAssistant(br.a, gemma4.DraftOptions{}, opt.Sample)
@@ -490,7 +509,59 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	}
 	row.Rounds, row.Ahead, row.AheadMissed = sres.Stats.Rounds, sres.Stats.Ahead, sres.Stats.AheadMissed
 	row.RoundMs = spreadOf(sres.Stats.RoundTimes[warmup(len(sres.Stats.RoundTimes)):])
+	if err := br.engineRuns(ctx, &row, prompt); err != nil {
+		return benchRow{}, err
+	}
 	return row, br.graphRuns(ctx, &row, prompt, opt, d, so)
+}
+
+// engineRuns adds --engine's rates to row: the prompt as one request on a
+// fresh engine sized for it, plain, then with the drafter.
+func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int32) error {
+	if !br.engine {
+		return nil
+	}
+	run := func(drafter *gemma4.Assistant) (float64, engine.Usage, error) {
+		e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k,
+			CtxSize: len(prompt) + br.tokens + 1, Parallel: 1, PrefixCacheTokens: -1})
+		if err != nil {
+			return 0, engine.Usage{}, err
+		}
+		defer e.Close(context.Background())
+		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens})
+		if err != nil {
+			return 0, engine.Usage{}, err
+		}
+		var at tokenTimes
+		var usage engine.Usage
+		for ev := range ch {
+			for range ev.Tokens {
+				at.add(0)
+			}
+			if ev.Done {
+				if ev.Err != nil {
+					return 0, usage, ev.Err
+				}
+				usage = ev.Usage
+			}
+		}
+		if len(at) < 2 {
+			return 0, usage, nil
+		}
+		return at.rate(at[len(at)-1].Sub(at[0])), usage, nil
+	}
+	var err error
+	if row.EngineTokS, _, err = run(nil); err != nil || br.a == nil {
+		return err
+	}
+	var u engine.Usage
+	if row.EngineSpecTokS, u, err = run(br.a); err != nil {
+		return err
+	}
+	if u.Drafted > 0 {
+		row.EngineAcceptance = float64(u.Accepted) / float64(u.Drafted)
+	}
+	return nil
 }
 
 // graphRuns adds --graph-profile's timelines to row: the plain decode and,

@@ -100,6 +100,29 @@ func TestBench(t *testing.T) {
 			t.Fatalf("implausible spreads: steps %+v, rounds %+v", r.StepMs, r.RoundMs)
 		}
 	}
+	// --engine: the serving engine's rates beside the direct path's, and
+	// --sweep: one row per setting.
+	out, _ = mustExecute(t, "bench", "--device", "cpu", "--draft", "auto", "--contexts", "16", "--tokens", "9", "--engine",
+		"--sweep", "none;TANDEM_SPEC_AHEAD=0", "--json")
+	var e struct {
+		Results []struct {
+			Settings         string
+			EngineTokS       float64  `json:"engine_decode_tokens_per_s"`
+			EngineSpecTokS   float64  `json:"engine_speculative_tokens_per_s"`
+			EngineAcceptance *float64 `json:"engine_acceptance_rate"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(e.Results) != 2 || e.Results[0].Settings != "none" || e.Results[1].Settings != "TANDEM_SPEC_AHEAD=0" {
+		t.Fatalf("sweep rows %+v", e.Results)
+	}
+	for _, r := range e.Results {
+		if r.EngineTokS <= 0 || r.EngineSpecTokS <= 0 {
+			t.Fatalf("engine rates %+v", r)
+		}
+	}
 	_, _, err := execute(t, "bench", "--contexts", "0")
 	wantError(t, err, "--contexts")
 	_, _, err = execute(t, "bench", "--preset", "gemma4-nope", "--contexts", "8")
