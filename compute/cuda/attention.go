@@ -26,7 +26,7 @@ var (
 // combineInValuesOn lets a single split's attn_values normalise its output
 // itself, one kernel fewer a layer; TANDEM_CUDA_COMBINE=0 always runs
 // attn_combine, for comparisons.
-var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
+var combineInValuesOn bool // TANDEM_CUDA_COMBINE, read by liveSettings (settings.go)
 
 // fusedAttention runs attn_fused, scores and values in one kernel, for
 // passes whose keys lie in one position chunk a row and whose values are
@@ -35,7 +35,7 @@ var combineInValuesOn = os.Getenv("TANDEM_CUDA_COMBINE") != "0"
 // shared memory. The bits are the two kernels'. A 31B decode step spent
 // 2.3 ms in the two (58 layers, 32 blocks each at 128 keys). Written
 // without a GPU: off until measured.
-var fusedAttention = os.Getenv("TANDEM_CUDA_ATTN_FUSED") == "1"
+var fusedAttention bool // TANDEM_CUDA_ATTN_FUSED, read by liveSettings
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the

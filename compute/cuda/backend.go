@@ -146,7 +146,7 @@ func (b *Backend) EndRecord() {
 // checkpoints turns Checkpoint on; TANDEM_CUDA_CHECKPOINT=0 records every
 // pass whole, for comparisons. A P = 0 round of the 31B shape went from
 // 39.4 to 36.0 ms with it on the H200.
-var checkpoints = os.Getenv("TANDEM_CUDA_CHECKPOINT") != "0"
+var checkpoints bool // TANDEM_CUDA_CHECKPOINT, read by liveSettings (settings.go)
 
 // Checkpoint implements compute.Checkpointer: the recording so far is
 // launched, and the rest of the step is recorded as the next part of the
@@ -504,7 +504,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 // routeOnDevice turns on compute.Router: a lone token's experts chosen and
 // applied on the device (26B-A4B decode 37 → 79 tok/s on the H200, no sync
 // per layer); TANDEM_CUDA_ROUTE=0 routes on the host, for comparisons.
-var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") != "0"
+var routeOnDevice bool // TANDEM_CUDA_ROUTE, read by liveSettings
 
 // routeRows routes a pass of up to maxRouteRows tokens (a verify) on the
 // device too: every token's slot j in one launch
@@ -515,7 +515,7 @@ var routeOnDevice = os.Getenv("TANDEM_CUDA_ROUTE") != "0"
 // a 26B-A4B verify, which took 4-5 decode steps; with it (and
 // batchExperts) a 26B-A4B round at P = 0 went from 54.4 to 15.6 ms on the
 // H200. TANDEM_CUDA_ROUTE_ROWS=0 routes such passes on the host.
-var routeRows = os.Getenv("TANDEM_CUDA_ROUTE_ROWS") != "0"
+var routeRows bool // TANDEM_CUDA_ROUTE_ROWS, read by liveSettings
 
 const maxRouteRows = 8
 
@@ -599,7 +599,7 @@ func (b *Backend) addRows(dst, src, rows *compute.Tensor, scale any, ss, n int) 
 // choice, 32 a token on the 26B-A4B shape, whose decode step is bound by
 // its launches (with routeRows, 26B-A4B decode went from 79 to 117 tok/s
 // on the H200). TANDEM_CUDA_MOE_BATCH=0 launches each choice on its own.
-var batchExperts = os.Getenv("TANDEM_CUDA_MOE_BATCH") != "0"
+var batchExperts bool // TANDEM_CUDA_MOE_BATCH, read by liveSettings
 
 var _ compute.ExpertBatcher = (*Backend)(nil)
 
@@ -647,7 +647,7 @@ func tokenRows(n int) []int32 {
 
 // stackMatMuls turns MatMuls of stacked weights into one product;
 // TANDEM_CUDA_STACK=0 runs them as separate MatMuls, for comparisons.
-var stackMatMuls = os.Getenv("TANDEM_CUDA_STACK") != "0"
+var stackMatMuls bool // TANDEM_CUDA_STACK, read by liveSettings
 
 var _ compute.Stacker = (*Backend)(nil)
 
@@ -716,7 +716,7 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 // rows (up to five: a verify) as its products one after another, so no
 // split_cols copies them apart (on; TANDEM_CUDA_SEGMENTS=0 turns it off).
 // The 31B shape's P = 0 round spent 0.5 ms in 115 split_cols calls.
-var segmentOutputs = os.Getenv("TANDEM_CUDA_SEGMENTS") != "0"
+var segmentOutputs bool // TANDEM_CUDA_SEGMENTS, read by liveSettings
 
 // stacked returns ws as one [ΣN, K] view when they are consecutive rows of
 // one allocation (two or three, one dtype and width), or nil.
@@ -742,10 +742,7 @@ func (b *Backend) stacked(ws []*compute.Tensor) *compute.Tensor {
 // M = 128 on the H200). For comparisons, TANDEM_CUDA_MATMUL=warp runs the
 // CUDA-core kernel for bf16 weights too and =mma8 the streaming kernel for
 // M > 16.
-var (
-	warpMatMul  = os.Getenv("TANDEM_CUDA_MATMUL") == "warp"
-	tiledMatMul = os.Getenv("TANDEM_CUDA_MATMUL") != "mma8"
-)
+var warpMatMul, tiledMatMul bool // TANDEM_CUDA_MATMUL, read by liveSettings
 
 // The tensor-core kernels by M: the rows kernel up to rowsMaxM (three tile
 // rows per activation row in a 16-row tile), mma1Kernel up to 16 rows, and
@@ -755,7 +752,7 @@ var (
 // bandwidth on the H200 (docs/gpu.md).
 var (
 	rowsMaxM   = 5
-	rowsKernel = rowsDefault()
+	rowsKernel string // TANDEM_CUDA_ROWS (rowsDefault), read by liveSettings
 	mma1Kernel = "matmul_mma1n"
 	mma8Kernel = "matmul_mma8n"
 )
@@ -810,7 +807,7 @@ var (
 // so reading it early cannot see a stale value. The same bits. Off: on the
 // H200 it moved decode within the noise (31B 43.9 → 44.1 tok/s, E2B 206 →
 // 212 in one run each).
-var earlyWeights = os.Getenv("TANDEM_CUDA_EARLY_WEIGHTS") == "1"
+var earlyWeights bool // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 
 // earlyOf names the rows kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early"}
@@ -841,7 +838,10 @@ func envInt(name string, def, lo, hi int) int {
 // is there to measure whole steps. It changes the bits of every product it
 // splits differently, batch invariance kept (the split depends on the shape
 // alone).
-var splitWarps, splitMinK = 16384, envInt("TANDEM_CUDA_MINSPLIT", 512, 32, 1<<20)
+var (
+	splitWarps = 16384
+	splitMinK  int // TANDEM_CUDA_MINSPLIT (512 unset), read by liveSettings
+)
 
 // splitK picks how many K ranges a weight's columns are split into, from
 // the weight's shape alone (never from M, which would break batch
@@ -872,7 +872,7 @@ func splitK(N, K int) (splits, chunk int) {
 // head's 4.1 (3.9 waves). Like splitWarps it depends on the shape (and the
 // GPU) alone, so batch invariance holds. Written without a GPU: off until
 // measured.
-var splitByWaves = os.Getenv("TANDEM_CUDA_SPLIT") == "waves"
+var splitByWaves bool // TANDEM_CUDA_SPLIT, read by liveSettings
 
 // waveWarps is how many warps of the rows kernels the GPU holds at once:
 // four blocks of eight warps a multiprocessor (256 threads of 64 registers
@@ -940,8 +940,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	case M > 16:
 		name = mma8Kernel
 	}
-	if e, ok := earlyOf[name]; ok && rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
-		name = e
+	if rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
+		if e, ok := earlyOf[name]; ok {
+			name = e
+		}
 	}
 	xs := b.splitParts(x, M*K)
 	al := 0
@@ -1238,7 +1240,7 @@ func normWeight(x, w *compute.Tensor, D int, op string) (any, int) {
 // fusedOps turns on the fused kernels, pinned bitwise to the op sequences
 // they replace by TestFusedOpsMatch; TANDEM_CUDA_FUSE=0 runs the sequences
 // instead, for comparisons.
-var fusedOps = os.Getenv("TANDEM_CUDA_FUSE") != "0"
+var fusedOps bool // TANDEM_CUDA_FUSE, read by liveSettings
 
 // AddRMSNorm implements compute.Fused: rmsnorm adds the residual row as
 // it writes.
@@ -1261,7 +1263,7 @@ const rcacheElems = 6 * 1024
 
 // fusedNorm2 turns on rmsnorm2 and qkv_norms (31B decode 34.0 → 35.2
 // tok/s on the H200); TANDEM_CUDA_NORM2=0 runs the op sequences instead.
-var fusedNorm2 = os.Getenv("TANDEM_CUDA_NORM2") != "0"
+var fusedNorm2 bool // TANDEM_CUDA_NORM2, read by liveSettings
 
 // AddRMSNormNorm implements compute.FusedBoundary: rmsnorm2 runs both norms of a
 // row (and the scaling) in one pass; rows longer than rcacheElems run the

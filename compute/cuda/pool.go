@@ -50,7 +50,7 @@ type PoolStats struct {
 
 // poolGCEvery is TANDEM_CUDA_POOL_GC: hand-outs between background
 // collections, 0 for none. Written without a GPU: off until measured.
-var poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 0, 0, 1<<30)
+var poolGCEvery int // TANDEM_CUDA_POOL_GC, read by liveSettings (settings.go)
 
 // gcAllocs forces a collection after this many new device allocations even
 // when they are small: a decode step makes a thousand or more small

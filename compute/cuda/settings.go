@@ -3,9 +3,10 @@ package cuda
 import "os"
 
 // liveSettings are the switches (TANDEM_CUDA_*) consulted at every call
-// rather than once at start-up, each with how ReadSettings reads it again:
-// the same parse as its variable's initializer. Graphs, PDL, attention
-// tiling and the library and cache paths stay as they were at start-up.
+// rather than once at start-up, each with how it is read: at start-up
+// (init) and again by ReadSettings, one parse for both. Graphs, PDL,
+// attention tiling and the library and cache paths are read once, where
+// they are declared.
 var liveSettings = []struct {
 	name string
 	set  func(v string)
@@ -33,13 +34,20 @@ var liveSettings = []struct {
 // (tandem bench --sweep; building the 31B shape's weights takes a minute).
 // Call it only between passes: nothing else may be recording.
 func (b *Backend) ReadSettings() {
-	for _, s := range liveSettings {
-		s.set(os.Getenv(s.name))
-	}
+	readLive()
 	if b.pool != nil {
 		b.pool.mu.Lock()
 		b.pool.bgEvery = poolGCEvery
 		b.pool.mu.Unlock()
+	}
+}
+
+func init() { readLive() }
+
+// readLive sets every live switch from the environment.
+func readLive() {
+	for _, s := range liveSettings {
+		s.set(os.Getenv(s.name))
 	}
 }
 

@@ -513,7 +513,7 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
         return;
     }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const bool wok = n0 + g < N, al = (aligned & 1) != 0;
+    const bool wok = n0 + g < N, al = aligned != 0;
     const unsigned short* wr = w + (size_t)(wok ? n0 + g : 0) * K;
     const rows_act x = Tok ? rows_act_token(xs, M, K, g, blockIdx.z / xdiv) : rows_act_of(xs, M, K, g);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -558,7 +558,6 @@ ROWS_KERNEL(matmul_rows, 4, true, 4, false)
 ROWS_KERNEL(matmul_rows_plain, 4, false, 4, false) // plain loads, for comparison
 ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
 
-
 // matmul_rows_wide: matmul_rows with 8·G columns a warp, G groups of 8
 // sharing every activation load, and U weight chunks a group per K step.
 // A verify's rows load 1.5 activation chunks per weight chunk in
@@ -573,8 +572,9 @@ ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
 // slower. Wider and deeper settings lost on every shape in the eighth
 // session: G = 4, U = 1 (the 31B MLP at one row 84 µs against 70) and
 // G = 2, U = 4 at three blocks a multiprocessor (75 µs).
-// The K loop repeats matmul_rows' rather than sharing it: matmul_rows sits
-// at 63 of the 64 registers its four blocks a multiprocessor allow.
+// Its K step is matmul_rows' (wide_mma); matmul_rows keeps a body of its
+// own for the token-routed variant (Tok) and its one column group, at 64
+// registers, the most its four blocks a multiprocessor allow.
 template <int G, int U, bool NC, bool Early>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
@@ -587,7 +587,7 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         return;
     }
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
-    const bool al = (aligned & 1) != 0;
+    const bool al = aligned != 0;
     bool ok[G];
     const unsigned short* wr[G];
 #pragma unroll
