@@ -110,7 +110,7 @@ func newAheadGuess(mode string) *aheadGuess {
 		mode = "off"
 	default:
 		if !warnedAhead.Swap(true) { // once, not per request
-			slog.Warn("ignoring an environment setting", "name", "TANDEM_SPEC_AHEAD", "value", mode, "want", "auto, always, 0 or off")
+			slog.Warn("ignoring an environment setting", "name", aheadEnv, "value", mode, "want", "auto, always, 0 or off")
 		}
 		mode = "auto"
 	}

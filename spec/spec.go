@@ -135,6 +135,18 @@ type DeviceDrafter interface {
 	ProposeAt(r Round) (*compute.Tensor, error)
 }
 
+// The speculative loop's switches, read by every Generate: rounds on the
+// host (=host) and drafting ahead (auto, always, 0).
+const (
+	roundsEnv = "TANDEM_SPEC_ROUNDS"
+	aheadEnv  = "TANDEM_SPEC_AHEAD"
+)
+
+// Live reports whether name is one of the switches Generate reads at every
+// call, so that a process may change it between calls (tandem bench
+// --sweep).
+func Live(name string) bool { return name == roundsEnv || name == aheadEnv }
+
 // Generate decodes up to MaxTokens tokens after prompt with drafter d.
 // onToken, if set, sees each token as it is emitted.
 func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, opt Options, onToken func(int32)) (*Result, error) {
@@ -176,12 +188,12 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	dd, onDevice := d.(DeviceDrafter)
 	pf, async := b.(compute.Prefetcher)
 	onDevice = onDevice && dd.DraftsOnDevice() && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens() &&
-		os.Getenv("TANDEM_SPEC_ROUNDS") != "host"
+		os.Getenv(roundsEnv) != "host"
 	tok, done := seq.Next(b.ToF32(logits))
 	if onToken != nil {
 		onToken(tok)
 	}
-	guess := newAheadGuess(os.Getenv("TANDEM_SPEC_AHEAD"))
+	guess := newAheadGuess(os.Getenv(aheadEnv))
 	var next *ahead // drafts issued for this round before the last verdict was read
 	roundStart := time.Now()
 	for !done {

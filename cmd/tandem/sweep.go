@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"tandem/compute/cuda"
+	"tandem/spec"
 )
 
 // sweepGroup is one setting of bench --sweep: the environment variables
@@ -15,14 +16,11 @@ type sweepGroup struct {
 	env  [][2]string
 }
 
-// specLive are the speculative loop's switches, read by every generation.
-var specLive = map[string]bool{"TANDEM_SPEC_AHEAD": true, "TANDEM_SPEC_ROUNDS": true}
-
 // parseSweep reads --sweep: groups separated by ";", each TANDEM_NAME=VALUE
 // pairs separated by ","; "none" is the process's own settings, and empty
 // groups are skipped (a 31B group costs seconds of device time). Only
 // switches read at every call can change within a process: the CUDA
-// backend's live ones (cuda.Live) and the speculative loop's (specLive).
+// backend's live ones (cuda.Live) and the speculative loop's (spec.Live).
 // Without a sweep there is one group, the process's own settings, unnamed.
 func parseSweep(s string) ([]sweepGroup, error) {
 	var gs []sweepGroup
@@ -41,7 +39,7 @@ func parseSweep(s string) ([]sweepGroup, error) {
 			switch {
 			case !ok || !strings.HasPrefix(k, "TANDEM_"):
 				return nil, fmt.Errorf("--sweep: %q is not TANDEM_NAME=VALUE", kv)
-			case !cuda.Live(k) && !specLive[k]:
+			case !cuda.Live(k) && !spec.Live(k):
 				return nil, fmt.Errorf("--sweep: %s is not a switch read at every call (one read once at start-up goes in the environment for the whole run)", k)
 			}
 			g.env = append(g.env, [2]string{k, v})
