@@ -219,10 +219,7 @@ func newBench() *cobra.Command {
 				for i := range rows {
 					r := &rows[i]
 					prompt := randomPrompt(m, r.Context, 2)
-					plain := func(onToken func(int32)) (int, error) {
-						_, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: tokens}, onToken)
-						return tokens - 1, err
-					}
+					plain := plainRun(ctx, m, prompt, generation.Options{MaxTokens: tokens})
 					if r.Profile, r.ProfileSteps, err = profileRun(g, kernelsBackToBack, plain); err != nil {
 						return err
 					}
@@ -237,14 +234,7 @@ func newBench() *cobra.Command {
 						return err
 					}
 					so := spec.Options{Options: generation.Options{MaxTokens: tokens}, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
-					specRun := func(onToken func(int32)) (int, error) {
-						res, err := spec.Generate(ctx, m, d, prompt, so, onToken)
-						if err != nil {
-							return 0, err
-						}
-						return res.Stats.Rounds, nil
-					}
-					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, kernelsAsIssued, specRun); err != nil {
+					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, kernelsAsIssued, specRun(ctx, m, d, prompt, so)); err != nil {
 						return err
 					}
 				}
@@ -571,23 +561,33 @@ func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32
 	if !br.graphs {
 		return nil
 	}
-	plain := func(onToken func(int32)) (int, error) {
-		_, err := generation.Generate(ctx, br.m, prompt, opt, onToken)
-		return br.tokens - 1, err
-	}
 	var err error
-	if row.GraphPlain, row.GraphSteps, err = profileRun(br.g, graphsAsIssued, plain); err != nil || d == nil {
+	if row.GraphPlain, row.GraphSteps, err = profileRun(br.g, graphsAsIssued, plainRun(ctx, br.m, prompt, opt)); err != nil || d == nil {
 		return err
 	}
-	specRun := func(onToken func(int32)) (int, error) {
-		res, err := spec.Generate(ctx, br.m, d, prompt, so, onToken)
+	row.GraphSpec, row.GraphRounds, err = profileRun(br.g, graphsAsIssued, specRun(ctx, br.m, d, prompt, so))
+	return err
+}
+
+// plainRun is profileRun's plain decode of prompt, whose profile covers the
+// steps after the first token.
+func plainRun(ctx context.Context, m *gemma4.Model, prompt []int32, opt generation.Options) func(func(int32)) (int, error) {
+	return func(onToken func(int32)) (int, error) {
+		_, err := generation.Generate(ctx, m, prompt, opt, onToken)
+		return opt.MaxTokens - 1, err
+	}
+}
+
+// specRun is profileRun's speculative decode of prompt with d, whose
+// profile covers its rounds.
+func specRun(ctx context.Context, m *gemma4.Model, d spec.Drafter, prompt []int32, so spec.Options) func(func(int32)) (int, error) {
+	return func(onToken func(int32)) (int, error) {
+		res, err := spec.Generate(ctx, m, d, prompt, so, onToken)
 		if err != nil {
 			return 0, err
 		}
 		return res.Stats.Rounds, nil
 	}
-	row.GraphSpec, row.GraphRounds, err = profileRun(br.g, graphsAsIssued, specRun)
-	return err
 }
 
 // label names a row in bench's text lines: its context, and its settings
