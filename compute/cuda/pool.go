@@ -183,7 +183,7 @@ func (p *pool) retry(size int) (Buffer, error) {
 	p.mu.Lock()
 	p.stats.Collections++
 	p.mu.Unlock()
-	runtime.GC()
+	p.gc()
 	time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
 	p.release()
 	buf, err := p.alloc(size)
@@ -268,7 +268,7 @@ func (p *pool) put(a [2]int) {
 // exact allocates n bytes outside the size classes (weights, which live as
 // long as the model); the block is freed to the driver when unreachable.
 func (p *pool) exact(n int) (*block, error) {
-	buf, err := p.dev.Alloc(max(n, 1))
+	buf, err := p.alloc(max(n, 1))
 	if err != nil {
 		if buf, err = p.retry(max(n, 1)); err != nil {
 			return nil, err
