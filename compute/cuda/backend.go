@@ -855,24 +855,32 @@ func splitK(N, K int) (splits, chunk int) {
 	switch {
 	case splitFixed > 0:
 		splits = max(1, min(splitFixed, K/32))
-	case splitByWaves && waveWarps > 0 && rowsFor(N, K) == "matmul_rows_wide":
+	case splitMode == "waves" && waveWarps > 0 && rowsFor(N, K) == "matmul_rows_wide":
 		if w := wavesSplit(N, K, waveWarps); w > 0 {
 			splits = w
 		}
+	case splitMode == "fill" && waveWarps > 0:
+		splits = fillSplit(N, K, waveWarps, blockColsOf(rowsFor(N, K)))
 	}
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
 }
 
-// splitByWaves picks the K splits of the products the wide rows kernel
-// runs by how evenly their warps fill whole waves of the GPU
-// (TANDEM_CUDA_SPLIT=waves). The 31B MLP's 21504 × 5376 product gets 7
-// splits today: 9,408 warps, 2.2 waves of the H200's 4,224, so its last
-// wave runs a fifth full. That fits the 3.2 TB/s it streams against the LM
-// head's 4.1 (3.9 waves). Like splitWarps it depends on the shape (and the
-// GPU) alone, so batch invariance holds. Written without a GPU: off until
-// measured.
-var splitByWaves bool // TANDEM_CUDA_SPLIT, read by liveSettings
+// splitMode picks the K splits another way than splitK's warp target
+// (TANDEM_CUDA_SPLIT): "waves" for the wide kernel's products by how evenly
+// their warps fill whole waves of the GPU (wavesSplit), "fill" for every
+// product by a cost model of waves and warp run length (fillSplit). The 31B MLP's 21504 × 5376
+// product gets 7 splits from splitK: 9,408 warps, 2.2 waves of the H200's
+// 4,224, so its last wave runs a fifth full; with 3 splits it ran 64.5
+// against 71.6 µs (TestMatMulSpeed) and the 31B step went from 22.7 to
+// 21.0 ms. Like splitWarps the choice depends on the shape and the GPU
+// alone, so batch invariance holds.
+var splitMode string // TANDEM_CUDA_SPLIT, read by liveSettings
+
+// splitCost is fillSplit's cost of a warp beyond its run, in elements of K.
+// Between 0 and 512 it changes only the LM heads' choice, which at 0 would
+// split 12 ways; 128 keeps them whole (4,100 GB/s unsplit).
+const splitCost = 128
 
 // waveWarps is how many warps of the rows kernels the GPU holds at once:
 // four blocks of eight warps a multiprocessor (256 threads of 64 registers
@@ -900,6 +908,41 @@ func wavesSplit(N, K, wave int) int {
 		}
 	}
 	return 0
+}
+
+// fillSplit models a rows-kernel product's time as its waves times each
+// warp's run (chunk + splitCost elements of K, the cost standing for a
+// warp's ramp-up and its partial's write) and returns the cheapest split
+// count, the fewest on a tie. cols is how many columns a block of eight
+// warps covers. A split takes at least 128 elements and there are at most
+// 16: every split writes an [M, N] partial, which at a prefill chunk's M is
+// tens of megabytes. TestMatMulSpeed's sweep of the wide kernel over 1-25
+// splits is where the model comes from: the 31B MLP (1,344 warps a split)
+// is fastest at 3 splits (0.95 of a wave), slower at 4 (1.27 waves, so 2),
+// and the E2B products, which fill a fraction of a wave, get faster with
+// every split until they fill one.
+func fillSplit(N, K, wave, cols int) int {
+	warps := (N + cols - 1) / cols * 8
+	best, bestCost := 1, math.Inf(1)
+	for s := 1; s <= max(1, min(16, K/128)); s++ {
+		chunk := ((K+s-1)/s + 31) &^ 31
+		if (K+chunk-1)/chunk < s {
+			continue // the same chunks as a smaller count
+		}
+		cost := math.Ceil(float64(warps*s)/float64(wave)) * float64(chunk+splitCost)
+		if cost < bestCost {
+			best, bestCost = s, cost
+		}
+	}
+	return best
+}
+
+// blockColsOf is the columns a block of the rows kernel k covers.
+func blockColsOf(k string) int {
+	if c := blockCols[k]; c > 0 {
+		return c
+	}
+	return 64
 }
 
 // expertAt picks a matmul's weights on the device: output row z is input
@@ -953,10 +996,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
 	// the mma kernels the alignment flag too; grid (column groups of 64,
 	// splits, row tiles of 64 for the tiled kernel).
-	cols := 64
-	if c, ok := blockCols[name]; ok {
-		cols = c
-	}
+	cols := blockColsOf(name)
 	grid := [3]uint32{uint32((N + cols - 1) / cols), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
 	switch {

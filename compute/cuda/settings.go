@@ -1,6 +1,9 @@
 package cuda
 
-import "os"
+import (
+	"log/slog"
+	"os"
+)
 
 // liveSettings are the switches (TANDEM_CUDA_*) consulted at every call
 // rather than once at start-up, each with how it is read: at start-up
@@ -21,7 +24,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
 	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v == "1" }},
 	{"TANDEM_CUDA_MINSPLIT", func(string) { splitMinK = envInt("TANDEM_CUDA_MINSPLIT", 512, 32, 1<<20) }},
-	{"TANDEM_CUDA_SPLIT", func(v string) { splitByWaves = v == "waves" }},
+	{"TANDEM_CUDA_SPLIT", setSplitMode},
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
@@ -59,4 +62,16 @@ func Live(name string) bool {
 		}
 	}
 	return false
+}
+
+// setSplitMode reads TANDEM_CUDA_SPLIT: empty (splitK's warp target),
+// "waves" or "fill".
+func setSplitMode(v string) {
+	switch v {
+	case "", "waves", "fill":
+		splitMode = v
+	default:
+		splitMode = ""
+		slog.Warn("ignoring an environment setting", "name", "TANDEM_CUDA_SPLIT", "value", v, "want", "waves or fill")
+	}
 }

@@ -52,7 +52,7 @@ func TestTableMemo(t *testing.T) {
 // shape alone.
 func TestSplitK(t *testing.T) {
 	defer restoreMatMul()()
-	splitWarps, splitMinK, splitFixed, splitByWaves = 16384, 512, 0, false // the defaults, whatever the environment
+	splitWarps, splitMinK, splitFixed, splitMode = 16384, 512, 0, "" // the defaults, whatever the environment
 	for _, tc := range []struct {
 		N, K          int
 		splits, chunk int
@@ -83,7 +83,7 @@ func TestWavesSplit(t *testing.T) {
 	defer func(w int) { waveWarps = w }(waveWarps)
 	defer restoreMatMul()()
 	splitWarps, splitMinK, splitFixed, rowsKernel = 16384, 512, 0, "auto" // the defaults, whatever the environment
-	splitByWaves, waveWarps = true, 4224
+	splitMode, waveWarps = "waves", 4224
 	for _, tc := range []struct {
 		name   string
 		N, K   int
@@ -108,9 +108,62 @@ func TestWavesSplit(t *testing.T) {
 	if got := wavesSplit(512, 1024, 4224); got != 0 {
 		t.Errorf("wavesSplit of a product that cannot fill 90%% of a wave = %d, want 0", got)
 	}
-	splitByWaves = false
+	splitMode = ""
 	if splits, _ := splitK(21504, 5376); splits != 7 {
 		t.Errorf("without the switch the 31B MLP gets %d splits, want today's 7", splits)
+	}
+}
+
+// TestFillSplit protects TANDEM_CUDA_SPLIT=fill on the H200's 4,224-warp
+// waves: products that fill a fraction of a wave split until they fill one
+// (at most 16 splits of at least 128), those that fill several take the
+// count that wastes least of their last wave, the LM heads stay whole, and
+// the narrow kernel's halved column blocks count twice the warps.
+func TestFillSplit(t *testing.T) {
+	defer func(w int) { waveWarps = w }(waveWarps)
+	defer restoreMatMul()()
+	splitWarps, splitMinK, splitFixed, rowsKernel = 16384, 512, 0, "matmul_rows_wide"
+	splitMode, waveWarps = "fill", 4224
+	for _, tc := range []struct {
+		name   string
+		kernel string
+		N, K   int
+		splits int
+	}{
+		{"31B MLP up: 3 splits fill 0.95 of a wave, 4 spill into a second", "matmul_rows_wide", 21504, 5376, 3},
+		{"31B MLP down: 12 fill 0.95", "matmul_rows_wide", 5376, 21504, 12},
+		{"31B attention output", "matmul_rows_wide", 5376, 8192, 12},
+		{"31B LM head: whole", "matmul_rows_wide", 262144, 5376, 1},
+		{"E2B LM head: whole", "matmul_rows_wide", 262144, 1536, 1},
+		{"E2B q projection: 12 of 128 elements, a third of a wave", "matmul_rows_wide", 2048, 1536, 12},
+		{"E2B MLP up: 10 fill 0.91, 12 would spill", "matmul_rows_wide", 6144, 1536, 10},
+		{"E2B MLP down: the cap of 16", "matmul_rows_wide", 1536, 6144, 16},
+		{"E2B MLP up, narrow kernel: twice the warps a split", "matmul_rows", 6144, 1536, 5},
+		{"a short K: splits of at least 128", "matmul_rows_wide", 1536, 256, 2},
+	} {
+		rowsKernel = tc.kernel
+		splits, chunk := splitK(tc.N, tc.K)
+		if splits != tc.splits {
+			t.Errorf("%s: splitK(%d, %d) = %d splits, want %d", tc.name, tc.N, tc.K, splits, tc.splits)
+		}
+		if chunk%32 != 0 || splits*chunk < tc.K || (splits-1)*chunk >= tc.K {
+			t.Errorf("%s: %d × %d does not cover K = %d in 32-aligned chunks", tc.name, splits, chunk, tc.K)
+		}
+	}
+}
+
+// TestSplitSetting protects TANDEM_CUDA_SPLIT's parse: a value it does not
+// know leaves splitK's default rather than a mode half set.
+func TestSplitSetting(t *testing.T) {
+	defer restoreMatMul()()
+	for _, tc := range []struct{ value, want string }{
+		{"", ""}, {"waves", "waves"}, {"fill", "fill"}, {"Fill", ""}, {"fill:64", ""}, {"wave", ""},
+	} {
+		splitMode = "waves"
+		setSplitMode(tc.value)
+		if splitMode != tc.want {
+			t.Errorf("TANDEM_CUDA_SPLIT=%q: mode %q, want %q", tc.value, splitMode, tc.want)
+		}
 	}
 }
 
