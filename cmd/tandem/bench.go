@@ -355,7 +355,7 @@ func newBench() *cobra.Command {
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
-	f.StringVar(&sweep, "sweep", "", `measure each of these settings in turn with the model built once: groups separated by ";", each TANDEM_NAME=VALUE pairs separated by ","; "none" is the settings the process started with (e.g. "none;TANDEM_CUDA_SPLIT=waves;none")`)
+	f.StringVar(&sweep, "sweep", "", `measure each of these settings in turn with the model built once: groups separated by ";", each TANDEM_NAME=VALUE pairs separated by ","; "none" is the settings the process started with (e.g. "none;TANDEM_CUDA_SPLIT=warps;none")`)
 	return cmd
 }
 

@@ -828,53 +828,40 @@ func envInt(name string, def, lo, hi int) int {
 	return n
 }
 
-// splitWarps is how many warps splitK aims for, and splitMinK the fewest
-// elements of K a split takes. Both are part of the arithmetic (the K split
-// sets the summation order), fixed for the process and never chosen per
-// call; tests vary them to measure. The E2B shape's products get only 3
-// splits of 512 from splitMinK: 288 blocks, half of one wave on the H200.
-// In TestMatMulSpeed matmul_rows_wide with splits of 256 ran them 9-14%
-// faster at one row, so TANDEM_CUDA_MINSPLIT=256 (with TANDEM_CUDA_ROWS=wide)
-// is there to measure whole steps. It changes the bits of every product it
-// splits differently, batch invariance kept (the split depends on the shape
-// alone).
-var (
-	splitWarps = 16384
-	splitMinK  int // TANDEM_CUDA_MINSPLIT (512 unset), read by liveSettings
-)
+// splitWarps is how many warps splitK's warp rule aims for, and splitMinK
+// the fewest elements of K a split takes under it. The K split is part of
+// the arithmetic (it sets the summation order), fixed for the process and
+// never chosen per call; tests vary it to measure.
+var splitWarps = 16384
+
+const splitMinK = 512
 
 // splitK picks how many K ranges a weight's columns are split into, from
-// the weight's shape alone (never from M, which would break batch
-// invariance): enough warps to keep every SM streaming, and at least 512
-// elements of K per split. (Capping a split at 2,048 elements, so that the
-// 31B LM head's activation rows stay small, cost 24% on that head at one
-// row and gained nothing at four.)
+// the weight's shape and the GPU alone (never from M, which would break
+// batch invariance): by fillSplit's model of waves, or with
+// TANDEM_CUDA_SPLIT=warps (and on no device) by the older rule of enough
+// warps to keep every SM streaming, at least 512 elements of K a split.
 func splitK(N, K int) (splits, chunk int) {
-	groups := (N + 7) / 8
-	splits = max(1, min((splitWarps+groups-1)/groups, K/splitMinK))
 	switch {
 	case splitFixed > 0:
 		splits = max(1, min(splitFixed, K/32))
-	case splitMode == "waves" && waveWarps > 0 && rowsFor(N, K) == "matmul_rows_wide":
-		if w := wavesSplit(N, K, waveWarps); w > 0 {
-			splits = w
-		}
 	case splitMode == "fill" && waveWarps > 0:
 		splits = fillSplit(N, K, waveWarps, blockColsOf(rowsFor(N, K)))
+	default:
+		groups := (N + 7) / 8
+		splits = max(1, min((splitWarps+groups-1)/groups, K/splitMinK))
 	}
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
 }
 
-// splitMode picks the K splits another way than splitK's warp target
-// (TANDEM_CUDA_SPLIT): "waves" for the wide kernel's products by how evenly
-// their warps fill whole waves of the GPU (wavesSplit), "fill" for every
-// product by a cost model of waves and warp run length (fillSplit). The 31B MLP's 21504 × 5376
-// product gets 7 splits from splitK: 9,408 warps, 2.2 waves of the H200's
-// 4,224, so its last wave runs a fifth full; with 3 splits it ran 64.5
-// against 71.6 µs (TestMatMulSpeed) and the 31B step went from 22.7 to
-// 21.0 ms. Like splitWarps the choice depends on the shape and the GPU
-// alone, so batch invariance holds.
+// splitMode is TANDEM_CUDA_SPLIT: "fill" (the default) takes fillSplit's
+// count, "warps" the warp rule. The warp rule gave the 31B MLP's 21504 ×
+// 5376 product 7 splits: 9,408 warps, 2.2 waves of the H200's 4,224, so
+// its last wave ran a fifth full; with fill's 3 it ran 64.5 against 71.6
+// µs (TestMatMulSpeed), and the E2B products, which the warp rule gave 3
+// splits filling half a wave, get 10-16. Whole steps: 31B 22.7 → 21.1 ms,
+// E2B 4.8 → 4.2 ms (docs/benchmarks.md, "Tenth session").
 var splitMode string // TANDEM_CUDA_SPLIT, read by liveSettings
 
 // splitCost is fillSplit's cost of a warp beyond its run, in elements of K.
@@ -890,25 +877,6 @@ var waveWarps int
 // splitFixed, when positive, puts every product in that many K splits (at
 // most one a 32 elements): TestMatMulSpeed's sweep.
 var splitFixed int
-
-// wavesSplit is the fewest K splits, at most K/splitMinK, whose warps fill
-// at least 90% of their last wave, or 0 if none does. A split of the wide
-// kernel is ceil(N/128) blocks of 8 warps, and the count judged is the one
-// the 32-aligned chunk leaves. The fewest, since each split shortens every
-// warp's run and adds partial sums to finish: the 31B MLP down product
-// streams 3.4 TB/s with 25 splits and a 99% full last wave, the LM head
-// 4.1 TB/s unsplit and 97%.
-func wavesSplit(N, K, wave int) int {
-	warps := (N + 127) / 128 * 8
-	for s := 1; s <= max(1, K/splitMinK); s++ {
-		chunk := ((K+s-1)/s + 31) &^ 31
-		waves := float64(warps*((K+chunk-1)/chunk)) / float64(wave)
-		if waves/math.Ceil(waves) >= 0.9 {
-			return s
-		}
-	}
-	return 0
-}
 
 // fillSplit models a rows-kernel product's time as its waves times each
 // warp's run (chunk + splitCost elements of K, the cost standing for a

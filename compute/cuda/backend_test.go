@@ -458,15 +458,11 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, n := range []int{8192, 32768} {
 		variants = append(variants, variant{fmt.Sprintf("rows/splitwarps=%d", n), func() { rowsKernel, splitWarps = "matmul_rows", n }})
 	}
-	for _, n := range []int{1, 2, 3, 4, 6, 8, 12, 16, 25} { // the wide kernel's K splits swept (TANDEM_CUDA_SPLIT=waves)
+	for _, n := range []int{1, 2, 3, 4, 6, 8, 12, 16, 25} { // the wide kernel's K splits swept: fillSplit's premise
 		variants = append(variants, variant{fmt.Sprintf("rows_wide/splits=%d", n), func() { rowsKernel, splitFixed = "matmul_rows_wide", n }})
 	}
-	variants = append(variants, variant{"rows_wide/waves", func() { rowsKernel, splitMode = "matmul_rows_wide", "waves" }})
-	for _, k := range []string{"matmul_rows", "matmul_rows_wide"} { // splits by the fill model (TANDEM_CUDA_SPLIT=fill)
-		variants = append(variants, variant{strings.TrimPrefix(k, "matmul_") + "/fill", func() { rowsKernel, splitMode = k, "fill" }})
-	}
-	for _, k := range []string{"matmul_rows", "matmul_rows_wide"} { // more, shorter splits for the small products
-		variants = append(variants, variant{fmt.Sprintf("%s/minsplit=256", strings.TrimPrefix(k, "matmul_")), func() { rowsKernel, splitMinK = k, 256 }})
+	for _, k := range []string{"matmul_rows", "matmul_rows_wide"} { // the warp rule's splits (TANDEM_CUDA_SPLIT=warps)
+		variants = append(variants, variant{strings.TrimPrefix(k, "matmul_") + "/warps", func() { rowsKernel, splitMode = k, "warps" }})
 	}
 	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(5, 6))
@@ -528,11 +524,11 @@ var (
 // restoreMatMul returns a function that puts the matmul variant switches
 // back as they are now.
 func restoreMatMul() func() {
-	w, m, rk, mk, m8, sw, sk, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, splitMinK, tiledMatMul
-	sf, sbw := splitFixed, splitMode
+	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
+	sf, sm := splitFixed, splitMode
 	return func() {
-		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, splitMinK, tiledMatMul = w, m, rk, mk, m8, sw, sk, tl
-		splitFixed, splitMode = sf, sbw
+		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
+		splitFixed, splitMode = sf, sm
 	}
 }
 

@@ -23,13 +23,12 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_MATMUL", func(v string) { warpMatMul, tiledMatMul = v == "warp", v != "mma8" }},
 	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
 	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v == "1" }},
-	{"TANDEM_CUDA_MINSPLIT", func(string) { splitMinK = envInt("TANDEM_CUDA_MINSPLIT", 512, 32, 1<<20) }},
 	{"TANDEM_CUDA_SPLIT", setSplitMode},
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
-	{"TANDEM_CUDA_ATTN_FUSED", func(v string) { fusedAttention = v == "1" }},
-	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 0, 0, 1<<30) }},
+	{"TANDEM_CUDA_ATTN_FUSED", func(v string) { fusedAttention = v != "0" }},
+	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
 }
 
 // ReadSettings reads the live switches again from the environment, so that
@@ -64,14 +63,16 @@ func Live(name string) bool {
 	return false
 }
 
-// setSplitMode reads TANDEM_CUDA_SPLIT: empty (splitK's warp target),
-// "waves" or "fill".
+// setSplitMode reads TANDEM_CUDA_SPLIT: "fill" (also when unset) or
+// "warps".
 func setSplitMode(v string) {
 	switch v {
-	case "", "waves", "fill":
+	case "", "fill":
+		splitMode = "fill"
+	case "warps":
 		splitMode = v
 	default:
-		splitMode = ""
-		slog.Warn("ignoring an environment setting", "name", "TANDEM_CUDA_SPLIT", "value", v, "want", "waves or fill")
+		splitMode = "fill"
+		slog.Warn("ignoring an environment setting", "name", "TANDEM_CUDA_SPLIT", "value", v, "want", "fill or warps")
 	}
 }

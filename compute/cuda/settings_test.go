@@ -21,14 +21,13 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_MATMUL", "warp", func() bool { return warpMatMul && tiledMatMul }, func() bool { return !warpMatMul && tiledMatMul }},
 		{"TANDEM_CUDA_ROWS", "wide", func() bool { return rowsKernel == "matmul_rows_wide" }, func() bool { return rowsKernel == "auto" }},
 		{"TANDEM_CUDA_EARLY_WEIGHTS", "1", func() bool { return earlyWeights }, func() bool { return !earlyWeights }},
-		{"TANDEM_CUDA_MINSPLIT", "256", func() bool { return splitMinK == 256 }, func() bool { return splitMinK == 512 }},
-		{"TANDEM_CUDA_SPLIT", "fill", func() bool { return splitMode == "fill" }, func() bool { return splitMode == "" }},
+		{"TANDEM_CUDA_SPLIT", "warps", func() bool { return splitMode == "warps" }, func() bool { return splitMode == "fill" }},
 		{"TANDEM_CUDA_FUSE", "0", func() bool { return !fusedOps }, func() bool { return fusedOps }},
 		{"TANDEM_CUDA_NORM2", "0", func() bool { return !fusedNorm2 }, func() bool { return fusedNorm2 }},
 		{"TANDEM_CUDA_COMBINE", "0", func() bool { return !combineInValuesOn }, func() bool { return combineInValuesOn }},
-		{"TANDEM_CUDA_ATTN_FUSED", "1", func() bool { return fusedAttention }, func() bool { return !fusedAttention }},
-		{"TANDEM_CUDA_POOL_GC", "2048", func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 },
-			func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 }},
+		{"TANDEM_CUDA_ATTN_FUSED", "0", func() bool { return !fusedAttention }, func() bool { return fusedAttention }},
+		{"TANDEM_CUDA_POOL_GC", "0", func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 },
+			func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 }},
 	}
 	if len(cases) != len(liveSettings) {
 		t.Fatalf("%d cases for %d live settings", len(cases), len(liveSettings))

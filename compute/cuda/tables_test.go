@@ -52,7 +52,7 @@ func TestTableMemo(t *testing.T) {
 // shape alone.
 func TestSplitK(t *testing.T) {
 	defer restoreMatMul()()
-	splitWarps, splitMinK, splitFixed, splitMode = 16384, 512, 0, "" // the defaults, whatever the environment
+	splitWarps, splitFixed, splitMode = 16384, 0, "warps" // the warp rule, whatever the environment
 	for _, tc := range []struct {
 		N, K          int
 		splits, chunk int
@@ -74,47 +74,7 @@ func TestSplitK(t *testing.T) {
 	}
 }
 
-// TestWavesSplit protects TANDEM_CUDA_SPLIT=waves on the H200's 132
-// multiprocessors (4,224 warps a wave): the fewest splits whose 16-column
-// warps fill 90% of their last wave, only for the products the wide kernel
-// runs, today's split elsewhere or when no count fills that much, and K
-// still covered in 32-aligned chunks.
-func TestWavesSplit(t *testing.T) {
-	defer func(w int) { waveWarps = w }(waveWarps)
-	defer restoreMatMul()()
-	splitWarps, splitMinK, splitFixed, rowsKernel = 16384, 512, 0, "auto" // the defaults, whatever the environment
-	splitMode, waveWarps = "waves", 4224
-	for _, tc := range []struct {
-		name   string
-		N, K   int
-		splits int
-	}{
-		{"31B MLP up (7 today: 2.2 waves)", 21504, 5376, 3},
-		{"31B stacked gate/up (4 today: 2.5 waves)", 43008, 5376, 3},
-		{"31B MLP down (25 today)", 5376, 21504, 12},
-		{"31B attention output (16 today: 1.3 waves)", 5376, 8192, 12},
-		{"31B LM head: 97% full unsplit", 262144, 5376, 1},
-		{"E2B LM head", 262144, 1536, 1},
-		{"an E2B projection: the narrow kernel, today's split", 2048, 1536, 3},
-	} {
-		splits, chunk := splitK(tc.N, tc.K)
-		if splits != tc.splits {
-			t.Errorf("%s: splitK(%d, %d) = %d splits, want %d", tc.name, tc.N, tc.K, splits, tc.splits)
-		}
-		if chunk%32 != 0 || splits*chunk < tc.K || (splits-1)*chunk >= tc.K {
-			t.Errorf("%s: %d × %d does not cover K = %d in 32-aligned chunks", tc.name, splits, chunk, tc.K)
-		}
-	}
-	if got := wavesSplit(512, 1024, 4224); got != 0 {
-		t.Errorf("wavesSplit of a product that cannot fill 90%% of a wave = %d, want 0", got)
-	}
-	splitMode = ""
-	if splits, _ := splitK(21504, 5376); splits != 7 {
-		t.Errorf("without the switch the 31B MLP gets %d splits, want today's 7", splits)
-	}
-}
-
-// TestFillSplit protects TANDEM_CUDA_SPLIT=fill on the H200's 4,224-warp
+// TestFillSplit protects the default K split (fillSplit) on the H200's 4,224-warp
 // waves: products that fill a fraction of a wave split until they fill one
 // (at most 16 splits of at least 128), those that fill several take the
 // count that wastes least of their last wave, the LM heads stay whole, and
@@ -122,8 +82,7 @@ func TestWavesSplit(t *testing.T) {
 func TestFillSplit(t *testing.T) {
 	defer func(w int) { waveWarps = w }(waveWarps)
 	defer restoreMatMul()()
-	splitWarps, splitMinK, splitFixed, rowsKernel = 16384, 512, 0, "matmul_rows_wide"
-	splitMode, waveWarps = "fill", 4224
+	splitFixed, splitMode, waveWarps = 0, "fill", 4224
 	for _, tc := range []struct {
 		name   string
 		kernel string
@@ -140,6 +99,8 @@ func TestFillSplit(t *testing.T) {
 		{"E2B MLP down: the cap of 16", "matmul_rows_wide", 1536, 6144, 16},
 		{"E2B MLP up, narrow kernel: twice the warps a split", "matmul_rows", 6144, 1536, 5},
 		{"a short K: splits of at least 128", "matmul_rows_wide", 1536, 256, 2},
+		{"the auto kernel: narrow for an E2B product", "auto", 6144, 1536, 5},
+		{"the auto kernel: wide for the 31B MLP", "auto", 21504, 5376, 3},
 	} {
 		rowsKernel = tc.kernel
 		splits, chunk := splitK(tc.N, tc.K)
@@ -150,16 +111,23 @@ func TestFillSplit(t *testing.T) {
 			t.Errorf("%s: %d × %d does not cover K = %d in 32-aligned chunks", tc.name, splits, chunk, tc.K)
 		}
 	}
+	rowsKernel, waveWarps = "auto", 0
+	if splits, _ := splitK(21504, 5376); splits != 7 {
+		t.Errorf("with no device's waves the 31B MLP gets %d splits, want the warp rule's 7", splits)
+	}
 }
 
-// TestSplitSetting protects TANDEM_CUDA_SPLIT's parse: a value it does not
-// know leaves splitK's default rather than a mode half set.
+// TestSplitSetting protects TANDEM_CUDA_SPLIT's parse: unset is fill, and
+// a value it does not know leaves the default rather than a mode half set.
 func TestSplitSetting(t *testing.T) {
 	defer restoreMatMul()()
 	for _, tc := range []struct{ value, want string }{
-		{"", ""}, {"waves", "waves"}, {"fill", "fill"}, {"Fill", ""}, {"fill:64", ""}, {"wave", ""},
+		{"", "fill"}, {"warps", "warps"}, {"fill", "fill"}, {"Fill", "fill"}, {"waves", "fill"}, {"warps ", "fill"},
 	} {
-		splitMode = "waves"
+		splitMode = "warps"
+		if tc.want == "warps" {
+			splitMode = "fill"
+		}
 		setSplitMode(tc.value)
 		if splitMode != tc.want {
 			t.Errorf("TANDEM_CUDA_SPLIT=%q: mode %q, want %q", tc.value, splitMode, tc.want)
