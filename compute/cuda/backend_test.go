@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -490,6 +491,49 @@ func TestMatMulSpeed(t *testing.T) {
 	}
 }
 
+// TestAttentionSpeed times a decode step's attention at 128 keys on the
+// 31B and E2B shapes (sliding layers of 256-wide heads in a 1,024-slot
+// ring, global layers of 512 in 4,096 slots), one and four queries, with
+// the fused kernel and the two, each with and without the flags. It
+// asserts nothing: it is the premise for TANDEM_CUDA_ATTN_PREFETCH and
+// _PACKED before whole steps measure them.
+func TestAttentionSpeed(t *testing.T) {
+	g := backendOrSkip(t)
+	if testing.Short() {
+		t.Skip("timing")
+	}
+	defer func(on, comb, pf, pk bool) {
+		fusedAttention, combineInValuesOn, attnPrefetch, attnPacked = on, comb, pf, pk
+	}(fusedAttention, combineInValuesOn, attnPrefetch, attnPacked)
+	combineInValuesOn = true
+	type variant struct {
+		name                    string
+		fused, prefetch, packed bool
+	}
+	variants := []variant{{"fused", true, false, false}, {"fused+prefetch", true, true, false}, {"fused+packed", true, false, true},
+		{"fused+both", true, true, true}, {"two", false, false, false}, {"two+both", false, true, true}}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []struct {
+		name       string
+		Hq, Hkv, D int
+		S          int
+	}{{"31B sliding", 32, 16, 256, 1024}, {"31B global", 32, 4, 512, 4096}, {"E2B sliding", 8, 1, 256, 1024}, {"E2B global", 8, 1, 512, 4096}} {
+		k := g.FromF32(randF32(r, s.S*s.Hkv*s.D), 1, s.S, s.Hkv, s.D)
+		v := g.FromF32(randF32(r, s.S*s.Hkv*s.D), 1, s.S, s.Hkv, s.D)
+		for _, L := range []int{1, 4} {
+			q := g.FromF32(randF32(r, L*s.Hq*s.D), 1, L, s.Hq, s.D)
+			opt := prefix(L, 128)(r)
+			line := fmt.Sprintf("%s, %d queries:", s.name, L)
+			for _, vr := range variants {
+				fusedAttention, attnPrefetch, attnPacked = vr.fused, vr.prefetch, vr.packed
+				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
+				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
+			}
+			t.Log(line)
+		}
+	}
+}
+
 // deviceTime is the device time of one call of f (every kernel it queues),
 // averaged over reps calls run back to back behind a spin, so the host's
 // launch rate does not count.
@@ -800,26 +844,34 @@ func TestMatMulForProfiler(t *testing.T) {
 	}
 }
 
-// TestFusedAttentionMatches protects attn_fused (TANDEM_CUDA_ATTN_FUSED):
-// scores and values in one kernel give the two kernels' bits, and so does
-// a matmul of the output, whose split the kernel writes. Every attention
-// case runs, then one- to four-query passes over key counts that leave
-// partial groups of 16 values and 256 keys, up to a whole chunk; caches of
-// several chunks whose rows (of different lengths, one empty) lie in the
-// first, where the values kernel folds in the later chunks' maxima; rings
-// within and across a chunk boundary (two splits: the two kernels run
-// either way); and head widths the vector key loads do and do not take.
-// The passes that qualify must run the fused kernel.
+// TestFusedAttentionMatches protects attn_fused (TANDEM_CUDA_ATTN_FUSED)
+// and the attention kernels' flags (TANDEM_CUDA_ATTN_PREFETCH, _PACKED):
+// scores and values in one kernel, rows asked of L2 first, and value sums
+// over packed (slot, weight) pairs each give the plain two kernels' bits,
+// and so does a matmul of the output, whose split the kernels write. Every
+// attention case runs, then one- to four-query passes over key counts
+// that leave partial groups of 16 values and 256 keys, up to a whole
+// chunk; caches of several chunks whose rows (of different lengths, one
+// empty) lie in the first, where the values kernel folds in the later
+// chunks' maxima; rings within and across a chunk boundary (two splits:
+// the two kernels run either way); head widths the vector key loads do and
+// do not take; and queries so peaked that most keys' weights round to
+// zero, which every variant must skip alike. The passes that qualify must
+// run the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(on, comb bool) { fusedAttention, combineInValuesOn = on, comb }(fusedAttention, combineInValuesOn)
+	defer func(on, comb, pf, pk bool) {
+		fusedAttention, combineInValuesOn, attnPrefetch, attnPacked = on, comb, pf, pk
+	}(fusedAttention, combineInValuesOn, attnPrefetch, attnPacked)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
-	check := func(name string, tc opCase, seed uint64, mustFuse bool) {
+	type variant struct{ fused, prefetch, packed bool }
+	variants := []variant{{true, false, false}, {true, true, false}, {true, false, true}, {true, true, true}, {false, true, true}}
+	check := func(name string, tc opCase, seed uint64, fusable bool) {
 		t.Helper()
-		run := func(on bool) (attn, product []float32) {
-			fusedAttention = on
+		run := func(v variant) (attn, product []float32) {
+			fusedAttention, attnPrefetch, attnPacked = v.fused, v.prefetch, v.packed
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -827,17 +879,22 @@ func TestFusedAttentionMatches(t *testing.T) {
 			}
 			return attn, product
 		}
-		before := g.fusedN
-		gotA, gotP := run(true)
-		if fused := g.fusedN > before; fused != mustFuse {
-			t.Fatalf("%s: attn_fused ran %v, want %v", name, fused, mustFuse)
+		wantA, wantP := run(variant{})
+		if i := slices.IndexFunc(wantA, func(x float32) bool { return x != x }); i >= 0 && strings.Contains(name, "peaked") {
+			t.Fatalf("%s: output %d is NaN: a zero weight's infinite value was summed", name, i)
 		}
-		wantA, wantP := run(false)
-		if err := sameBits(gotA, wantA); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if err := sameBits(gotP, wantP); err != nil {
-			t.Fatalf("%s, matmul of the output: %v", name, err)
+		for _, v := range variants {
+			before := g.fusedN
+			gotA, gotP := run(v)
+			if fused := g.fusedN > before; fused != (v.fused && fusable) {
+				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
+			}
+			if err := sameBits(gotA, wantA); err != nil {
+				t.Fatalf("%s %+v: %v", name, v, err)
+			}
+			if err := sameBits(gotP, wantP); err != nil {
+				t.Fatalf("%s %+v, matmul of the output: %v", name, v, err)
+			}
 		}
 	}
 	for _, tc := range opCases {
@@ -861,7 +918,31 @@ func TestFusedAttentionMatches(t *testing.T) {
 			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false)
 		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
 			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true)
+		check(fmt.Sprintf("%d queries, peaked: most weights round to zero", L), peakedAttention(L, 300, 64), uint64(L+11), true)
 	}
+}
+
+// peakedAttention is a causal pass of L queries over keys keys whose
+// queries are positive and 40 times the usual size, so that most keys'
+// weights exp(score − max) fall below float32's smallest value. Key 0
+// points away from every query and its value row is +Inf: a kernel that
+// summed a zero weight's value (0 · Inf) would return NaN, so the sums
+// must skip those keys whatever the kernel.
+func peakedAttention(L, keys, d int) opCase {
+	return opCase{run: func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		qv := randF32(r, L*4*d)
+		for i := range qv {
+			qv[i] = 40 * float32(math.Abs(float64(qv[i])))
+		}
+		kv, vv := randF32(r, keys*2*d), randF32(r, keys*2*d)
+		for i := range 2 * d { // key 0, both heads
+			kv[i], vv[i] = -50, float32(math.Inf(1))
+		}
+		q := be.FromF32(qv, 1, L, 4, d)
+		k := be.FromF32(kv, 1, keys, 2, d)
+		v := be.FromF32(vv, 1, keys, 2, d)
+		return []*compute.Tensor{be.Attention(q, k, v, full(1, L, keys, compute.Causal, 0)(r))}
+	}}
 }
 
 // A single split's attn_values normalises its output itself, with

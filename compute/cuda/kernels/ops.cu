@@ -679,6 +679,42 @@ __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst)
     if (threadIdx.x == 0) *dst = m;
 }
 
+// Attention's flags (the kernels' last argument, TANDEM_CUDA_ATTN_PREFETCH
+// and TANDEM_CUDA_ATTN_PACKED): neither changes a bit of the result.
+#define ATTN_PREFETCH 1 // ask L2 for the chunk's key and value rows first
+#define ATTN_PACKED 2   // the values pass reads (slot, weight) pairs, a key skipped once
+
+// slot_weight is a key's value slot (−1: skipped) and its weight e, read
+// by the packed value sums as one 8-byte shared load.
+struct __align__(8) slot_weight {
+    int s;
+    float e;
+};
+
+// prefetch_rows asks L2 for every key and value row of row bl =
+// blockIdx.y's keys in chunk z of their offsets (head blockIdx.x's), a
+// 128-byte line per request, spread over the block's threads. A decode
+// step's attention reads a few hundred kilobytes a block from memory as
+// a thread's own key or value column, 16-32 loads at a time, each batch
+// waiting out a round trip to memory; with the rows on their way to L2 at
+// once, the batches after the first wait for L2 instead. Only a slot that
+// holds a position is asked for. A prefetch reads nothing into a register,
+// so the result is the same with or without it.
+__device__ __forceinline__ void prefetch_rows(const float* k, const float* v, const int* slot_of, const int* span,
+                                              int L, int Hq, int Hkv, int S, int D, int Dv, int z) {
+    const int b = blockIdx.y / L, kvh = blockIdx.x / (Hq / Hkv), mp = span[2 * b];
+    const int r0 = z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
+    const int kl = (D + 31) / 32, per = kl + (Dv + 31) / 32; // 128-byte lines a key row, both rows
+    for (int i = threadIdx.x; i < (r1 - r0) * per; i += blockDim.x) {
+        const int r = r0 + i / per, l = i % per;
+        const int s = slot_of[(size_t)b * S + r];
+        if (s < 0) continue;
+        const size_t row = ((size_t)b * S + s) * Hkv + kvh;
+        const float* p = l < kl ? k + row * D + 32 * l : v + row * Dv + 32 * (l - kl);
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
+}
+
 // scores_pass writes the scores of row bl = blockIdx.y's keys in chunk z
 // of their offsets from the row's first position, scr[r] =
 // float32(q·k)·scale for each visible key r, and returns the thread's
@@ -734,13 +770,15 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
 }
 
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
-// key's score sc[bh][r] and the chunk's max.
+// key's score sc[bh][r] and the chunk's max. v and Dv are the values', for
+// ATTN_PREFETCH.
 extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
                                        const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                       float scale, int causal, int window) {
+                                       float scale, int causal, int window, int Dv, const float* v, int flags) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
+    if (flags & ATTN_PREFETCH) prefetch_rows(k, v, slot_of, span, L, Hq, Hkv, S, D, Dv, blockIdx.z);
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     const float m = scores_pass(q, k, sc + bh * S, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window,
                                 blockIdx.z, qs);
@@ -757,12 +795,21 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 // (and its split to parts), and attn_combine is not launched. Values are
 // loaded VB = 16 at a time ahead of their sums, in position order (64
 // ahead gave the same bits and no gain on the H200).
+//
+// packed (ATTN_PACKED): the value sums were bound by instructions (8.8
+// cycles an instruction, a warp's 3,300 of them for 128 keys, in Nsight
+// Compute on the 31B shape), each key costing two shared loads, two tests
+// and the sums. Packed, the first loop stores a key's slot and weight as
+// one pair, with slot −1 for every key the sums skip (e = 0 included), so
+// each key costs one shared load and one test. The same keys are summed
+// in the same order.
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n) {
+                                            unsigned short* parts, size_t n, bool packed) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
+    __shared__ slot_weight se[ATTN_CHUNK];
     __shared__ double sh[RBLOCK];
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
@@ -786,16 +833,39 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
                 s = -1;
             }
         }
-        es[o] = e;
-        ss[o] = s;
+        if (packed) {
+            se[o] = slot_weight{e != 0.0f ? s : -1, e};
+        } else {
+            es[o] = e;
+            ss[o] = s;
+        }
     }
-    const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss
+    const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss, se
     const size_t vstride = (size_t)Hkv * Dv;
     constexpr int VB = 16;
     for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
         const float* vj = v + (size_t)b * S * vstride + (size_t)kvh * Dv + j;
         float acc = 0.0f;
         int o = olo;
+        if (packed) {
+            for (; o + VB <= ohi; o += VB) {
+                slot_weight p[VB];
+                float vv[VB];
+#pragma unroll
+                for (int u = 0; u < VB; u++) {
+                    p[u] = se[o + u];
+                    vv[u] = p[u].s >= 0 ? vj[(size_t)p[u].s * vstride] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < VB; u++)
+                    if (p[u].s >= 0) acc = __fadd_rn(acc, __fmul_rn(p[u].e, vv[u]));
+            }
+            for (; o < ohi; o++) {
+                const slot_weight p = se[o];
+                if (p.s >= 0) acc = __fadd_rn(acc, __fmul_rn(p.e, vj[(size_t)p.s * vstride]));
+            }
+            o = ohi; // the plain loops below find nothing left
+        }
         for (; o + VB <= ohi; o += VB) {
             float vv[VB];
 #pragma unroll
@@ -829,13 +899,13 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
 extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
                                        const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv,
                                        int S, int Dv, int nscore, int nsplit, int causal, int window, float* out,
-                                       unsigned short* parts, size_t n) {
+                                       unsigned short* parts, size_t n, int flags) {
     pdl_start();
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     float mx = -__int_as_float(0x7f800000);
     for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
     values_pass(v, sc + bh * S, mx, pv, pe, slot_of, span, qpos, L, Hq, Hkv, S, Dv, nsplit, causal, window, out,
-                parts, n);
+                parts, n, flags & ATTN_PACKED);
 }
 
 // attn_fused: attn_scores and attn_values in one block, for passes whose
@@ -850,17 +920,19 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
                                       float scale, int causal, int window, float* out, unsigned short* parts,
-                                      size_t n) {
+                                      size_t n, int flags) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
+    if (flags & ATTN_PREFETCH) prefetch_rows(k, v, slot_of, span, L, Hq, Hkv, S, D, Dv, 0);
     float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
     m = block_tree0(m, shm, max_nan());
     if (threadIdx.x == 0) shm[0] = m;
     __syncthreads(); // publishes the scores and their maximum
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
-    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n);
+    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
+                flags & ATTN_PACKED);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
