@@ -40,9 +40,11 @@ mutants=(
   'seg-partials|compute/cuda/kernels/matmul.cu|    if (gridDim.y > 1) b1 = b2 = SEG_NONE; // partials keep the plain layout
 ||^TestMatMulsStacked$'
   # the packed value sums fused into one rounding (fma): the same keys, other bits
-  'packed-fma|compute/cuda/kernels/ops.cu|if (p[u].s >= 0) acc = __fadd_rn(acc, __fmul_rn(p[u].e, vv[u]));|if (p[u].s >= 0) acc = __fmaf_rn(p[u].e, vv[u], acc);|^TestFusedAttentionMatches$'
+  'packed-fma|compute/cuda/kernels/ops.cu|a0 = __fadd_rn(a0, __fmul_rn(p[u].e, v0[u]));|a0 = __fmaf_rn(p[u].e, v0[u], a0);|^TestFusedAttentionMatches$'
   # the packed value sums keeping a key whose weight rounded to zero (0 · Inf)
   'packed-skip|compute/cuda/kernels/ops.cu|se[o] = slot_weight{e != 0.0f ? s : -1, e};|se[o] = slot_weight{s, e};|^TestFusedAttentionMatches$'
+  # a 512-wide head'"'"'s second column written with the first'"'"'s sum
+  'packed-col2|compute/cuda/kernels/ops.cu|if (two) finish(j + RBLOCK, a1);|if (two) finish(j + RBLOCK, a0);|^TestFusedAttentionMatches$'
   # every choice's gate/up product from the wrong token'"'"'s input
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1

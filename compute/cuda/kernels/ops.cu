@@ -801,8 +801,9 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 // Compute on the 31B shape), each key costing two shared loads, two tests
 // and the sums. Packed, the first loop stores a key's slot and weight as
 // one pair, with slot −1 for every key the sums skip (e = 0 included), so
-// each key costs one shared load and one test. The same keys are summed
-// in the same order.
+// each key costs one shared load and one test, and a head wider than the
+// block (512) has both of a thread's columns summed in one pass over the
+// keys instead of two. The same keys are summed in the same order.
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
@@ -842,54 +843,79 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
     }
     const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss, se
     const size_t vstride = (size_t)Hkv * Dv;
+    const float* vb = v + (size_t)b * S * vstride + (size_t)kvh * Dv;
     constexpr int VB = 16;
-    for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
-        const float* vj = v + (size_t)b * S * vstride + (size_t)kvh * Dv + j;
-        float acc = 0.0f;
-        int o = olo;
-        if (packed) {
-            for (; o + VB <= ohi; o += VB) {
-                slot_weight p[VB];
-                float vv[VB];
-#pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    p[u] = se[o + u];
-                    vv[u] = p[u].s >= 0 ? vj[(size_t)p[u].s * vstride] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < VB; u++)
-                    if (p[u].s >= 0) acc = __fadd_rn(acc, __fmul_rn(p[u].e, vv[u]));
-            }
-            for (; o < ohi; o++) {
-                const slot_weight p = se[o];
-                if (p.s >= 0) acc = __fadd_rn(acc, __fmul_rn(p.e, vj[(size_t)p.s * vstride]));
-            }
-            o = ohi; // the plain loops below find nothing left
-        }
-        for (; o + VB <= ohi; o += VB) {
-            float vv[VB];
-#pragma unroll
-            for (int u = 0; u < VB; u++) {
-                const int s = ss[o + u];
-                vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < VB; u++)
-                if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
-        }
-        for (; o < ohi; o++) {
-            const int s = ss[o];
-            if (s < 0 || es[o] == 0.0f) continue;
-            acc = __fadd_rn(acc, __fmul_rn(es[o], vj[(size_t)s * vstride]));
-        }
-        if (out) { // attn_combine of one split: its sums start from zero
+    // finish writes column j's sum: normalised (attn_combine of one split,
+    // whose sums start from zero) or as the split's partial.
+    auto finish = [&](int j, float acc) {
+        if (out) {
             const double e = 0.0 + total;
             const float a = __fadd_rn(0.0f, acc), r = e > 0 ? (float)((double)a / e) : 0.0f;
             out[bh * Dv + j] = r;
             emit(parts, n, bh * Dv + j, r);
-            continue;
+            return;
         }
         pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
+    };
+    if (packed) {
+        // Columns j and j + RBLOCK (heads wider than the block) in one pass
+        // over the keys: each key's pair is read once for both, and the
+        // two sums, each in position order, interleave.
+        for (int j = threadIdx.x; j < Dv; j += 2 * RBLOCK) {
+            const bool two = j + RBLOCK < Dv;
+            const float* vj = vb + j;
+            float a0 = 0.0f, a1 = 0.0f;
+            int o = olo;
+            for (; o + VB <= ohi; o += VB) {
+                slot_weight p[VB];
+                float v0[VB], v1[VB];
+#pragma unroll
+                for (int u = 0; u < VB; u++) {
+                    p[u] = se[o + u];
+                    const float* row = vj + (size_t)(p[u].s > 0 ? p[u].s : 0) * vstride;
+                    v0[u] = p[u].s >= 0 ? row[0] : 0.0f;
+                    v1[u] = p[u].s >= 0 && two ? row[RBLOCK] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < VB; u++)
+                    if (p[u].s >= 0) {
+                        a0 = __fadd_rn(a0, __fmul_rn(p[u].e, v0[u]));
+                        a1 = __fadd_rn(a1, __fmul_rn(p[u].e, v1[u]));
+                    }
+            }
+            for (; o < ohi; o++) {
+                const slot_weight p = se[o];
+                if (p.s < 0) continue;
+                const float* row = vj + (size_t)p.s * vstride;
+                a0 = __fadd_rn(a0, __fmul_rn(p.e, row[0]));
+                if (two) a1 = __fadd_rn(a1, __fmul_rn(p.e, row[RBLOCK]));
+            }
+            finish(j, a0);
+            if (two) finish(j + RBLOCK, a1);
+        }
+    } else {
+        for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
+            const float* vj = vb + j;
+            float acc = 0.0f;
+            int o = olo;
+            for (; o + VB <= ohi; o += VB) {
+                float vv[VB];
+#pragma unroll
+                for (int u = 0; u < VB; u++) {
+                    const int s = ss[o + u];
+                    vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < VB; u++)
+                    if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
+            }
+            for (; o < ohi; o++) {
+                const int s = ss[o];
+                if (s < 0 || es[o] == 0.0f) continue;
+                acc = __fadd_rn(acc, __fmul_rn(es[o], vj[(size_t)s * vstride]));
+            }
+            finish(j, acc);
+        }
     }
     if (!out && threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
 }
