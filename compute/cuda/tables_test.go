@@ -99,6 +99,7 @@ func TestFillSplit(t *testing.T) {
 		{"E2B MLP down: the cap of 16", "matmul_rows_wide", 1536, 6144, 16},
 		{"E2B MLP up, narrow kernel: twice the warps a split", "matmul_rows", 6144, 1536, 5},
 		{"a short K: splits of at least 128", "matmul_rows_wide", 1536, 256, 2},
+		{"a tie (5 and 11 splits cost the same): the fewer", "matmul_rows_wide", 12288, 8192, 5},
 		{"the auto kernel: narrow for an E2B product", "auto", 6144, 1536, 5},
 		{"the auto kernel: wide for the 31B MLP", "auto", 21504, 5376, 3},
 	} {
