@@ -887,7 +887,8 @@ func TestMatMulForProfiler(t *testing.T) {
 // TestFusedAttentionMatches protects attn_fused (TANDEM_CUDA_ATTN_FUSED)
 // and the attention kernels' flags (TANDEM_CUDA_ATTN_PREFETCH, _PACKED):
 // scores and values in one kernel, rows asked of L2 first, and value sums
-// over packed (slot, weight) pairs each give the plain two kernels' bits,
+// over packed (slot, weight) pairs, alone and together, fused or not, each
+// give the plain two kernels' bits,
 // and so does a matmul of the output, whose split the kernels write. Every
 // attention case runs, then one- to four-query passes over key counts
 // that leave partial groups of 16 values and 256 keys, up to a whole
@@ -895,9 +896,10 @@ func TestMatMulForProfiler(t *testing.T) {
 // empty) lie in the first, where the values kernel folds in the later
 // chunks' maxima; rings within and across a chunk boundary (two splits:
 // the two kernels run either way); head widths the vector key loads do and
-// do not take; and queries so peaked that most keys' weights round to
-// zero, which every variant must skip alike. The passes that qualify must
-// run the fused kernel.
+// do not take; value rows of 300, where only some threads take a second
+// column; and queries so peaked that most keys' weights round to zero,
+// which every variant must skip alike. The passes that qualify must run
+// the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
 	defer func(on, comb, pf, pk bool) {
@@ -907,7 +909,8 @@ func TestFusedAttentionMatches(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
 	type variant struct{ fused, prefetch, packed bool }
-	variants := []variant{{true, false, false}, {true, true, false}, {true, false, true}, {true, true, true}, {false, true, true}}
+	variants := []variant{{true, false, false}, {true, true, false}, {true, false, true}, {true, true, true},
+		{false, true, false}, {false, false, true}, {false, true, true}}
 	check := func(name string, tc opCase, seed uint64, fusable bool) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
@@ -958,7 +961,11 @@ func TestFusedAttentionMatches(t *testing.T) {
 			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false)
 		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
 			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true)
-		check(fmt.Sprintf("%d queries, peaked: most weights round to zero", L), peakedAttention(L, 300, 64), uint64(L+11), true)
+		for _, d := range []int{64, 512} { // 512: both of a thread's columns skip the infinite value
+			check(fmt.Sprintf("%d queries, head %d, peaked: most weights round to zero", L, d), peakedAttention(L, 300, d), uint64(L+d), true)
+		}
+		check(fmt.Sprintf("%d queries, values 300 wide: some threads take a second column", L),
+			attnCase("", 1, L, 4, 2, 200, 64, 300, full(1, L, 200, compute.Causal, 0)), uint64(L+300), true)
 	}
 }
 

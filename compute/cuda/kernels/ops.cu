@@ -711,7 +711,7 @@ __device__ __forceinline__ void prefetch_rows(const float* k, const float* v, co
         if (s < 0) continue;
         const size_t row = ((size_t)b * S + s) * Hkv + kvh;
         const float* p = l < kl ? k + row * D + 32 * l : v + row * Dv + 32 * (l - kl);
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+        asm volatile("prefetch.L2 [%0];" ::"l"(p)); // generic address
     }
 }
 
