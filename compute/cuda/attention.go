@@ -37,15 +37,14 @@ var combineInValuesOn bool // TANDEM_CUDA_COMBINE, read by liveSettings (setting
 // step took 0.3 ms less, an E2B step 0.1 ms.
 var fusedAttention bool // TANDEM_CUDA_ATTN_FUSED, read by liveSettings
 
-// attnPrefetch has the untiled attention kernels ask L2 for a chunk's key
-// and value rows before they read them (TANDEM_CUDA_ATTN_PREFETCH=1), and
-// attnPacked has their value sums read each key's slot and weight as one
-// pair (TANDEM_CUDA_ATTN_PACKED=1). Neither changes a bit. A 31B decode
-// step spends 1.9 ms in attn_fused at 128 keys, 33 µs a layer for a few
-// hundred kilobytes: in Nsight Compute the scores wait on memory (47% of
-// their stalls) and the value sums issue an instruction every 8.8 cycles.
-// Written without a GPU: off until measured (both live, for --sweep).
-var attnPrefetch, attnPacked bool // read by liveSettings
+// attnPacked has the untiled values kernels read each key's slot and
+// weight as one pair and sum a 512-wide head's two columns in one pass
+// over the keys (TANDEM_CUDA_ATTN_PACKED=1; live). The same bits. Alone,
+// it took a 512-wide head's attn_fused from 31.4 to 23.1 µs at 128 keys
+// (TestAttentionSpeed), but whole 31B and E2B steps did not get faster
+// (20.78-20.80 ms against 20.89), so it stays off until a longer run says
+// otherwise.
+var attnPacked bool // read by liveSettings
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
@@ -177,10 +176,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	// attn_fused can keep a row's scores in shared memory (never tiled: at
 	// most attnTileMin-1 queries a row).
 	fused := fusedAttention && combineInValues && L < attnTileMin
-	flags := 0 // the untiled kernels' ATTN_ flags (ops.cu)
-	if attnPrefetch {
-		flags |= 1
-	}
+	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
 		flags |= 2
 	}
@@ -227,11 +223,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			// read once per tile instead of once per query.
 			scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((n+attnTile-1)/attnTile)
 		}
-		sargs := []any{ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window}
-		if !tiled {
-			sargs = append(sargs, Dv, ptrOf(v), flags)
-		}
-		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256, sargs...)
+		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
+			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
 		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
 		if !tiled { // the untiled values kernels take the output, for combineInValues
 			if combineInValues {

@@ -679,10 +679,10 @@ __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst)
     if (threadIdx.x == 0) *dst = m;
 }
 
-// Attention's flags (the kernels' last argument, TANDEM_CUDA_ATTN_PREFETCH
-// and TANDEM_CUDA_ATTN_PACKED): neither changes a bit of the result.
-#define ATTN_PREFETCH 1 // ask L2 for the chunk's key and value rows first
-#define ATTN_PACKED 2   // the values pass reads (slot, weight) pairs, a key skipped once
+// Attention's flags (the values kernels' last argument): ATTN_PACKED
+// (TANDEM_CUDA_ATTN_PACKED) has the value sums read (slot, weight) pairs,
+// the same bits.
+#define ATTN_PACKED 2
 
 // slot_weight is a key's value slot (−1: skipped) and its weight e, read
 // by the packed value sums as one 8-byte shared load.
@@ -690,30 +690,6 @@ struct __align__(8) slot_weight {
     int s;
     float e;
 };
-
-// prefetch_rows asks L2 for every key and value row of row bl =
-// blockIdx.y's keys in chunk z of their offsets (head blockIdx.x's), a
-// 128-byte line per request, spread over the block's threads. A decode
-// step's attention reads a few hundred kilobytes a block from memory as
-// a thread's own key or value column, 16-32 loads at a time, each batch
-// waiting out a round trip to memory; with the rows on their way to L2 at
-// once, the batches after the first wait for L2 instead. Only a slot that
-// holds a position is asked for. A prefetch reads nothing into a register,
-// so the result is the same with or without it.
-__device__ __forceinline__ void prefetch_rows(const float* k, const float* v, const int* slot_of, const int* span,
-                                              int L, int Hq, int Hkv, int S, int D, int Dv, int z) {
-    const int b = blockIdx.y / L, kvh = blockIdx.x / (Hq / Hkv), mp = span[2 * b];
-    const int r0 = z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
-    const int kl = (D + 31) / 32, per = kl + (Dv + 31) / 32; // 128-byte lines a key row, both rows
-    for (int i = threadIdx.x; i < (r1 - r0) * per; i += blockDim.x) {
-        const int r = r0 + i / per, l = i % per;
-        const int s = slot_of[(size_t)b * S + r];
-        if (s < 0) continue;
-        const size_t row = ((size_t)b * S + s) * Hkv + kvh;
-        const float* p = l < kl ? k + row * D + 32 * l : v + row * Dv + 32 * (l - kl);
-        asm volatile("prefetch.L2 [%0];" ::"l"(p)); // generic address
-    }
-}
 
 // scores_pass writes the scores of row bl = blockIdx.y's keys in chunk z
 // of their offsets from the row's first position, scr[r] =
@@ -770,15 +746,13 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
 }
 
 // attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
-// key's score sc[bh][r] and the chunk's max. v and Dv are the values', for
-// ATTN_PREFETCH.
+// key's score sc[bh][r] and the chunk's max.
 extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
                                        const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                       float scale, int causal, int window, int Dv, const float* v, int flags) {
+                                       float scale, int causal, int window) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
-    if (flags & ATTN_PREFETCH) prefetch_rows(k, v, slot_of, span, L, Hq, Hkv, S, D, Dv, blockIdx.z);
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     const float m = scores_pass(q, k, sc + bh * S, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window,
                                 blockIdx.z, qs);
@@ -951,7 +925,6 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    if (flags & ATTN_PREFETCH) prefetch_rows(k, v, slot_of, span, L, Hq, Hkv, S, D, Dv, 0);
     float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
     m = block_tree0(m, shm, max_nan());
     if (threadIdx.x == 0) shm[0] = m;
