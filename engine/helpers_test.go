@@ -29,8 +29,9 @@ var (
 	target *gemma4.Model
 	helper *gemma4.Assistant
 	vocab  int
-	// draftDir holds a second copy of the assistant (left unbound).
-	draftDir string
+	// draftDir holds a second copy of the assistant (left unbound), and
+	// targetDir the target's checkpoint.
+	draftDir, targetDir string
 )
 
 func TestMain(m *testing.M) {
@@ -78,7 +79,8 @@ func loadPair(dir string) error {
 			return err
 		}
 	}
-	if target, err = gemma4.Load(filepath.Join(dir, "gemma4-tiny-e2b"), b); err != nil {
+	targetDir = filepath.Join(dir, "gemma4-tiny-e2b")
+	if target, err = gemma4.Load(targetDir, b); err != nil {
 		return err
 	}
 	draftDir = filepath.Join(dir, "gemma4-tiny-e2b-assistant")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tandem/compute"
@@ -53,7 +54,9 @@ type Engine struct {
 	// Owned by the scheduler goroutine.
 	active    []*request
 	prefix    *prefixCache
-	lateHeads int // verify rows the walk read that logits did not compute (tests expect none)
+	lateHeads int          // verify rows the walk read that logits did not compute (tests expect none)
+	ahead     bool         // a lone greedy request may decode ahead (canAhead)
+	aheadRuns atomic.Int64 // runs decoded ahead (read by tests)
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.
@@ -114,6 +117,7 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		prefix:  newPrefixCache(max(cfg.PrefixCacheTokens, 0)),
+		ahead:   canAhead(cfg),
 	}
 	if cfg.Drafter != nil {
 		e.maxStep = max(e.maxStep, cfg.DraftTokens+1)

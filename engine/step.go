@@ -49,6 +49,9 @@ func (w *row) pickAt(j int, logits func(int) []float32) int32 {
 // positions it would be fed alone, and it samples through its own
 // generation.Seq (and drafts through its own spec.Assistant) in the order
 // generation.Generate and spec.Generate do.
+//
+// A lone greedy request past its prompt goes to decodeAhead instead, which
+// runs its steps one ahead of the host until another request could start.
 func (e *Engine) step() {
 	defer func() {
 		// The kernels panic only on programming errors; a server must not
@@ -59,6 +62,11 @@ func (e *Engine) step() {
 			e.failAll(err)
 		}
 	}()
+	if r := e.aheadRequest(); r != nil {
+		e.aheadRuns.Add(1)
+		e.decodeAhead(r)
+		return
+	}
 	t0 := time.Now()
 	rows := e.plan()
 	if err := e.draftAll(rows); err != nil {

@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"tandem/compute"
+	"tandem/compute/computetest"
+	"tandem/compute/cpu"
+	"tandem/model/gemma4"
+	"tandem/sample"
+)
+
+// aheadTarget is the tiny target on a backend that reads results
+// asynchronously, so that the engine decodes a lone greedy request ahead:
+// the shared target where its backend does (the GPU), else a copy on the
+// CPU wrapped by computetest.Prefetching, which can also poison picks with
+// NaNs (pf, nil on the GPU).
+func aheadTarget(t *testing.T) (m *gemma4.Model, pf *computetest.Prefetching) {
+	t.Helper()
+	if _, ok := target.Backend().(compute.Prefetcher); ok {
+		return target, nil
+	}
+	pf = &computetest.Prefetching{Backend: cpu.New(0)}
+	m, err := gemma4.Load(targetDir, pf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, pf
+}
+
+// A lone greedy request decoded ahead (each step issued with the device's
+// pick before the host reads it) must stream what it streams alone, with
+// the same finish: budgets of one, two and more, a stop token mid-stream,
+// picks sent back to the host by a NaN (the step issued ahead is rolled
+// back), a request arriving mid-run (the run ends so that it can start,
+// and both match alone), a cancelled one, the same prompt again from the
+// prefix cache the run left, and requests that must keep the host's turn
+// (logprobs, penalties, TANDEM_ENGINE_AHEAD=0).
+func TestDecodeAheadMatchesAlone(t *testing.T) {
+	m, pf := aheadTarget(t)
+	prompt := promptOf(12, 31)
+	free, _, _ := alone(t, Request{Prompt: prompt, MaxTokens: 40}, nil, 0, 0)
+	cases := []struct {
+		name  string
+		req   Request
+		nanAt []int // the F32 prefetches read as NaN (the CPU only)
+	}{
+		{"budget of one", Request{Prompt: prompt, MaxTokens: 1}, nil},
+		{"budget of two", Request{Prompt: prompt, MaxTokens: 2}, nil},
+		{"long", Request{Prompt: prompt, MaxTokens: 40}, nil},
+		{"stop token mid-stream", Request{Prompt: prompt, MaxTokens: 40, StopTokens: []int32{free[9]}}, nil},
+		{"NaN on the first step ahead", Request{Prompt: prompt, MaxTokens: 12}, []int{0}},
+		{"NaN on consecutive steps", Request{Prompt: prompt, MaxTokens: 12}, []int{3, 4}},
+		{"NaN on the last step", Request{Prompt: prompt, MaxTokens: 12}, []int{10}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.nanAt != nil && pf == nil {
+				t.Skip("NaN picks are injected on the CPU only")
+			}
+			e := start(t, Config{Model: m, Parallel: 2})
+			if pf != nil {
+				pf.Reset(tc.nanAt...)
+			}
+			got := collect(t, submit(t, e, context.Background(), tc.req))
+			want, reason, _ := alone(t, tc.req, nil, 0, 0)
+			if !slices.Equal(got.tokens, want) || got.final.FinishReason != reason {
+				t.Fatalf("decoded ahead: %v (%s); alone: %v (%s)", got.tokens, got.final.FinishReason, want, reason)
+			}
+			if tc.req.MaxTokens > 1 && e.aheadRuns.Load() == 0 {
+				t.Fatal("the request was not decoded ahead")
+			}
+			// Two readbacks a step; a run of n tokens after the first issues
+			// n steps, none past the budget.
+			if n := tc.req.MaxTokens; pf != nil && tc.nanAt == nil && tc.req.StopTokens == nil && pf.Calls != 2*(n-1) {
+				t.Errorf("%d readbacks for %d tokens, want %d", pf.Calls, n, 2*(n-1))
+			}
+			if pf != nil && pf.Waiting != 0 {
+				t.Fatalf("%d readbacks never waited for", pf.Waiting)
+			}
+		})
+	}
+	t.Run("a request arriving mid-run", func(t *testing.T) {
+		e := start(t, Config{Model: m, Parallel: 2})
+		if pf != nil {
+			pf.Reset()
+		}
+		a := Request{Prompt: prompt, MaxTokens: 300}
+		b := Request{Prompt: promptOf(9, 32), MaxTokens: 20}
+		cha := submit(t, e, context.Background(), a)
+		first := <-cha // a is decoding
+		chb := submit(t, e, context.Background(), b)
+		var rb result
+		var bDone time.Time
+		got := make(chan struct{})
+		go func() {
+			defer close(got)
+			rb, bDone = collect(t, chb), time.Now()
+		}()
+		ra := collect(t, cha)
+		aDone := time.Now()
+		<-got
+		ra.tokens = append(first.Tokens, ra.tokens...)
+		if !bDone.Before(aDone) {
+			t.Error("b (20 tokens) finished after a (300): a's run did not make way for it")
+		}
+		for _, c := range []struct {
+			req Request
+			got result
+		}{{a, ra}, {b, rb}} {
+			want, reason, _ := alone(t, c.req, nil, 0, 0)
+			if !slices.Equal(c.got.tokens, want) || c.got.final.FinishReason != reason {
+				t.Fatalf("prompt %v: %v (%s); alone: %v (%s)", c.req.Prompt[:3], c.got.tokens, c.got.final.FinishReason, want, reason)
+			}
+		}
+		if e.aheadRuns.Load() == 0 {
+			t.Fatal("nothing was decoded ahead")
+		}
+		if pf != nil && pf.Waiting != 0 {
+			t.Fatalf("%d readbacks never waited for", pf.Waiting)
+		}
+	})
+	t.Run("cancelled mid-run", func(t *testing.T) {
+		e := start(t, Config{Model: m, Parallel: 1})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch := submit(t, e, ctx, Request{Prompt: prompt, MaxTokens: 400})
+		var toks []int32
+		for ev := range ch {
+			toks = append(toks, ev.Tokens...)
+			if len(toks) >= 3 {
+				cancel()
+			}
+			if ev.Done && ev.FinishReason != FinishCancelled {
+				t.Fatalf("finished %q after %d tokens, want cancelled", ev.FinishReason, len(toks))
+			}
+		}
+		want, _, _ := alone(t, Request{Prompt: prompt, MaxTokens: 400}, nil, 0, 0)
+		if !slices.Equal(toks, want[:len(toks)]) {
+			t.Fatalf("streamed %v, want a prefix of %v", toks, want)
+		}
+	})
+	t.Run("the prompt again, from the prefix cache the run left", func(t *testing.T) {
+		e := start(t, Config{Model: m, Parallel: 1})
+		req := Request{Prompt: prompt, MaxTokens: 15}
+		want, _, _ := alone(t, req, nil, 0, 0)
+		for i := range 2 {
+			got := collect(t, submit(t, e, context.Background(), req))
+			if !slices.Equal(got.tokens, want) {
+				t.Fatalf("run %d: %v, want %v", i, got.tokens, want)
+			}
+			if i == 1 && got.final.Usage.CachedTokens == 0 {
+				t.Error("the second run took nothing from the prefix cache")
+			}
+		}
+		// The first run's KV, kept with the token its last step fed, as a
+		// longer prompt.
+		longer := Request{Prompt: append(slices.Clone(prompt), want...), MaxTokens: 5}
+		got := collect(t, submit(t, e, context.Background(), longer))
+		if w, _, _ := alone(t, longer, nil, 0, 0); !slices.Equal(got.tokens, w) {
+			t.Fatalf("continuation: %v, want %v", got.tokens, w)
+		}
+	})
+	hostTurn := []struct {
+		name string
+		req  Request
+		env  string
+	}{
+		{"logprobs", Request{Prompt: prompt, MaxTokens: 6, Logprobs: true}, ""},
+		{"penalties", Request{Prompt: prompt, MaxTokens: 6, Sample: sample.Params{RepetitionPenalty: 1.3}}, ""},
+		{"TANDEM_ENGINE_AHEAD=0", Request{Prompt: prompt, MaxTokens: 6}, "0"},
+	}
+	for _, tc := range hostTurn {
+		t.Run("host's turn: "+tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("TANDEM_ENGINE_AHEAD", tc.env)
+			}
+			e := start(t, Config{Model: m, Parallel: 2})
+			got := collect(t, submit(t, e, context.Background(), tc.req))
+			if want, _, _ := alone(t, tc.req, nil, 0, 0); !slices.Equal(got.tokens, want) {
+				t.Fatalf("%v, want %v", got.tokens, want)
+			}
+			if n := e.aheadRuns.Load(); n != 0 {
+				t.Fatalf("decoded ahead %d times", n)
+			}
+		})
+	}
+}
