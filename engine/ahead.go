@@ -12,11 +12,17 @@ import (
 	"tandem/sample"
 )
 
-// aheadSetting reads TANDEM_ENGINE_AHEAD: "0", "off", "false" or "no"
-// keeps every engine step on the host's turn (for comparisons); anything
-// else, or nothing, lets a lone greedy request decode ahead.
+// aheadEnv is read each time an engine starts: "0", "off", "false" or
+// "no" keeps every engine step on the host's turn (for comparisons);
+// anything else, or nothing, lets a lone greedy request decode ahead.
+const aheadEnv = "TANDEM_ENGINE_AHEAD"
+
+// Live reports whether name is a switch New reads, so that a process may
+// change it between engines (tandem bench --sweep --engine).
+func Live(name string) bool { return name == aheadEnv }
+
 func aheadSetting() bool {
-	switch os.Getenv("TANDEM_ENGINE_AHEAD") {
+	switch os.Getenv(aheadEnv) {
 	case "0", "off", "false", "no":
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"tandem/compute/cuda"
+	"tandem/engine"
 	"tandem/spec"
 )
 
@@ -39,7 +40,7 @@ func parseSweep(s string) ([]sweepGroup, error) {
 			switch {
 			case !ok || !strings.HasPrefix(k, "TANDEM_"):
 				return nil, fmt.Errorf("--sweep: %q is not TANDEM_NAME=VALUE", kv)
-			case !cuda.Live(k) && !spec.Live(k):
+			case !cuda.Live(k) && !spec.Live(k) && !engine.Live(k):
 				return nil, fmt.Errorf("--sweep: %s is not a switch read at every call (one read once at start-up goes in the environment for the whole run)", k)
 			}
 			g.env = append(g.env, [2]string{k, v})

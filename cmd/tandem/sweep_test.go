@@ -24,6 +24,7 @@ func TestParseSweep(t *testing.T) {
 			[][][2]string{nil, {{"TANDEM_CUDA_SPLIT", "warps"}}, nil}, ""},
 		{"TANDEM_CUDA_ROWS=wide, TANDEM_CUDA_POOL_GC=0;TANDEM_SPEC_AHEAD=0", []string{"TANDEM_CUDA_ROWS=wide, TANDEM_CUDA_POOL_GC=0", "TANDEM_SPEC_AHEAD=0"},
 			[][][2]string{{{"TANDEM_CUDA_ROWS", "wide"}, {"TANDEM_CUDA_POOL_GC", "0"}}, {{"TANDEM_SPEC_AHEAD", "0"}}}, ""},
+		{"TANDEM_ENGINE_AHEAD=0", []string{"TANDEM_ENGINE_AHEAD=0"}, [][][2]string{{{"TANDEM_ENGINE_AHEAD", "0"}}}, ""},
 		{"TANDEM_CUDA_PDL=1", nil, nil, "not a switch read at every call"},
 		{"TANDEM_SPEC_AHEED=0", nil, nil, "not a switch read at every call"},
 		{"TANDEM_CUDA_SPLIT", nil, nil, "not TANDEM_NAME=VALUE"},
