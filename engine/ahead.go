@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"tandem/compute"
@@ -55,15 +56,19 @@ func (e *Engine) aheadRequest() *request {
 
 // keepAhead reports whether another step of r may be issued before its
 // last token is read: r wants at least two more tokens and is still
-// wanted, and no queued request could be admitted in its place (a free
-// slot and a waiting request end the run, so that it joins the next step).
+// wanted, no queued request could be admitted in its place (a free slot
+// and a waiting request end the run, so that it joins the next step), and
+// no queued request was cancelled (reap ends it within a step).
 func (e *Engine) keepAhead(r *request) bool {
 	if r.seq.Left() <= 1 || r.ctx.Err() != nil {
 		return false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return !e.abort && (len(e.queue) == 0 || len(e.active) >= e.cfg.Parallel)
+	if e.abort || (len(e.queue) > 0 && len(e.active) < e.cfg.Parallel) {
+		return false
+	}
+	return !slices.ContainsFunc(e.queue, func(q *request) bool { return q.ctx.Err() != nil })
 }
 
 // decodeAhead decodes the lone request r one step ahead of the host, as
@@ -88,7 +93,22 @@ func (e *Engine) decodeAhead(r *request) {
 	type pick struct {
 		logits, idx *compute.Tensor
 		val, which  func() []uint32
+		read        bool
 	}
+	// Every readback is waited for once, on every path: a panic (caught by
+	// step) would otherwise leave the GPU's pinned readback slots taken.
+	var issued []*pick
+	defer func() {
+		for _, p := range issued {
+			if !p.read {
+				func() {
+					defer func() { _ = recover() }()
+					p.val()
+					p.which()
+				}()
+			}
+		}
+	}()
 	issue := func(row gemma4.Row) (*pick, error) {
 		end := compute.Record(b, "decode") // a plain decode step, as generation's
 		out, err := e.m.Forward([]gemma4.Row{row}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
@@ -97,9 +117,12 @@ func (e *Engine) decodeAhead(r *request) {
 			return nil, err
 		}
 		v, i := b.TopK(out.Logits, 1)
-		return &pick{logits: out.Logits, idx: i.Reshape(1), val: pf.Prefetch(v), which: pf.Prefetch(i)}, nil
+		p := &pick{logits: out.Logits, idx: i.Reshape(1), val: pf.Prefetch(v), which: pf.Prefetch(i)}
+		issued = append(slices.DeleteFunc(issued, func(q *pick) bool { return q.read }), p) // at most cur and next
+		return p, nil
 	}
 	read := func(p *pick) (float32, int32) {
+		p.read = true
 		return math.Float32frombits(p.val()[0]), int32(p.which()[0])
 	}
 	t0 := time.Now()
@@ -115,15 +138,13 @@ func (e *Engine) decodeAhead(r *request) {
 			next, aheadErr = issue(gemma4.Row{Next: cur.idx, Cache: r.cache})
 		}
 		v, tok := read(cur)
+		var rollback error // reported once the token is out, as settle does
 		if v != v {
 			tok = sample.Argmax(b.ToF32(cur.logits))
 			if next != nil {
 				read(next)
 				next = nil
-				if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
-					e.end(r, FinishError, fmt.Errorf("engine: %w", err))
-					return
-				}
+				rollback = r.cache.Truncate(r.cache.Len() - 1)
 			}
 		}
 		r.seq.Emit(tok)
@@ -136,6 +157,10 @@ func (e *Engine) decodeAhead(r *request) {
 		t0 = now
 		r.usage.CompletionTokens++
 		r.push([]int32{tok}, nil)
+		if rollback != nil {
+			e.end(r, FinishError, fmt.Errorf("engine: %w", rollback))
+			return
+		}
 		if r.seq.Done {
 			if next != nil {
 				read(next) // wasted device work; the cache keeps the token it fed, whose KV is right

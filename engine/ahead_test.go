@@ -94,16 +94,7 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 		cha := submit(t, e, context.Background(), a)
 		first := <-cha // a is decoding
 		chb := submit(t, e, context.Background(), b)
-		var rb result
-		var bDone time.Time
-		got := make(chan struct{})
-		go func() {
-			defer close(got)
-			rb, bDone = collect(t, chb), time.Now()
-		}()
-		ra := collect(t, cha)
-		aDone := time.Now()
-		<-got
+		ra, rb, aDone, bDone := collectTwo(t, cha, chb)
 		ra.tokens = append(first.Tokens, ra.tokens...)
 		if !bDone.Before(aDone) {
 			t.Error("b (20 tokens) finished after a (300): a's run did not make way for it")
@@ -124,8 +115,26 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 			t.Fatalf("%d readbacks never waited for", pf.Waiting)
 		}
 	})
+	t.Run("a queued request cancelled mid-run, one slot", func(t *testing.T) {
+		e := start(t, Config{Model: m, Parallel: 1})
+		cha := submit(t, e, context.Background(), Request{Prompt: prompt, MaxTokens: 400})
+		<-cha // a is decoding
+		ctx, cancel := context.WithCancel(context.Background())
+		chb := submit(t, e, ctx, Request{Prompt: promptOf(9, 33), MaxTokens: 5})
+		cancel()
+		ra, rb, aDone, bDone := collectTwo(t, cha, chb)
+		if rb.final.FinishReason != FinishCancelled || len(rb.tokens) != 0 {
+			t.Fatalf("b: %v (%s), want cancelled before it started", rb.tokens, rb.final.FinishReason)
+		}
+		if ra.final.FinishReason != FinishLength || !bDone.Before(aDone) {
+			t.Fatalf("a finished (%s) before b's cancellation was delivered", ra.final.FinishReason)
+		}
+	})
 	t.Run("cancelled mid-run", func(t *testing.T) {
 		e := start(t, Config{Model: m, Parallel: 1})
+		if pf != nil {
+			pf.Reset()
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ch := submit(t, e, ctx, Request{Prompt: prompt, MaxTokens: 400})
@@ -143,6 +152,12 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 		if !slices.Equal(toks, want[:len(toks)]) {
 			t.Fatalf("streamed %v, want a prefix of %v", toks, want)
 		}
+		if e.aheadRuns.Load() == 0 {
+			t.Fatal("the request was not decoded ahead")
+		}
+		if pf != nil && pf.Waiting != 0 {
+			t.Fatalf("%d readbacks never waited for", pf.Waiting)
+		}
 	})
 	t.Run("the prompt again, from the prefix cache the run left", func(t *testing.T) {
 		e := start(t, Config{Model: m, Parallel: 1})
@@ -157,12 +172,20 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 				t.Error("the second run took nothing from the prefix cache")
 			}
 		}
-		// The first run's KV, kept with the token its last step fed, as a
-		// longer prompt.
-		longer := Request{Prompt: append(slices.Clone(prompt), want...), MaxTokens: 5}
-		got := collect(t, submit(t, e, context.Background(), longer))
-		if w, _, _ := alone(t, longer, nil, 0, 0); !slices.Equal(got.tokens, w) {
-			t.Fatalf("continuation: %v, want %v", got.tokens, w)
+		// A run ended by a stop token has a step in flight, which fed the
+		// stop token: the cache it leaves holds that token's KV too. Every
+		// continuation of the history must match its own run alone.
+		stop := Request{Prompt: prompt, MaxTokens: 40, StopTokens: []int32{free[9]}}
+		hist := append(slices.Clone(prompt), collect(t, submit(t, e, context.Background(), stop)).tokens...)
+		for _, extra := range [][]int32{nil, {free[3]}, {free[3], free[4], free[5]}} {
+			longer := Request{Prompt: append(slices.Clone(hist), extra...), MaxTokens: 5}
+			got := collect(t, submit(t, e, context.Background(), longer))
+			if w, _, _ := alone(t, longer, nil, 0, 0); !slices.Equal(got.tokens, w) {
+				t.Fatalf("continuation with %v: %v, want %v", extra, got.tokens, w)
+			}
+			if got.final.Usage.CachedTokens == 0 {
+				t.Errorf("continuation with %v took nothing from the prefix cache", extra)
+			}
 		}
 	})
 	hostTurn := []struct {
@@ -189,4 +212,36 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// collectTwo reads two requests' channels to the end on the test's
+// goroutine, with the time each closed.
+func collectTwo(t *testing.T, cha, chb <-chan Event) (ra, rb result, aDone, bDone time.Time) {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for cha != nil || chb != nil {
+		select {
+		case ev, ok := <-cha:
+			if !ok {
+				cha, aDone = nil, time.Now()
+				continue
+			}
+			ra.tokens = append(ra.tokens, ev.Tokens...)
+			if ev.Done {
+				ra.final = ev
+			}
+		case ev, ok := <-chb:
+			if !ok {
+				chb, bDone = nil, time.Now()
+				continue
+			}
+			rb.tokens = append(rb.tokens, ev.Tokens...)
+			if ev.Done {
+				rb.final = ev
+			}
+		case <-timeout:
+			t.Fatalf("no end after 60 s (a: %d tokens, b: %d)", len(ra.tokens), len(rb.tokens))
+		}
+	}
+	return ra, rb, aDone, bDone
 }
