@@ -44,12 +44,27 @@ extern "C" __global__ void test_trees(const double* x, double* got, double* want
 // sixty binary orders of magnitude, so another pairing or order of the
 // additions changes the sum; the maxima include NaNs and zeros of both
 // signs, where fmax_nan's operand order shows.
+//
+// Both builds of the tree run: the default, and TREE_REGS (warp 0's levels
+// in registers), which must give the same bits.
 func TestBlockTreesKeepTheirOrder(t *testing.T) {
 	b := backendOrSkip(t)
-	ks, err := b.dev.Compile(opsSource+treeRefSource, "trees.cu", "test_trees")
-	if err != nil {
-		t.Fatal(err)
+	for _, build := range []string{"", treeRegs} {
+		ks, err := b.dev.Compile(build+opsSource+treeRefSource, "trees.cu", "test_trees")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTrees(t, b, ks["test_trees"], map[string]string{"": "default", treeRegs: "TREE_REGS"}[build])
 	}
+}
+
+// treeRegs, put before ops.cu, builds its block trees with warp 0's levels
+// in registers.
+const treeRegs = "#define TREE_REGS 1\n"
+
+func checkTrees(t *testing.T, b *Backend, k Kernel, build string) {
+	t.Helper()
+	var err error
 	const blocks = 64
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, threads := range []int{32, 64, 128, 256, 512, 1024} {
@@ -81,7 +96,7 @@ func TestBlockTreesKeepTheirOrder(t *testing.T) {
 		if err := b.dev.Upload(bufs[3], xf); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.dev.LaunchAsync(ks["test_trees"], [3]uint32{blocks, 1, 1}, [3]uint32{uint32(threads), 1, 1}, 0,
+		if err := b.dev.LaunchAsync(k, [3]uint32{blocks, 1, 1}, [3]uint32{uint32(threads), 1, 1}, 0,
 			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]); err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +107,7 @@ func TestBlockTreesKeepTheirOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		name := fmt.Sprintf("%d threads", threads)
+		name := fmt.Sprintf("%s, %d threads", build, threads)
 		for blk := range blocks {
 			w := binary.LittleEndian.Uint64(want[8*blk:])
 			for th := range threads {

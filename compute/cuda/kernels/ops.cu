@@ -244,6 +244,15 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
 // norm's two reductions had 8-10 barriers each. At 1,024 threads warp 0's
 // lanes add 31 pairs each, which may cost what the barriers did; at 256
 // (the E2B shape's norms, attention, softmax) 7.
+//
+// With TREE_REGS (defined as 1 before this source; off by default), warp
+// 0's levels run in registers: a lane loads its column's pairs for the
+// first level at once and the later levels pair registers, the same
+// operands in the same order, where the loop through shared memory waits
+// out a load and a store for each of the 31 pairs of a 1,024-thread block.
+#ifndef TREE_REGS
+#define TREE_REGS 0
+#endif
 template <typename T, typename Op>
 __device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     sh[threadIdx.x] = v;
@@ -251,10 +260,24 @@ __device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     T r = v;
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
-        for (int s = blockDim.x >> 6; s > 0; s >>= 1) // s warps: the levels of 32·s threads
+        if (TREE_REGS && blockDim.x > 32) {
+            const int h = blockDim.x >> 6; // the first level: warp w with warp w + h
+            T a[16];
+#pragma unroll
+            for (int w = 0; w < 16; w++)
+                if (w < h) a[w] = op(sh[32 * w + lane], sh[32 * (w + h) + lane]);
+#pragma unroll
+            for (int s = 8; s > 0; s >>= 1)
+                if (s < h)
+#pragma unroll
+                    for (int w = 0; w < s; w++) a[w] = op(a[w], a[w + s]);
+            r = a[0];
+        } else {
+            for (int s = blockDim.x >> 6; s > 0; s >>= 1) // s warps: the levels of 32·s threads
 #pragma unroll 4
-            for (int w = 0; w < s; w++) sh[32 * w + lane] = op(sh[32 * w + lane], sh[32 * (w + s) + lane]);
-        r = sh[lane];
+                for (int w = 0; w < s; w++) sh[32 * w + lane] = op(sh[32 * w + lane], sh[32 * (w + s) + lane]);
+            r = sh[lane];
+        }
         for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));
     }
     return r;
