@@ -538,7 +538,8 @@ func TestAttentionSpeed(t *testing.T) {
 // single-block norm's time goes: rmsnorm2 (two reductions) against rmsnorm
 // (one), each with and without writing the bf16 split, on the 31B and E2B
 // widths, beside copy_words of one word (a launch and nothing else), each
-// also built with TREE_REGS (block trees in registers). In the 31B kernel
+// also built with TREE_REGS (block trees in registers) and with
+// NORM_EARLY too (rmsnorm2's second weight loaded with the row). In the 31B kernel
 // profile rmsnorm2 took 14.7 µs a call, 1.7 ms a step; alone on the H200
 // (tenth session) 12.1 µs at 5,376 wide against 3.8 for the copy.
 // Asserts nothing.
@@ -548,6 +549,10 @@ func TestNormSpeed(t *testing.T) {
 		t.Skip("timing")
 	}
 	regs, err := g.dev.Compile(treeRegs+opsSource, "ops_tree_regs.cu", "rmsnorm2", "rmsnorm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, err := g.dev.Compile(treeRegs+normEarly+opsSource, "ops_norm_early.cu", "rmsnorm2", "rmsnorm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +574,8 @@ func TestNormSpeed(t *testing.T) {
 			for _, k := range []struct {
 				build             string
 				rmsnorm2, rmsnorm Kernel
-			}{{"", g.k["rmsnorm2"], g.k["rmsnorm"]}, {" TREE_REGS", regs["rmsnorm2"], regs["rmsnorm"]}} {
+			}{{"", g.k["rmsnorm2"], g.k["rmsnorm"]}, {" TREE_REGS", regs["rmsnorm2"], regs["rmsnorm"]},
+				{" TREE_REGS NORM_EARLY", early["rmsnorm2"], early["rmsnorm"]}} {
 				launch := func(kern Kernel, args ...any) {
 					if err := g.dev.LaunchAsync(kern, [3]uint32{1, 1, 1}, [3]uint32{uint32(rowThreads(D)), 1, 1}, 0, args...); err != nil {
 						t.Fatal(err)

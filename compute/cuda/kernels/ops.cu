@@ -253,6 +253,9 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
 #ifndef TREE_REGS
 #define TREE_REGS 0
 #endif
+#ifndef NORM_EARLY
+#define NORM_EARLY 0 // rmsnorm2's early loads, below
+#endif
 template <typename T, typename Op>
 __device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     sh[threadIdx.x] = v;
@@ -417,8 +420,22 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
     const size_t row = (size_t)blockIdx.x * D;
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
     cached_row(xv, wv, rv, x + row, w1, w1t, res + row, D);
+    // NORM_EARLY (defined as 1 before this source; off by default) loads
+    // the second weight and the scalar with the row, before the first
+    // reduction, so that their trip to memory overlaps it instead of
+    // following it. The same values, so the same bits.
+    float w2v[RCACHE];
+    float sc = 1.0f;
+    if (NORM_EARLY) {
+        sc = s ? load(s, st, 0) : 1.0f;
+#pragma unroll
+        for (int u = 0; u < RCACHE; u++) {
+            const int j = threadIdx.x + u * blockDim.x;
+            w2v[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
+        }
+    }
     float r = cached_rscale(xv, D, eps, sh);
-    const float sc = s ? load(s, st, 0) : 1.0f;
+    if (!NORM_EARLY) sc = s ? load(s, st, 0) : 1.0f;
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
         const int j = threadIdx.x + u * blockDim.x;
@@ -427,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
         v = __fadd_rn(rv[u], v);
         if (s) v = __fmul_rn(v, sc);
         xv[u] = v;
-        wv[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
+        wv[u] = NORM_EARLY ? w2v[u] : (j < D && w2 ? load(w2, w2t, j) : 1.0f);
         if (j < D) y[row + j] = v;
     }
     cached_store(out + row, xv, wv, rv, cached_rscale(xv, D, eps, sh), w2, false, D, parts, n, row);
