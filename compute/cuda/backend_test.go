@@ -497,7 +497,9 @@ func TestMatMulSpeed(t *testing.T) {
 // the fused kernel and the two, each with and without packed value sums.
 // It asserts nothing. On the H200 (tenth session): 31B sliding 19.1 µs
 // fused, 18.5 packed; 512-wide heads 31.4 and 23.1. An L2 prefetch of the
-// rows, tried beside them, cost 3-6 µs a call and went.
+// rows, tried beside them, cost 3-6 µs a call and went. Builds of the fused
+// kernel that stop after the scores, and after their maximum, say how a
+// call's time divides.
 func TestAttentionSpeed(t *testing.T) {
 	g := backendOrSkip(t)
 	if testing.Short() {
@@ -512,6 +514,18 @@ func TestAttentionSpeed(t *testing.T) {
 		fused, packed bool
 	}
 	variants := []variant{{"fused", true, false}, {"fused+packed", true, true}, {"two", false, false}, {"two+packed", false, true}}
+	// Builds of attn_fused that stop part way (ATTN_STOP), swapped in for
+	// the kernel: what the scores take, and the scores with their maximum.
+	fusedK := g.k["attn_fused"]
+	defer func() { g.k["attn_fused"] = fusedK }()
+	stops := map[string]Kernel{}
+	for _, n := range []int{1, 2} {
+		ks, err := g.dev.Compile(fmt.Sprintf("#define ATTN_STOP %d\n", n)+opsSource, "ops_stop.cu", "attn_fused")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops[[]string{"", "scores only", "scores+max"}[n]] = ks["attn_fused"]
+	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, s := range []struct {
 		name       string
@@ -528,6 +542,13 @@ func TestAttentionSpeed(t *testing.T) {
 				fusedAttention, attnPacked = vr.fused, vr.packed
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
+			}
+			fusedAttention, attnPacked = true, false
+			for _, name := range []string{"scores only", "scores+max"} {
+				g.k["attn_fused"] = stops[name]
+				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
+				g.k["attn_fused"] = fusedK
+				line += fmt.Sprintf("  fused, %s %v", name, d.Round(100*time.Nanosecond))
 			}
 			t.Log(line)
 		}
