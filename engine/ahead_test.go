@@ -71,16 +71,13 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 			if !slices.Equal(got.tokens, want) || got.final.FinishReason != reason {
 				t.Fatalf("decoded ahead: %v (%s); alone: %v (%s)", got.tokens, got.final.FinishReason, want, reason)
 			}
-			if tc.req.MaxTokens > 1 && e.aheadRuns.Load() == 0 {
-				t.Fatal("the request was not decoded ahead")
+			if tc.req.MaxTokens > 1 {
+				ranAhead(t, e, pf)
 			}
 			// Two readbacks a step; a run of n tokens after the first issues
 			// n steps, none past the budget.
 			if n := tc.req.MaxTokens; pf != nil && tc.nanAt == nil && tc.req.StopTokens == nil && pf.Calls != 2*(n-1) {
 				t.Errorf("%d readbacks for %d tokens, want %d", pf.Calls, n, 2*(n-1))
-			}
-			if pf != nil && pf.Waiting != 0 {
-				t.Fatalf("%d readbacks never waited for", pf.Waiting)
 			}
 		})
 	}
@@ -111,12 +108,7 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 				t.Fatalf("prompt %v: %v (%s); alone: %v (%s)", c.req.Prompt[:3], c.got.tokens, c.got.final.FinishReason, want, reason)
 			}
 		}
-		if e.aheadRuns.Load() == 0 {
-			t.Fatal("nothing was decoded ahead")
-		}
-		if pf != nil && pf.Waiting != 0 {
-			t.Fatalf("%d readbacks never waited for", pf.Waiting)
-		}
+		ranAhead(t, e, pf)
 	})
 	t.Run("a queued request cancelled mid-run, one slot", func(t *testing.T) {
 		e := start(t, Config{Model: m, Parallel: 1})
@@ -158,12 +150,7 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 		if !slices.Equal(toks, want[:len(toks)]) {
 			t.Fatalf("streamed %v, want a prefix of %v", toks, want)
 		}
-		if e.aheadRuns.Load() == 0 {
-			t.Fatal("the request was not decoded ahead")
-		}
-		if pf != nil && pf.Waiting != 0 {
-			t.Fatalf("%d readbacks never waited for", pf.Waiting)
-		}
+		ranAhead(t, e, pf)
 	})
 	t.Run("the prompt again, from the prefix cache the run left", func(t *testing.T) {
 		e := start(t, Config{Model: m, Parallel: 1})
@@ -250,4 +237,16 @@ func collectTwo(t *testing.T, cha, chb <-chan Event) (ra, rb result, aAtB int) {
 		}
 	}
 	return ra, rb, aAtB
+}
+
+// ranAhead checks that e decoded something ahead and that every readback
+// was waited for (pf, on the CPU).
+func ranAhead(t *testing.T, e *Engine, pf *computetest.Prefetching) {
+	t.Helper()
+	if e.aheadRuns.Load() == 0 {
+		t.Fatal("nothing was decoded ahead")
+	}
+	if pf != nil && pf.Waiting != 0 {
+		t.Fatalf("%d readbacks never waited for", pf.Waiting)
+	}
 }
