@@ -51,6 +51,8 @@ mutants=(
   'packed-skip|compute/cuda/kernels/ops.cu|se[o] = slot_weight{e != 0.0f ? s : -1, e};|se[o] = slot_weight{s, e};|^TestFusedAttentionMatches$'
   # a 512-wide head'"'"'s second column written with the first'"'"'s sum
   'packed-col2|compute/cuda/kernels/ops.cu|if (two) finish(j + RBLOCK, a1);|if (two) finish(j + RBLOCK, a0);|^TestFusedAttentionMatches$'
+  # matmul_tiled_splits summing its splits last to first
+  'splits-order|compute/cuda/kernels/matmul.cu|const int k0 = j * kchunk, k1 = min(K, k0 + kchunk);|const int k0 = (splits - 1 - j) * kchunk, k1 = min(K, k0 + kchunk);|^TestMatMulVariantsMatch$'
   # every choice's gate/up product from the wrong token'"'"'s input
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1

@@ -691,15 +691,16 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
                  : "memory");
 }
 
-extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                        float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    pdl_start();
-    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
-    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+// tiled_range runs the block's 64 × 64 tile of the product over K range
+// [k0, k1) and returns each output's three parts summed (lo + mid) + hi in
+// c: what matmul_tiled writes as a split's partial. as and bs are the
+// block's double-buffered shared tiles; every thread of the block calls it.
+__device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ xs,
+                                            const unsigned short* __restrict__ w, int M, int N, int K, int k0, int k1,
+                                            int n0, int m0, unsigned short (*as)[3][TBM][32],
+                                            unsigned short (*bs)[TBN][32], float c[2][2][4]) {
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
     const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·16..
-    const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
-    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     const size_t MK = (size_t)M * K;
     // Copies the K block at kb into buffer s: 768 activation chunks (three
     // parts of 64 rows × 4) and 256 weight chunks, 16 bytes each.
@@ -749,25 +750,74 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
         }
         __syncthreads(); // the next iteration's copy overwrites this buffer
     }
-    float* o = gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) c[mt][nt][e] = __fadd_rn(__fadd_rn(acc[2][mt][nt][e], acc[1][mt][nt][e]), acc[0][mt][nt][e]);
+}
+
+// store_tile writes a thread's outputs c of the block's tile to o ([M, N]).
+__device__ __forceinline__ void store_tile(float* o, const float c[2][2][4], int M, int N, int n0, int m0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
+    const int wm = wid >> 2, wn = wid & 3;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
-            float c[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) c[e] = __fadd_rn(__fadd_rn(acc[2][mt][nt][e], acc[1][mt][nt][e]), acc[0][mt][nt][e]);
             const int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8, n = n0 + wn * 16 + nt * 8 + 2 * t;
             if (r0 < M) {
-                if (n < N) o[(size_t)r0 * N + n] = c[0];
-                if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[1];
+                if (n < N) o[(size_t)r0 * N + n] = c[mt][nt][0];
+                if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[mt][nt][1];
             }
             if (r1 < M) {
-                if (n < N) o[(size_t)r1 * N + n] = c[2];
-                if (n + 1 < N) o[(size_t)r1 * N + n + 1] = c[3];
+                if (n < N) o[(size_t)r1 * N + n] = c[mt][nt][2];
+                if (n + 1 < N) o[(size_t)r1 * N + n + 1] = c[mt][nt][3];
             }
         }
+}
+
+extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                        float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
+    pdl_start();
+    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+    const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    float c[2][2][4];
+    tiled_range(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
+    store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
+}
+
+// matmul_tiled_splits: matmul_tiled with every K split of a tile run by the
+// tile's own block, one after another, each split's sum started afresh and
+// added to the total in split order: the bits of the split partials summed
+// by finish_group (p0, then + p1, + p2, …), without their trip through
+// memory. A prefill chunk's product wrote a partial of its whole [M, N] a
+// split; with the E2B shape's 10-16 splits that cost a 4,096-token prefill
+// 10-20% (TANDEM_CUDA_TILED_SPLITS=1; grid (column tiles, 1, row tiles)).
+extern "C" __global__ void matmul_tiled_splits(const unsigned short* __restrict__ xs,
+                                               const unsigned short* __restrict__ w, float* y, float* part,
+                                               int* counters, int M, int N, int K, int kchunk, int splits) {
+    pdl_start();
+    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+    const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
+    float tot[2][2][4];
+    for (int j = 0; j < splits; j++) {
+        const int k0 = j * kchunk, k1 = min(K, k0 + kchunk);
+        float c[2][2][4];
+        tiled_range(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) tot[mt][nt][e] = j == 0 ? c[mt][nt][e] : __fadd_rn(tot[mt][nt][e], c[mt][nt][e]);
+    }
+    store_tile(y, tot, M, N, n0, m0);
 }
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
