@@ -15,11 +15,15 @@ import (
 
 // aheadTarget is the tiny target on a backend that reads results
 // asynchronously, so that the engine decodes a lone greedy request ahead:
-// the shared target where its backend does (the GPU), else a copy on the
-// CPU wrapped by computetest.Prefetching, which can also poison picks with
-// NaNs (pf, nil on the GPU).
+// the shared target where its backend does (the GPU, or the CPU with
+// TANDEM_TEST_BACKEND=cpu-async), else a copy on the CPU wrapped by
+// computetest.Prefetching, which can also poison picks with NaNs (pf, nil
+// on the GPU).
 func aheadTarget(t *testing.T) (m *gemma4.Model, pf *computetest.Prefetching) {
 	t.Helper()
+	if p, ok := target.Backend().(*computetest.Prefetching); ok { // TANDEM_TEST_BACKEND=cpu-async
+		return target, p
+	}
 	if _, ok := target.Backend().(compute.Prefetcher); ok {
 		return target, nil
 	}
@@ -62,12 +66,12 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 			if tc.nanAt != nil && pf == nil {
 				t.Skip("NaN picks are injected on the CPU only")
 			}
+			want, reason, _ := alone(t, tc.req, nil, 0, 0) // first: with cpu-async it reads back through pf too
 			e := start(t, Config{Model: m, Parallel: 2})
 			if pf != nil {
 				pf.Reset(tc.nanAt...)
 			}
 			got := collect(t, submit(t, e, context.Background(), tc.req))
-			want, reason, _ := alone(t, tc.req, nil, 0, 0)
 			if !slices.Equal(got.tokens, want) || got.final.FinishReason != reason {
 				t.Fatalf("decoded ahead: %v (%s); alone: %v (%s)", got.tokens, got.final.FinishReason, want, reason)
 			}

@@ -58,10 +58,12 @@ func testBackend() (compute.Backend, error) {
 	switch v := os.Getenv(computetest.Env); v {
 	case "", "cpu":
 		return cpu.New(0), nil
+	case "cpu-async":
+		return &computetest.Prefetching{Backend: cpu.New(0)}, nil
 	case "cuda":
 		return cuda.New(0)
 	default:
-		return nil, fmt.Errorf("%s=%q: want cpu or cuda", computetest.Env, v)
+		return nil, fmt.Errorf("%s=%q: want cpu, cpu-async or cuda", computetest.Env, v)
 	}
 }
 

@@ -14,7 +14,9 @@ import (
 	"tandem/compute/cuda"
 )
 
-// Env names the variable that selects the backend ("cpu" or "cuda").
+// Env names the variable that selects the backend: "cpu", "cuda", or
+// "cpu-async", the CPU behind Prefetching, which sends generation, spec and
+// the engine down their device-resident paths (the GPU's) on the CPU.
 const Env = "TANDEM_TEST_BACKEND"
 
 var (
@@ -31,6 +33,8 @@ func Backend(t testing.TB) compute.Backend {
 	switch v := os.Getenv(Env); v {
 	case "", "cpu":
 		return cpu.New(0)
+	case "cpu-async":
+		return &Prefetching{Backend: cpu.New(0)}
 	case "cuda":
 		once.Do(func() { gpu, err = cuda.New(0) })
 		if err != nil {
@@ -38,7 +42,7 @@ func Backend(t testing.TB) compute.Backend {
 		}
 		return gpu
 	default:
-		t.Fatalf("%s=%q: want cpu or cuda", Env, v)
+		t.Fatalf("%s=%q: want cpu, cpu-async or cuda", Env, v)
 		return nil
 	}
 }
