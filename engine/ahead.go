@@ -39,29 +39,32 @@ func canAhead(cfg Config) bool {
 	return async && cfg.Model.DeviceTokens() && cfg.beforeStep == nil && aheadSetting()
 }
 
-// aheadRequest is the running request whose next steps may be decoded
-// ahead, or nil: the only one, past its prompt, without a drafter, whose
-// tokens depend on the argmax alone (greedy without penalties or
-// logprobs).
-func (e *Engine) aheadRequest() *request {
-	if !e.ahead || len(e.active) != 1 {
+// aheadRequests are the running requests whose next steps may be decoded
+// ahead together, or nil: every one of them past its prompt, without a
+// drafter, its tokens depending on the argmax alone (greedy without
+// penalties or logprobs).
+func (e *Engine) aheadRequests() []*request {
+	if !e.ahead || len(e.active) == 0 {
 		return nil
 	}
-	r := e.active[0]
-	if r.prefilling() || r.draft != nil || r.logprobs || !r.seq.Params().ArgmaxOnly() {
-		return nil
+	for _, r := range e.active {
+		if r.prefilling() || r.draft != nil || r.logprobs || !r.seq.Params().ArgmaxOnly() {
+			return nil
+		}
 	}
-	return r
+	return slices.Clone(e.active)
 }
 
-// keepAhead reports whether another step of r may be issued before its
-// last token is read: r wants at least two more tokens and is still
-// wanted, no queued request could be admitted in its place (a free slot
-// and a waiting request end the run, so that it joins the next step), and
-// no queued request was cancelled (reap ends it within a step).
-func (e *Engine) keepAhead(r *request) bool {
-	if r.seq.Left() <= 1 || r.ctx.Err() != nil {
-		return false
+// keepAhead reports whether another step of rs may be issued before their
+// last tokens are read: each wants at least two more tokens and is still
+// wanted, no queued request could be admitted (a free slot and a waiting
+// request end the run, so that it joins the next step), and no queued
+// request was cancelled (reap ends it within a step).
+func (e *Engine) keepAhead(rs []*request) bool {
+	for _, r := range rs {
+		if r.seq.Left() <= 1 || r.ctx.Err() != nil {
+			return false
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -71,25 +74,29 @@ func (e *Engine) keepAhead(r *request) bool {
 	return !slices.ContainsFunc(e.queue, func(q *request) bool { return q.ctx.Err() != nil })
 }
 
-// decodeAhead decodes the lone request r one step ahead of the host, as
-// generation.Generate does for a lone greedy sequence: each step's token
-// is picked on the device (TopK 1: the maximum, lowest index on ties, as
-// sample.Argmax) and the next step is issued with it before the host
-// reads it, so the device never waits while the host reads a token, emits
-// it and records the next step. Without it the serving engine decoded the
-// E2B shape at 0.67× the direct path on the H200, the host's recording of
-// each step added to the device's. The tokens are the engine's without it.
+// decodeAhead decodes the requests rs one step ahead of the host, as
+// generation.Generate does for a lone greedy sequence: each step's tokens
+// are picked on the device (TopK 1: the maximum, lowest index on ties, as
+// sample.Argmax) and the next step is issued with them before the host
+// reads them, so the device never waits while the host reads the tokens,
+// emits them and records the next step. Without it the serving engine
+// decoded the E2B shape at 0.67× the direct path on the H200, the host's
+// recording of each step added to the device's. The tokens are the
+// engine's without it: each request is fed what it would be fed alone.
 //
-// The run ends, its last step read and emitted, when r is done, cancelled,
-// or another request could start; the next engine step then goes on from
-// r's pending token as usual. A NaN logit is where the device's pick (NaN
-// wins) and the host's (NaN never wins) part: that step's token is the
-// host's, and the step issued ahead with the device's is rolled back.
-func (e *Engine) decodeAhead(r *request) {
+// The run ends, its last step read and emitted, when keepAhead says so;
+// the next engine step then goes on from each request's pending token as
+// usual. When a request ends (its stop token, or a failure) or a position's
+// logits hold a NaN (where the device's pick, NaN, and the host's part:
+// the host's stands) while a step is in flight, that step is rolled back
+// for every request still running and the run ends. A request that ended
+// keeps in its cache the token the step fed, whose KV is right.
+func (e *Engine) decodeAhead(rs []*request) {
 	b := e.m.Backend()
 	pf := b.(compute.Prefetcher)
-	// A pick is a step's logits and its device-chosen token, on its way to
-	// the host; read must be called once (it frees the readback).
+	// A pick is a step's logits and its device-chosen tokens (one a
+	// request), on their way to the host; read must be called once (it
+	// frees the readbacks).
 	type pick struct {
 		logits, idx *compute.Tensor
 		val, which  func() []uint32
@@ -109,70 +116,94 @@ func (e *Engine) decodeAhead(r *request) {
 			}
 		}
 	}()
-	issue := func(row gemma4.Row) (*pick, error) {
-		end := compute.Record(b, "decode") // a plain decode step, as generation's
-		out, err := e.m.Forward([]gemma4.Row{row}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
+	site := "decode" // a plain decode step, as generation's
+	if len(rs) > 1 {
+		site = fmt.Sprintf("decode,%d", len(rs))
+	}
+	issue := func(rows []gemma4.Row) (*pick, error) {
+		end := compute.Record(b, site)
+		out, err := e.m.Forward(rows, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
 		end()
 		if err != nil {
 			return nil, err
 		}
 		v, i := b.TopK(out.Logits, 1)
-		p := &pick{logits: out.Logits, idx: i.Reshape(1), val: pf.Prefetch(v), which: pf.Prefetch(i)}
+		p := &pick{logits: out.Logits, idx: i.Reshape(len(rows)), val: pf.Prefetch(v), which: pf.Prefetch(i)}
 		issued = append(slices.DeleteFunc(issued, func(q *pick) bool { return q.read }), p) // at most cur and next
 		return p, nil
 	}
-	read := func(p *pick) (float32, int32) {
+	read := func(p *pick) (vals []float32, toks []int32) {
 		p.read = true
-		return math.Float32frombits(p.val()[0]), int32(p.which()[0])
+		bits, ids := p.val(), p.which()
+		for j := range bits {
+			vals = append(vals, math.Float32frombits(bits[j]))
+			toks = append(toks, int32(ids[j]))
+		}
+		return vals, toks
+	}
+	rows := make([]gemma4.Row, len(rs))
+	for i, r := range rs {
+		rows[i] = gemma4.Row{Tokens: []int32{r.seq.History[len(r.seq.History)-1]}, Cache: r.cache}
 	}
 	t0 := time.Now()
-	cur, err := issue(gemma4.Row{Tokens: []int32{r.seq.History[len(r.seq.History)-1]}, Cache: r.cache})
+	cur, err := issue(rows)
 	if err != nil {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
 		return
 	}
 	for {
 		var next *pick
-		var aheadErr error // reported once cur's token is out, as a step on the host's turn would
-		if e.keepAhead(r) {
-			next, aheadErr = issue(gemma4.Row{Next: cur.idx, Cache: r.cache})
+		var aheadErr error // reported once cur's tokens are out, as a step on the host's turn would
+		if e.keepAhead(rs) {
+			for i, r := range rs {
+				rows[i] = gemma4.Row{Next: b.Slice(cur.idx, i, i+1), Cache: r.cache}
+			}
+			next, aheadErr = issue(rows)
 		}
-		v, tok := read(cur)
-		var rollback error // reported once the token is out, as settle does
-		if v != v {
-			tok = sample.Argmax(b.ToF32(cur.logits))
-			if next != nil {
-				read(next)
-				next = nil
-				rollback = r.cache.Truncate(r.cache.Len() - 1)
+		vals, toks := read(cur)
+		nan := false
+		for i, v := range vals {
+			if v != v {
+				toks[i] = sample.Argmax(b.ToF32(b.Slice(cur.logits, i, i+1)))
+				nan = true
 			}
 		}
-		r.seq.Emit(tok)
 		now := time.Now()
 		e.locked(func() {
 			e.stats.Steps++
-			e.stats.GeneratedTokens++
-			e.rate.add(t0, now, 1)
+			e.stats.GeneratedTokens += int64(len(rs))
+			e.rate.add(t0, now, len(rs))
 		})
 		t0 = now
-		r.usage.CompletionTokens++
-		r.push([]int32{tok}, nil)
-		if rollback != nil {
-			e.end(r, FinishError, fmt.Errorf("engine: %w", rollback))
-			return
+		ended := false
+		for i, r := range rs {
+			r.seq.Emit(toks[i])
+			r.usage.CompletionTokens++
+			r.push([]int32{toks[i]}, nil)
+			ended = ended || r.seq.Done
 		}
-		if r.seq.Done {
-			if next != nil {
-				read(next) // wasted device work; the cache keeps the token it fed, whose KV is right
+		if next != nil && (nan || ended) {
+			read(next) // fed a pick the host overruled, or a finished request's token
+			next = nil
+			for _, r := range rs {
+				if r.seq.Done {
+					continue // end keeps the token it fed
+				}
+				if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
+					e.end(r, FinishError, fmt.Errorf("engine: %w", err))
+				}
 			}
-			reason := FinishLength
-			if r.seq.StopReason == generation.StopToken {
-				reason = FinishStop
-			}
-			e.end(r, reason, nil)
-			return
 		}
-		if aheadErr != nil {
+		for _, r := range rs {
+			if r.seq.Done {
+				reason := FinishLength
+				if r.seq.StopReason == generation.StopToken {
+					reason = FinishStop
+				}
+				e.end(r, reason, nil)
+			}
+		}
+		if aheadErr != nil && !ended {
 			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
 			return
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -82,6 +83,47 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 			// n steps, none past the budget.
 			if n := tc.req.MaxTokens; pf != nil && tc.nanAt == nil && tc.req.StopTokens == nil && pf.Calls != 2*(n-1) {
 				t.Errorf("%d readbacks for %d tokens, want %d", pf.Calls, n, 2*(n-1))
+			}
+		})
+	}
+	for _, c := range []struct {
+		nanAt  []int
+		nanRow int
+	}{{nil, 0}, {[]int{4}, 0}, {[]int{2, 9}, 2}, {[]int{5}, 1}} {
+		nanAt := c.nanAt
+		t.Run(fmt.Sprintf("three requests together, NaN picks at %v in request %d", nanAt, c.nanRow), func(t *testing.T) {
+			if nanAt != nil && pf == nil {
+				t.Skip("NaN picks are injected on the CPU only")
+			}
+			reqs := []Request{
+				{Prompt: prompt, MaxTokens: 30},
+				{Prompt: promptOf(7, 34), MaxTokens: 12, StopTokens: []int32{free[5]}},
+				{Prompt: promptOf(15, 35), MaxTokens: 21},
+			}
+			var wants [][]int32
+			var reasons []string
+			for _, r := range reqs {
+				w, reason, _ := alone(t, r, nil, 0, 0)
+				wants, reasons = append(wants, w), append(reasons, reason)
+			}
+			e := start(t, Config{Model: m, Parallel: 3})
+			if pf != nil {
+				pf.Reset(nanAt...)
+				pf.NaNRow = c.nanRow
+			}
+			var chs []<-chan Event
+			for _, r := range reqs {
+				chs = append(chs, submit(t, e, context.Background(), r))
+			}
+			for i, ch := range chs {
+				got := collect(t, ch)
+				if !slices.Equal(got.tokens, wants[i]) || got.final.FinishReason != reasons[i] {
+					t.Fatalf("request %d: %v (%s); alone: %v (%s)", i, got.tokens, got.final.FinishReason, wants[i], reasons[i])
+				}
+			}
+			ranAhead(t, e, pf)
+			if n := e.aheadMost.Load(); n != 3 {
+				t.Fatalf("at most %d requests decoded ahead together, want 3", n)
 			}
 		})
 	}

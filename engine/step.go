@@ -50,8 +50,9 @@ func (w *row) pickAt(j int, logits func(int) []float32) int32 {
 // generation.Seq (and drafts through its own spec.Assistant) in the order
 // generation.Generate and spec.Generate do.
 //
-// A lone greedy request past its prompt goes to decodeAhead instead, which
-// runs its steps one ahead of the host until another request could start.
+// When every running request is greedy and past its prompt, the step goes
+// to decodeAhead instead, which runs their steps one ahead of the host
+// until another request could start or one ends.
 func (e *Engine) step() {
 	defer func() {
 		// The kernels panic only on programming errors; a server must not
@@ -62,9 +63,12 @@ func (e *Engine) step() {
 			e.failAll(err)
 		}
 	}()
-	if r := e.aheadRequest(); r != nil {
+	if rs := e.aheadRequests(); rs != nil {
 		e.aheadRuns.Add(1)
-		e.decodeAhead(r)
+		if n := int64(len(rs)); n > e.aheadMost.Load() {
+			e.aheadMost.Store(n)
+		}
+		e.decodeAhead(rs)
 		return
 	}
 	t0 := time.Now()

@@ -9,13 +9,15 @@ import (
 // Prefetching wraps a backend that lacks compute.Prefetcher (the CPU) with
 // one whose reads are immediate, which sends generation and speculation
 // down their device-resident paths (the GPU's) on any backend. NaNAt makes
-// the F32 prefetches it names (counting from 0) read as NaN in their first
-// element, and the next I32 prefetch read another index there, as a TopK
-// that met a NaN logit would report, to exercise those paths' host
-// fallbacks.
+// the F32 prefetches it names (counting from 0) read as NaN in element
+// NaNRow (the first by default), and the next I32 prefetch read another
+// index there, as a TopK that met a NaN logit would report: in the tensor
+// too, so that work already fed the device's pick (a step issued ahead)
+// must be undone, as on a GPU. It exercises those paths' host fallbacks.
 type Prefetching struct {
 	compute.Backend
-	NaNAt map[int]bool
+	NaNAt  map[int]bool
+	NaNRow int
 	// Values and Calls count the F32 prefetches and all prefetches;
 	// Waiting counts those not yet waited for (a caller must wait for
 	// each once: a second wait panics).
@@ -31,16 +33,19 @@ func (b *Prefetching) Prefetch(t *compute.Tensor) func() []uint32 {
 		for _, v := range b.ToI32(t) {
 			bits = append(bits, uint32(v))
 		}
-		if b.poison && len(bits) > 0 {
-			bits[0] ^= 1
+		if b.poison && len(bits) > b.NaNRow {
+			bits[b.NaNRow] ^= 1
+			if d, ok := t.Data().([]int32); ok { // the device's pick too, as a NaN would make it
+				d[b.NaNRow] ^= 1
+			}
 			b.poison = false
 		}
 	} else {
 		for _, v := range b.ToF32(t) {
 			bits = append(bits, math.Float32bits(v))
 		}
-		if b.NaNAt[b.Values] && len(bits) > 0 {
-			bits[0] = math.Float32bits(float32(math.NaN()))
+		if b.NaNAt[b.Values] && len(bits) > b.NaNRow {
+			bits[b.NaNRow] = math.Float32bits(float32(math.NaN()))
 			b.poison = true
 		}
 		b.Values++
@@ -59,7 +64,7 @@ func (b *Prefetching) Prefetch(t *compute.Tensor) func() []uint32 {
 
 // Reset clears the counters and sets the prefetches to poison.
 func (b *Prefetching) Reset(nanAt ...int) {
-	b.Values, b.Calls, b.Waiting, b.poison = 0, 0, 0, false
+	b.Values, b.Calls, b.Waiting, b.poison, b.NaNRow = 0, 0, 0, false, 0
 	b.NaNAt = map[int]bool{}
 	for _, i := range nanAt {
 		b.NaNAt[i] = true

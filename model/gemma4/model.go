@@ -375,9 +375,9 @@ type Row struct {
 	// Next, when set, holds the row's new tokens as an I32 tensor [n] on
 	// the backend, in place of Tokens: tokens the device chose (an Argmax
 	// of this model's logits, a drafter's picks) that the host has not read
-	// yet, so the step can be issued before the last one has finished. It
-	// must be the only row, and the tokens must lie in the vocabulary (see
-	// DeviceTokens).
+	// yet, so the step can be issued before the last one has finished.
+	// Either every row of a pass has Next or none has, and the tokens must
+	// lie in the vocabulary (see DeviceTokens).
 	Next  *compute.Tensor
 	Cache *kvcache.Cache
 }
@@ -434,17 +434,24 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	var next *compute.Tensor
 	for i, r := range rows {
 		if r.Next != nil {
-			if len(rows) != 1 || len(r.Tokens) > 0 || r.Next.DType() != compute.I32 || r.Next.Rank() > 1 {
-				return nil, fmt.Errorf("forward: device tokens (%v) must be a lone row's only tokens", r.Next)
+			if (i > 0 && next == nil) || len(r.Tokens) > 0 || r.Next.DType() != compute.I32 || r.Next.Rank() > 1 {
+				return nil, fmt.Errorf("forward: device tokens (%v) must be every row's only tokens", r.Next)
 			}
 			if !m.DeviceTokens() {
 				return nil, errors.New("forward: this model's per-layer embedding is smaller than its vocabulary, so it cannot take device tokens")
 			}
-			next = r.Next.Reshape(r.Next.Len())
+			if n := r.Next.Reshape(r.Next.Len()); next == nil {
+				next = n
+			} else {
+				next = b.Concat(next, n)
+			}
 			for j := range r.Next.Len() {
 				pos = append(pos, int32(r.Cache.Len()+j))
 				ids = append(ids, 0) // a placeholder: only the count is read
 			}
+		}
+		if r.Next == nil && next != nil {
+			return nil, fmt.Errorf("forward: row %d has host tokens beside device tokens", i)
 		}
 		if r.count() == 0 {
 			return nil, fmt.Errorf("forward: row %d has no tokens", i)
