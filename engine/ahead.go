@@ -161,11 +161,11 @@ func (e *Engine) decodeAhead(rs []*request) {
 			next, aheadErr = issue(rows)
 		}
 		vals, toks := read(cur)
-		nan := false
+		nan := make([]bool, len(rs)) // rows whose choice the host made: the step ahead fed another token
 		for i, v := range vals {
 			if v != v {
 				toks[i] = sample.Argmax(b.ToF32(b.Slice(cur.logits, i, i+1)))
-				nan = true
+				nan[i] = true
 			}
 		}
 		now := time.Now()
@@ -182,14 +182,18 @@ func (e *Engine) decodeAhead(rs []*request) {
 			r.push([]int32{toks[i]}, nil)
 			ended = ended || r.seq.Done
 		}
-		if next != nil && (nan || ended) {
+		if next != nil && (slices.Contains(nan, true) || ended) {
 			read(next) // fed a pick the host overruled, or a finished request's token
 			next = nil
-			for _, r := range rs {
-				if r.seq.Done {
-					continue // end keeps the token it fed
+			for i, r := range rs {
+				if r.seq.Done && !nan[i] {
+					continue // end keeps the token it fed, whose KV is right
 				}
 				if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
+					if r.seq.Done {
+						r.cache = nil // ended below; keep nothing of a cache that holds a wrong token
+						continue
+					}
 					e.end(r, FinishError, fmt.Errorf("engine: %w", err))
 				}
 			}
@@ -203,6 +207,9 @@ func (e *Engine) decodeAhead(rs []*request) {
 				e.end(r, reason, nil)
 			}
 		}
+		// With a request ended the run stops here anyway; a step ahead that
+		// failed touched no cache (Forward checks before it writes), and the
+		// next step on the host's turn meets and reports the same error.
 		if aheadErr != nil && !ended {
 			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
 			return

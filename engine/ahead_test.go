@@ -212,18 +212,32 @@ func TestDecodeAheadMatchesAlone(t *testing.T) {
 			}
 		}
 		// A run ended by a stop token has a step in flight, which fed the
-		// stop token: the cache it leaves holds that token's KV too. Every
-		// continuation of the history must match its own run alone.
+		// stop token: the cache it leaves holds that token's KV too. When
+		// the stop token was the host's choice over a NaN pick, the step
+		// fed another token and must not be kept. Every continuation of the
+		// history must match its own run alone.
 		stop := Request{Prompt: prompt, MaxTokens: 40, StopTokens: []int32{free[9]}}
-		hist := append(slices.Clone(prompt), collect(t, submit(t, e, context.Background(), stop)).tokens...)
-		for _, extra := range [][]int32{nil, {free[3]}, {free[3], free[4], free[5]}} {
-			longer := Request{Prompt: append(slices.Clone(hist), extra...), MaxTokens: 5}
-			got := collect(t, submit(t, e, context.Background(), longer))
-			if w, _, _ := alone(t, longer, nil, 0, 0); !slices.Equal(got.tokens, w) {
-				t.Fatalf("continuation with %v: %v, want %v", extra, got.tokens, w)
+		for _, nanAt := range [][]int{nil, {8}} { // 8: the stop token's step (the first token is the prompt's)
+			if nanAt != nil && pf == nil {
+				continue // NaN picks are injected on the CPU only
 			}
-			if got.final.Usage.CachedTokens == 0 {
-				t.Errorf("continuation with %v took nothing from the prefix cache", extra)
+			e := start(t, Config{Model: m, Parallel: 1})
+			if pf != nil {
+				pf.Reset(nanAt...)
+			}
+			hist := append(slices.Clone(prompt), collect(t, submit(t, e, context.Background(), stop)).tokens...)
+			if pf != nil {
+				pf.Reset()
+			}
+			for _, extra := range [][]int32{nil, {free[3]}, {free[3], free[4], free[5]}} {
+				longer := Request{Prompt: append(slices.Clone(hist), extra...), MaxTokens: 5}
+				got := collect(t, submit(t, e, context.Background(), longer))
+				if w, _, _ := alone(t, longer, nil, 0, 0); !slices.Equal(got.tokens, w) {
+					t.Fatalf("NaN at %v, continuation with %v: %v, want %v", nanAt, extra, got.tokens, w)
+				}
+				if got.final.Usage.CachedTokens == 0 {
+					t.Errorf("NaN at %v, continuation with %v took nothing from the prefix cache", nanAt, extra)
+				}
 			}
 		}
 	})
