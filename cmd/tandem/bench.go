@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -80,6 +82,10 @@ type benchRow struct {
 	EngineTokS       float64 `json:"engine_decode_tokens_per_s,omitempty"`
 	EngineSpecTokS   float64 `json:"engine_speculative_tokens_per_s,omitempty"`
 	EngineAcceptance float64 `json:"engine_acceptance_rate,omitempty"`
+	// --engine-batch N: N copies of the prompt at once through one engine,
+	// their tokens a second in all.
+	EngineBatch     int     `json:"engine_batch,omitempty"`
+	EngineBatchTokS float64 `json:"engine_batch_decode_tokens_per_s,omitempty"`
 	// --graph-profile: real plain steps and speculative rounds timed a
 	// whole CUDA graph at a time (no events between kernels).
 	GraphPlain  *cuda.Profile `json:"graph_timeline,omitempty"`
@@ -91,7 +97,7 @@ type benchRow struct {
 func newBench() *cobra.Command {
 	var (
 		preset, model, draft, device, contexts string
-		tokens, k, threads                     int
+		tokens, k, threads, engineBatch        int
 		synthetic                              float64
 		asJSON, kernels, graphProfile, viaEng  bool
 		cpuProfile, sweep                      string
@@ -115,6 +121,9 @@ func newBench() *cobra.Command {
 					return fmt.Errorf("--contexts: %q is not a positive length", f)
 				}
 				ctxs = append(ctxs, n)
+			}
+			if engineBatch < 0 || engineBatch == 1 {
+				return fmt.Errorf("--engine-batch must be 0 (off) or at least 2 requests, got %d", engineBatch)
 			}
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
@@ -186,7 +195,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, graphs: graphProfile, engine: viaEng}
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -314,6 +323,13 @@ func newBench() *cobra.Command {
 					}
 					fmt.Fprintln(out, line)
 				}
+				if r.EngineBatchTokS > 0 {
+					fmt.Fprintf(out, "%s: through the serving engine, %d requests at once: %.2f tok/s in all", at, r.EngineBatch, r.EngineBatchTokS)
+					if r.EngineTokS > 0 {
+						fmt.Fprintf(out, " (%.2fx one request)", r.EngineBatchTokS/r.EngineTokS)
+					}
+					fmt.Fprintln(out)
+				}
 			}
 			for _, r := range rows {
 				if r.GraphPlain != nil {
@@ -351,6 +367,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine (greedy), and report their tokens/s in all (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
@@ -425,15 +442,16 @@ func hostPerStep(issue, thread []time.Duration) (issueMs, threadMs float64) {
 // benchRun measures one context's row: a plain decode and, with a
 // drafter, a speculative one, both from the same random prompt.
 type benchRun struct {
-	m         *gemma4.Model
-	a         *gemma4.Assistant // nil: plain decoding only
-	g         *cuda.Backend     // nil off the GPU
-	tokens, k int
-	synthetic float64
-	roof      float64 // copy bandwidth, bytes/s
-	bytes     int64   // read per decode step
-	graphs    bool    // --graph-profile
-	engine    bool    // --engine
+	m           *gemma4.Model
+	a           *gemma4.Assistant // nil: plain decoding only
+	g           *cuda.Backend     // nil off the GPU
+	tokens, k   int
+	synthetic   float64
+	roof        float64 // copy bandwidth, bytes/s
+	bytes       int64   // read per decode step
+	graphs      bool    // --graph-profile
+	engine      bool    // --engine
+	engineBatch int     // --engine-batch
 }
 
 func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
@@ -508,6 +526,13 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 // engineRuns adds --engine's rates to row: the prompt as one request on a
 // fresh engine sized for it, plain, then with the drafter.
 func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int32) error {
+	if br.engineBatch > 1 {
+		var err error
+		row.EngineBatch = br.engineBatch
+		if row.EngineBatchTokS, err = br.engineBatchRun(ctx, prompt); err != nil {
+			return err
+		}
+	}
 	if !br.engine {
 		return nil
 	}
@@ -552,6 +577,68 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 		row.EngineAcceptance = float64(u.Accepted) / float64(u.Drafted)
 	}
 	return nil
+}
+
+// engineBatchRun decodes engineBatch copies of prompt at once through one
+// engine and returns their tokens a second in all, counted from the moment
+// every request has its first token (the prefill is behind them all) to
+// the last token.
+func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32) (float64, error) {
+	n := br.engineBatch
+	e, err := engine.New(engine.Config{Model: br.m, CtxSize: len(prompt) + br.tokens + 1, Parallel: n, PrefixCacheTokens: -1})
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close(context.Background())
+	times := make([]tokenTimes, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens})
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				for range ev.Tokens {
+					times[i].add(0)
+				}
+				if ev.Done && ev.Err != nil {
+					errs[i] = ev.Err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	var start, end time.Time
+	for _, t := range times {
+		if len(t) == 0 {
+			return 0, nil
+		}
+		if t[0].After(start) {
+			start = t[0]
+		}
+		if t[len(t)-1].After(end) {
+			end = t[len(t)-1]
+		}
+	}
+	count := 0
+	for _, t := range times {
+		for _, at := range t {
+			if at.After(start) {
+				count++
+			}
+		}
+	}
+	if count == 0 || !end.After(start) {
+		return 0, nil
+	}
+	return float64(count) / end.Sub(start).Seconds(), nil
 }
 
 // graphRuns adds --graph-profile's timelines to row: the plain decode and,

@@ -103,13 +103,15 @@ func TestBench(t *testing.T) {
 	// --engine: the serving engine's rates beside the direct path's, and
 	// --sweep: one row per setting.
 	out, _ = mustExecute(t, "bench", "--device", "cpu", "--draft", "auto", "--contexts", "16", "--tokens", "9", "--engine",
-		"--sweep", "none;TANDEM_SPEC_AHEAD=0", "--json")
+		"--engine-batch", "2", "--sweep", "none;TANDEM_SPEC_AHEAD=0", "--json")
 	var e struct {
 		Results []struct {
 			Settings         string
 			EngineTokS       float64  `json:"engine_decode_tokens_per_s"`
 			EngineSpecTokS   float64  `json:"engine_speculative_tokens_per_s"`
 			EngineAcceptance *float64 `json:"engine_acceptance_rate"`
+			EngineBatch      int      `json:"engine_batch"`
+			EngineBatchTokS  float64  `json:"engine_batch_decode_tokens_per_s"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &e); err != nil {
@@ -119,11 +121,13 @@ func TestBench(t *testing.T) {
 		t.Fatalf("sweep rows %+v", e.Results)
 	}
 	for _, r := range e.Results {
-		if r.EngineTokS <= 0 || r.EngineSpecTokS <= 0 {
+		if r.EngineTokS <= 0 || r.EngineSpecTokS <= 0 || r.EngineBatch != 2 || r.EngineBatchTokS <= 0 {
 			t.Fatalf("engine rates %+v", r)
 		}
 	}
-	_, _, err := execute(t, "bench", "--contexts", "0")
+	_, _, err := execute(t, "bench", "--engine-batch", "1")
+	wantError(t, err, "--engine-batch")
+	_, _, err = execute(t, "bench", "--contexts", "0")
 	wantError(t, err, "--contexts")
 	_, _, err = execute(t, "bench", "--preset", "gemma4-nope", "--contexts", "8")
 	wantError(t, err, "gemma4-nope")

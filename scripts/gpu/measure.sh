@@ -75,7 +75,7 @@ for w in "${want[@]}"; do
       ;;
     sweep) # SWEEP="none;A=1;A=1,B=2;none": bench --sweep on the shape SHAPE (default 31b), the model built once, each setting's graphs timed too and the serving engine's path measured beside the direct one
       shape=${SHAPE:-31b}
-      bench "sweep-$shape" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48 --sweep "${SWEEP:-none}" --graph-profile --engine
+      bench "sweep-$shape" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48 --sweep "${SWEEP:-none}" --graph-profile --engine --engine-batch 4
       grep -E "^ *(settings|none|TANDEM_)|^context .*(round takes|plain steps|pool|ahead of|graphs of real|serving engine)" "$out/sweep-$shape.txt"
       ;;
     long)
