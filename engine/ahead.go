@@ -86,11 +86,12 @@ func (e *Engine) keepAhead(rs []*request) bool {
 //
 // The run ends, its last step read and emitted, when keepAhead says so;
 // the next engine step then goes on from each request's pending token as
-// usual. When a request ends (its stop token, or a failure) or a position's
-// logits hold a NaN (where the device's pick, NaN, and the host's part:
-// the host's stands) while a step is in flight, that step is rolled back
-// for every request still running and the run ends. A request that ended
-// keeps in its cache the token the step fed, whose KV is right.
+// usual. When a request ends (its stop token) or a position's logits hold
+// a NaN (where the device's pick, NaN, and the host's part: the host's
+// stands) while a step is in flight, that step is rolled back for every
+// request still running and the run ends. A request that ended keeps in
+// its cache the token the step fed, whose KV is right, unless the host
+// overruled that token's pick, when its step is rolled back too.
 func (e *Engine) decodeAhead(rs []*request) {
 	b := e.m.Backend()
 	pf := b.(compute.Prefetcher)
