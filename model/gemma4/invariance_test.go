@@ -187,3 +187,59 @@ func TestForwardRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// Device tokens (Row.Next) for every row of a pass give the logits host
+// tokens give, one row of two tokens included; a pass that mixes rows of
+// host and device tokens, in either order, is refused before any cache
+// moves.
+func TestDeviceTokensForEveryRow(t *testing.T) {
+	m := loadTiny(t, "gemma4-tiny-e2b")
+	b := m.Backend()
+	V := m.Config.Text.VocabSize
+	prompts := [][]int32{randomTokens(9, V, 1), randomTokens(5, V, 2), randomTokens(13, V, 3)}
+	news := [][]int32{{7}, {11, 12}, {13}}
+	run := func(device bool) ([]float32, []int) {
+		var rows []gemma4.Row
+		for i, p := range prompts {
+			c := m.NewCache(16)
+			feed(t, m, c, p, 16)
+			r := gemma4.Row{Tokens: news[i], Cache: c}
+			if device {
+				r = gemma4.Row{Next: b.FromI32(news[i], len(news[i])), Cache: c}
+			}
+			rows = append(rows, r)
+		}
+		out, err := m.Forward(rows, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.ToF32(out.Logits), out.Offsets
+	}
+	want, wantOff := run(false)
+	got, gotOff := run(true)
+	if !slices.Equal(gotOff, wantOff) || !slices.Equal(got, want) {
+		t.Fatalf("device tokens: offsets %v, logits equal %v; host tokens: offsets %v", gotOff, slices.Equal(got, want), wantOff)
+	}
+	for _, order := range []string{"hd", "dh", "ddh", "hdd", "dhd"} {
+		var rows []gemma4.Row
+		var caches []*kvcache.Cache
+		for i, k := range order {
+			c := m.NewCache(16)
+			feed(t, m, c, prompts[i%len(prompts)], 16)
+			caches = append(caches, c)
+			r := gemma4.Row{Tokens: []int32{5}, Cache: c}
+			if k == 'd' {
+				r = gemma4.Row{Next: b.FromI32([]int32{5}, 1), Cache: c}
+			}
+			rows = append(rows, r)
+		}
+		if _, err := m.Forward(rows, gemma4.ForwardOptions{}); err == nil || !strings.Contains(err.Error(), "device tokens") {
+			t.Errorf("rows %s: error %v, want one about device tokens", order, err)
+		}
+		for i, c := range caches {
+			if n := len(prompts[i%len(prompts)]); c.Len() != n {
+				t.Errorf("rows %s: cache %d holds %d positions after the refusal, want %d", order, i, c.Len(), n)
+			}
+		}
+	}
+}
