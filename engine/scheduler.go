@@ -55,7 +55,7 @@ type Engine struct {
 	active    []*request
 	prefix    *prefixCache
 	lateHeads int          // verify rows the walk read that logits did not compute (tests expect none)
-	ahead     bool         // a lone greedy request may decode ahead (canAhead)
+	ahead     bool         // greedy requests may decode ahead (canAhead)
 	aheadRuns atomic.Int64 // runs decoded ahead (read by tests)
 	aheadMost atomic.Int64 // the most requests a run decoded together (tests)
 }
