@@ -15,7 +15,7 @@ import (
 )
 
 // aheadTarget is the tiny target on a backend that reads results
-// asynchronously, so that the engine decodes a lone greedy request ahead:
+// asynchronously, so that the engine decodes greedy requests ahead:
 // the shared target where its backend does (the GPU, or the CPU with
 // TANDEM_TEST_BACKEND=cpu-async), else a copy on the CPU wrapped by
 // computetest.Prefetching, which can also poison picks with NaNs (pf, nil
@@ -37,13 +37,15 @@ func aheadTarget(t *testing.T) (m *gemma4.Model, pf *computetest.Prefetching) {
 	return m, pf
 }
 
-// A lone greedy request decoded ahead (each step issued with the device's
-// pick before the host reads it) must stream what it streams alone, with
+// Greedy requests decoded ahead (each step issued with the device's picks
+// before the host reads them) must stream what they stream alone, with
 // the same finish: budgets of one, two and more, a stop token mid-stream,
 // picks sent back to the host by a NaN (the step issued ahead is rolled
-// back), a request arriving mid-run (the run ends so that it can start,
-// and both match alone), a cancelled one, the same prompt again from the
-// prefix cache the run left, and requests that must keep the host's turn
+// back), three requests decoded together with NaNs in each row, a request
+// arriving mid-run (the run ends so that it can start, and both match
+// alone), a queued request cancelled mid-run, a cancelled one, the prompt
+// again from the prefix cache a run left (its stop token's pick overruled
+// by the host too), and requests that must keep the host's turn
 // (logprobs, penalties, TANDEM_ENGINE_AHEAD=0).
 func TestDecodeAheadMatchesAlone(t *testing.T) {
 	m, pf := aheadTarget(t)
