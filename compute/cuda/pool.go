@@ -31,7 +31,7 @@ type pool struct {
 	stats   PoolStats
 
 	// bgEvery is how many hand-outs start a collection in the background
-	// (TANDEM_CUDA_POOL_GC; 0, the default, never): garbage tensors then
+	// (TANDEM_CUDA_POOL_GC, 2,048 by default; 0 never): garbage tensors then
 	// come back to the free lists before they run dry, instead of each
 	// miss between two forced collections calling the driver (240-360 µs
 	// calls in the E2B shape's decode steps on the H200).
