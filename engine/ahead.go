@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -95,24 +94,15 @@ func (e *Engine) keepAhead(rs []*request) bool {
 func (e *Engine) decodeAhead(rs []*request) {
 	b := e.m.Backend()
 	pf := b.(compute.Prefetcher)
-	// A pick is a step's logits and its device-chosen tokens (one a
-	// request), on their way to the host; read must be called once (it
-	// frees the readbacks).
-	type pick struct {
-		logits, idx *compute.Tensor
-		val, which  func() []uint32
-		read        bool
-	}
 	// Every readback is waited for once, on every path: a panic (caught by
 	// step) would otherwise leave the GPU's pinned readback slots taken.
-	var issued []*pick
+	var cur, next *generation.Picks
 	defer func() {
-		for _, p := range issued {
-			if !p.read {
+		for _, p := range []*generation.Picks{cur, next} {
+			if p != nil && p.Pending() {
 				func() {
 					defer func() { _ = recover() }()
-					p.val()
-					p.which()
+					p.Read()
 				}()
 			}
 		}
@@ -121,51 +111,39 @@ func (e *Engine) decodeAhead(rs []*request) {
 	if len(rs) > 1 {
 		site = fmt.Sprintf("decode,%d", len(rs))
 	}
-	issue := func(rows []gemma4.Row) (*pick, error) {
+	issue := func(rows []gemma4.Row) (*generation.Picks, error) {
 		end := compute.Record(b, site)
 		out, err := e.m.Forward(rows, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
 		end()
 		if err != nil {
 			return nil, err
 		}
-		v, i := b.TopK(out.Logits, 1)
-		p := &pick{logits: out.Logits, idx: i.Reshape(len(rows)), val: pf.Prefetch(v), which: pf.Prefetch(i)}
-		issued = append(slices.DeleteFunc(issued, func(q *pick) bool { return q.read }), p) // at most cur and next
-		return p, nil
-	}
-	read := func(p *pick) (vals []float32, toks []int32) {
-		p.read = true
-		bits, ids := p.val(), p.which()
-		for j := range bits {
-			vals = append(vals, math.Float32frombits(bits[j]))
-			toks = append(toks, int32(ids[j]))
-		}
-		return vals, toks
+		return generation.PickOnDevice(b, pf, out.Logits), nil
 	}
 	rows := make([]gemma4.Row, len(rs))
 	for i, r := range rs {
 		rows[i] = gemma4.Row{Tokens: []int32{r.seq.History[len(r.seq.History)-1]}, Cache: r.cache}
 	}
 	t0 := time.Now()
-	cur, err := issue(rows)
-	if err != nil {
+	var err error
+	if cur, err = issue(rows); err != nil {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
 		return
 	}
 	for {
-		var next *pick
+		next = nil
 		var aheadErr error // reported once cur's tokens are out, as a step on the host's turn would
 		if e.keepAhead(rs) {
 			for i, r := range rs {
-				rows[i] = gemma4.Row{Next: b.Slice(cur.idx, i, i+1), Cache: r.cache}
+				rows[i] = gemma4.Row{Next: b.Slice(cur.Idx, i, i+1), Cache: r.cache}
 			}
 			next, aheadErr = issue(rows)
 		}
-		vals, toks := read(cur)
+		vals, toks := cur.Read()
 		nan := make([]bool, len(rs)) // rows whose choice the host made: the step ahead fed another token
 		for i, v := range vals {
 			if v != v {
-				toks[i] = sample.Argmax(b.ToF32(b.Slice(cur.logits, i, i+1)))
+				toks[i] = sample.Argmax(b.ToF32(b.Slice(cur.Logits, i, i+1)))
 				nan[i] = true
 			}
 		}
@@ -184,7 +162,7 @@ func (e *Engine) decodeAhead(rs []*request) {
 			ended = ended || r.seq.Done
 		}
 		if next != nil && (slices.Contains(nan, true) || ended) {
-			read(next) // fed a pick the host overruled, or a finished request's token
+			next.Read() // fed a pick the host overruled, or a finished request's token
 			next = nil
 			for i, r := range rs {
 				if r.seq.Done && !nan[i] {

@@ -132,20 +132,11 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *compute.Tensor,
 	pf compute.Prefetcher, onToken func(int32), issue *[]time.Duration) error {
 	b := m.Backend()
-	// A pick is a step's logits and its device-chosen token, on its way to
-	// the host; read must be called once (it frees the readback).
-	type pick struct {
-		logits, idx *compute.Tensor
-		val, which  func() []uint32
+	read := func(p *Picks) (float32, int32) {
+		v, t := p.Read()
+		return v[0], t[0]
 	}
-	choose := func(logits *compute.Tensor) pick {
-		v, i := b.TopK(logits, 1)
-		return pick{logits: logits, idx: i.Reshape(1), val: pf.Prefetch(v), which: pf.Prefetch(i)}
-	}
-	read := func(p *pick) (float32, int32) {
-		return math.Float32frombits(p.val()[0]), int32(p.which()[0])
-	}
-	step := func(row gemma4.Row) (*pick, error) {
+	step := func(row gemma4.Row) (*Picks, error) {
 		t0 := time.Now()
 		defer func() { *issue = append(*issue, time.Since(t0)) }()
 		end := compute.Record(b, "decode")
@@ -154,20 +145,18 @@ func decodeAhead(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, seq
 		if err != nil {
 			return nil, err
 		}
-		p := choose(out.Logits)
-		return &p, nil
+		return PickOnDevice(b, pf, out.Logits), nil
 	}
-	first := choose(logits)
-	cur := &first
+	cur := PickOnDevice(b, pf, logits)
 	for {
-		var next *pick
+		var next *Picks
 		var aheadErr error // reported once cur's token is emitted, as the host loop would
 		if seq.Left() > 1 && ctx.Err() == nil {
-			next, aheadErr = step(gemma4.Row{Next: cur.idx, Cache: cache})
+			next, aheadErr = step(gemma4.Row{Next: cur.Idx, Cache: cache})
 		}
 		v, tok := read(cur)
 		if v != v {
-			tok = seq.Sample(b.ToF32(cur.logits))
+			tok = seq.Sample(b.ToF32(cur.Logits))
 			if next != nil {
 				read(next)
 				next = nil
