@@ -46,6 +46,9 @@ var fusedAttention bool // TANDEM_CUDA_ATTN_FUSED, read by liveSettings
 // otherwise.
 var attnPacked bool // read by liveSettings
 
+// attnFlagPacked is ATTN_PACKED in ops.cu.
+const attnFlagPacked = 2
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -178,7 +181,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	fused := fusedAttention && combineInValues && L < attnTileMin
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
-		flags |= 2
+		flags |= attnFlagPacked
 	}
 	var sc, cmax *compute.Tensor
 	if !fused {
