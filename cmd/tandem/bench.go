@@ -33,7 +33,7 @@ import (
 // benchRow is one context length's measurements.
 type benchRow struct {
 	Context       int     `json:"context"`
-	PrefillTokS   float64 `json:"prefill_tokens_per_s"`
+	PrefillTokS   float64 `json:"prefill_tokens_per_s"` // from the median prefill of --prefill-runs
 	DecodeTokS    float64 `json:"decode_tokens_per_s"`
 	BytesPerToken int64   `json:"bytes_per_token"`
 	RooflineTokS  float64 `json:"roofline_tokens_per_s"`
@@ -51,6 +51,9 @@ type benchRow struct {
 	// percentile and the slowest.
 	StepMs  *spread `json:"step_ms,omitempty"`
 	RoundMs *spread `json:"round_ms,omitempty"`
+	// The spread of the prompt's prefills (--prefill-runs of them; the
+	// first in a process also makes its first allocations and graphs).
+	PrefillMs *spread `json:"prefill_ms,omitempty"`
 	// The host's time per plain decode step, after the warmup: issuing it
 	// on the caller's thread, and the device thread's own calls for it
 	// (CUDA; waits for the device left out). Either near the step time
@@ -97,7 +100,7 @@ type benchRow struct {
 func newBench() *cobra.Command {
 	var (
 		preset, model, draft, device, contexts string
-		tokens, k, threads, engineBatch        int
+		tokens, k, threads, engineBatch, pruns int
 		synthetic                              float64
 		asJSON, kernels, graphProfile, viaEng  bool
 		cpuProfile, sweep                      string
@@ -124,6 +127,9 @@ func newBench() *cobra.Command {
 			}
 			if engineBatch < 0 || engineBatch == 1 {
 				return fmt.Errorf("--engine-batch must be 0 (off) or at least 2 requests, got %d", engineBatch)
+			}
+			if pruns < 1 {
+				return fmt.Errorf("--prefill-runs must be at least 1, got %d", pruns)
 			}
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
@@ -195,7 +201,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch}
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -306,6 +312,9 @@ func newBench() *cobra.Command {
 					}
 					fmt.Fprintln(out, line)
 				}
+				if p := r.PrefillMs; p != nil && pruns > 1 {
+					fmt.Fprintf(out, "%s: prefills of the %d-token prompt, %d of them: %s (median, 90th percentile, slowest; the first in a process makes its allocations)\n", at, r.Context, pruns, p)
+				}
 				switch {
 				case r.StepMs != nil && r.RoundMs != nil:
 					fmt.Fprintf(out, "%s: plain steps %s; speculative rounds %s (median, 90th percentile, slowest)\n", at, r.StepMs, r.RoundMs)
@@ -363,6 +372,7 @@ func newBench() *cobra.Command {
 	f.StringVar(&device, "device", "auto", "compute device: auto, cpu or cuda")
 	f.StringVar(&contexts, "contexts", "128,1024", "prompt lengths to measure at (e.g. 128,4k,32k)")
 	f.IntVar(&tokens, "tokens", 32, "tokens to decode at each context")
+	f.IntVar(&pruns, "prefill-runs", 3, "prefill each context's prompt this many times and report the median (the first also makes allocations and graphs)")
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
@@ -449,6 +459,7 @@ type benchRun struct {
 	synthetic   float64
 	roof        float64 // copy bandwidth, bytes/s
 	bytes       int64   // read per decode step
+	prefillRuns int     // --prefill-runs
 	graphs      bool    // --graph-profile
 	engine      bool    // --engine
 	engineBatch int     // --engine-batch
@@ -476,9 +487,17 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	if err != nil {
 		return benchRow{}, err
 	}
-	row := benchRow{Context: c, BytesPerToken: br.bytes,
-		PrefillTokS: float64(c) / res.Prefill.Seconds(), DecodeTokS: plainAt.rate(res.Decode),
-		RooflineTokS: br.roof / float64(br.bytes)}
+	prefills := []time.Duration{res.Prefill}
+	for range br.prefillRuns - 1 {
+		r, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1}, nil)
+		if err != nil {
+			return benchRow{}, err
+		}
+		prefills = append(prefills, r.Prefill)
+	}
+	row := benchRow{Context: c, BytesPerToken: br.bytes, PrefillMs: spreadOf(prefills),
+		DecodeTokS: plainAt.rate(res.Decode), RooflineTokS: br.roof / float64(br.bytes)}
+	row.PrefillTokS = float64(c) / (row.PrefillMs.P50 / 1000)
 	row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
 	row.StepMs = spreadOf(plainAt.gaps())
 	row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)

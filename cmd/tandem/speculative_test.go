@@ -84,6 +84,8 @@ func TestBench(t *testing.T) {
 			TokensPerPass float64 `json:"tokens_per_target_pass"`
 			StepMs        *spread `json:"step_ms"`
 			RoundMs       *spread `json:"round_ms"`
+			PrefillMs     *spread `json:"prefill_ms"`
+			PrefillTokS   float64 `json:"prefill_tokens_per_s"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
@@ -95,6 +97,10 @@ func TestBench(t *testing.T) {
 	for _, r := range v.Results {
 		if r.DecodeTokS <= 0 || r.RooflineFrac <= 0 || r.Acceptance != 1 || r.TokensPerPass < 2 {
 			t.Fatalf("implausible row %+v", r)
+		}
+		// The prefill rate is the median of --prefill-runs (3) prefills.
+		if p := r.PrefillMs; p == nil || p.P50 <= 0 || p.Max < p.P50 || math.Abs(r.PrefillTokS-float64(r.Context)/(p.P50/1000)) > 1e-6*r.PrefillTokS {
+			t.Fatalf("implausible prefills: %v at %.1f tok/s", p, r.PrefillTokS)
 		}
 		if r.StepMs == nil || r.RoundMs == nil || r.StepMs.P50 <= 0 || r.RoundMs.Max < r.RoundMs.P90 || r.RoundMs.P90 < r.RoundMs.P50 {
 			t.Fatalf("implausible spreads: steps %+v, rounds %+v", r.StepMs, r.RoundMs)
@@ -127,6 +133,8 @@ func TestBench(t *testing.T) {
 	}
 	_, _, err := execute(t, "bench", "--engine-batch", "1")
 	wantError(t, err, "--engine-batch")
+	_, _, err = execute(t, "bench", "--prefill-runs", "0")
+	wantError(t, err, "--prefill-runs")
 	_, _, err = execute(t, "bench", "--contexts", "0")
 	wantError(t, err, "--contexts")
 	_, _, err = execute(t, "bench", "--preset", "gemma4-nope", "--contexts", "8")
