@@ -526,6 +526,7 @@ func TestAttentionSpeed(t *testing.T) {
 		}
 		stops[[]string{"", "scores only", "scores+max"}[n]] = ks["attn_fused"]
 	}
+	flush := l2Flusher(t, g)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, s := range []struct {
 		name       string
@@ -543,6 +544,11 @@ func TestAttentionSpeed(t *testing.T) {
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
 			}
+			for _, packed := range []bool{false, true} { // operands from memory, as in a step
+				fusedAttention, attnPacked = true, packed
+				d := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
+				line += fmt.Sprintf("  fused%s, L2 flushed %v", map[bool]string{true: "+packed"}[packed], d.Round(100*time.Nanosecond))
+			}
 			fusedAttention, attnPacked = true, false
 			for _, name := range []string{"scores only", "scores+max"} {
 				g.k["attn_fused"] = stops[name]
@@ -558,25 +564,18 @@ func TestAttentionSpeed(t *testing.T) {
 // TestNormSpeed times a decode step's norms alone, to say where a
 // single-block norm's time goes: rmsnorm2 (two reductions) against rmsnorm
 // (one), each with and without writing the bf16 split, on the 31B and E2B
-// widths, beside copy_words of one word (a launch and nothing else), each
-// also built with TREE_REGS (block trees in registers) and with
-// NORM_EARLY too (rmsnorm2's second weight loaded with the row). In the 31B kernel
+// widths, with their operands in L2 and after a read that flushed it (as
+// in a step, where a product's weights pass between two norms), beside
+// copy_words of one word (a launch and nothing else). In the 31B kernel
 // profile rmsnorm2 took 14.7 µs a call, 1.7 ms a step; alone on the H200
-// (tenth session) 12.1 µs at 5,376 wide against 3.8 for the copy.
+// (eleventh session) 11.7 µs at 5,376 wide against 3.8 for the copy.
 // Asserts nothing.
 func TestNormSpeed(t *testing.T) {
 	g := backendOrSkip(t)
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	regs, err := g.dev.Compile(treeRegs+opsSource, "ops_tree_regs.cu", "rmsnorm2", "rmsnorm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	early, err := g.dev.Compile(treeRegs+normEarly+opsSource, "ops_norm_early.cu", "rmsnorm2", "rmsnorm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	flush := l2Flusher(t, g)
 	r := rand.New(rand.NewPCG(9, 10))
 	one := g.FromF32([]float32{1}, 1)
 	line := fmt.Sprintf("a launch (copy_words of one word) %v;", deviceTime(t, g, 100, func() {
@@ -592,24 +591,21 @@ func TestNormSpeed(t *testing.T) {
 			name  string
 			split any
 		}{{"with its split", ptrOf(parts)}, {"without", nil}} {
-			for _, k := range []struct {
-				build             string
-				rmsnorm2, rmsnorm Kernel
-			}{{"", g.k["rmsnorm2"], g.k["rmsnorm"]}, {" TREE_REGS", regs["rmsnorm2"], regs["rmsnorm"]},
-				{" TREE_REGS NORM_EARLY", early["rmsnorm2"], early["rmsnorm"]}} {
-				launch := func(kern Kernel, args ...any) {
-					if err := g.dev.LaunchAsync(kern, [3]uint32{1, 1, 1}, [3]uint32{uint32(rowThreads(D)), 1, 1}, 0, args...); err != nil {
-						t.Fatal(err)
+			for _, cold := range []bool{false, true} {
+				launch := func(name string, args ...any) {
+					if cold {
+						flush()
 					}
+					g.launch(name, [3]uint32{1, 1, 1}, rowThreads(D), args...)
 				}
 				two := deviceTime(t, g, 100, func() {
-					launch(k.rmsnorm2, ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(res), ptrOf(w1), dtCode(compute.BF16), nil, 0,
+					launch("rmsnorm2", ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(res), ptrOf(w1), dtCode(compute.BF16), nil, 0,
 						ptrOf(w2), dtCode(compute.BF16), D, float32(1e-6), c.split, D)
 				})
 				single := deviceTime(t, g, 100, func() {
-					launch(k.rmsnorm, ptrOf(h), ptrOf(x), ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), nil, c.split, D, 1)
+					launch("rmsnorm", ptrOf(h), ptrOf(x), ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), nil, c.split, D, 1)
 				})
-				line += fmt.Sprintf("  D=%d %s%s: rmsnorm2 %v, rmsnorm %v;", D, c.name, k.build,
+				line += fmt.Sprintf("  D=%d %s%s: rmsnorm2 %v, rmsnorm %v;", D, c.name, map[bool]string{true: ", L2 flushed"}[cold],
 					two.Round(100*time.Nanosecond), single.Round(100*time.Nanosecond))
 			}
 		}
@@ -617,9 +613,9 @@ func TestNormSpeed(t *testing.T) {
 	t.Log(line)
 }
 
-// deviceTime is the device time of one call of f (every kernel it queues),
-// averaged over reps calls run back to back behind a spin, so the host's
-// launch rate does not count.
+// deviceTime is the device time of one call of f (every kernel it queues
+// but l2Flusher's), averaged over reps calls run back to back behind a
+// spin, so the host's launch rate does not count.
 func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 	t.Helper()
 	f() // warm up: allocations, caches
@@ -636,7 +632,7 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 	}
 	var d time.Duration
 	for _, k := range p.Kernels {
-		if k.Name != "spin" {
+		if k.Name != "spin" && k.Name != "l2_flush" {
 			d += k.Time
 		}
 	}

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
-	"tandem/compute"
 )
 
 // treeRefSource computes the block reductions the way they were before
@@ -47,29 +45,17 @@ extern "C" __global__ void test_trees(const double* x, double* got, double* want
 // sixty binary orders of magnitude, so another pairing or order of the
 // additions changes the sum; the maxima include NaNs and zeros of both
 // signs, where fmax_nan's operand order shows.
-//
-// Both builds of the tree run: the default, and TREE_REGS (warp 0's levels
-// in registers), which must give the same bits.
+
 func TestBlockTreesKeepTheirOrder(t *testing.T) {
 	b := backendOrSkip(t)
-	for _, build := range []string{"", treeRegs} {
-		ks, err := b.dev.Compile(build+opsSource+treeRefSource, "trees.cu", "test_trees")
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkTrees(t, b, ks["test_trees"], map[string]string{"": "default", treeRegs: "TREE_REGS"}[build])
+	ks, err := b.dev.Compile(opsSource+treeRefSource, "trees.cu", "test_trees")
+	if err != nil {
+		t.Fatal(err)
 	}
+	checkTrees(t, b, ks["test_trees"])
 }
 
-// treeRegs, put before ops.cu, builds its block trees with warp 0's levels
-// in registers, and normEarly its rmsnorm2 with the second weight loaded
-// with the row.
-const (
-	treeRegs  = "#define TREE_REGS 1\n"
-	normEarly = "#define NORM_EARLY 1\n"
-)
-
-func checkTrees(t *testing.T, b *Backend, k Kernel, build string) {
+func checkTrees(t *testing.T, b *Backend, k Kernel) {
 	t.Helper()
 	var err error
 	const blocks = 64
@@ -114,7 +100,7 @@ func checkTrees(t *testing.T, b *Backend, k Kernel, build string) {
 				t.Fatal(err)
 			}
 		}
-		name := fmt.Sprintf("%s, %d threads", build, threads)
+		name := fmt.Sprintf("%d threads", threads)
 		for blk := range blocks {
 			w := binary.LittleEndian.Uint64(want[8*blk:])
 			for th := range threads {
@@ -125,53 +111,6 @@ func checkTrees(t *testing.T, b *Backend, k Kernel, build string) {
 			}
 			if g, w := binary.LittleEndian.Uint32(gotf[4*blk:]), binary.LittleEndian.Uint32(wantf[4*blk:]); g != w {
 				t.Fatalf("%s, block %d: store_block_max %#x, the one-barrier-a-level tree %#x", name, blk, g, w)
-			}
-		}
-	}
-}
-
-// TestNormBuildsMatch protects the norm builds TestNormSpeed times: with
-// TREE_REGS, and with NORM_EARLY too (rmsnorm2's second weight and scalar
-// loaded with the row), rmsnorm2 writes the default build's bits (its
-// residual, its normed row and the split), with and without the scalar and
-// the weights, at widths of one to four elements a thread.
-func TestNormBuildsMatch(t *testing.T) {
-	g := backendOrSkip(t)
-	builds := map[string]map[string]Kernel{"": {"rmsnorm2": g.k["rmsnorm2"]}}
-	for _, pre := range []string{treeRegs, treeRegs + normEarly} {
-		ks, err := g.dev.Compile(pre+opsSource, "ops_build.cu", "rmsnorm2")
-		if err != nil {
-			t.Fatal(err)
-		}
-		builds[pre] = ks
-	}
-	r := rand.New(rand.NewPCG(11, 12))
-	for _, D := range []int{5376, 1536, 100} {
-		x, res := g.FromF32(randF32(r, 2*D), 2, D), g.FromF32(randF32(r, 2*D), 2, D)
-		w1, w2 := weight(g, compute.BF16, randF32(r, D), D), weight(g, compute.BF16, randF32(r, D), D)
-		s := g.FromF32([]float32{0.75}, 1)
-		for _, c := range []struct {
-			name      string
-			s, w1, w2 any
-		}{{"scalar and weights", ptrOf(s), ptrOf(w1), ptrOf(w2)}, {"no scalar, no weights", nil, nil, nil}} {
-			run := func(k Kernel) []float32 {
-				y, h := g.alloc(compute.F32, 2, D), g.alloc(compute.F32, 2, D)
-				parts := g.alloc(compute.BF16, 3, 2*D)
-				if err := g.dev.LaunchAsync(k, [3]uint32{2, 1, 1}, [3]uint32{uint32(rowThreads(D)), 1, 1}, 0,
-					ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(res), c.w1, dtCode(compute.BF16), c.s, dtCode(compute.F32),
-					c.w2, dtCode(compute.BF16), D, float32(1e-6), ptrOf(parts), 2*D); err != nil {
-					t.Fatal(err)
-				}
-				return slices.Concat(g.ToF32(y), g.ToF32(h), g.ToF32(parts))
-			}
-			want := run(builds[""]["rmsnorm2"])
-			for pre, ks := range builds {
-				if pre == "" {
-					continue
-				}
-				if err := sameBits(run(ks["rmsnorm2"]), want); err != nil {
-					t.Fatalf("D=%d, %s, build %q: %v", D, c.name, pre, err)
-				}
 			}
 		}
 	}

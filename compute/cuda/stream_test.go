@@ -1,0 +1,183 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"tandem/compute"
+)
+
+// streamSource holds kernels that read a decode product's weights the way
+// matmul_rows_wide does, or laid out otherwise, and do nothing else with
+// them (compiled after matmul.cu, whose wload_step they share). Each xors
+// what it read into a word that is stored only if it equals a constant, so
+// the loads stay.
+const streamSource = `
+// stream_rows: matmul_rows_wide's weight loads (G = 2 column groups of 8
+// rows, U = 2 chunks a K step, wload_step) on its grid, without the mmas.
+extern "C" __global__ void __launch_bounds__(256, 4) stream_rows(const unsigned short* w, unsigned* sink, int N,
+                                                                 int K, int kchunk) {
+    extern __shared__ char occupancy[]; // sized by the launch, only to cap blocks a multiprocessor
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
+    const int n0 = (blockIdx.x * 8 + wid) * 16;
+    if (n0 >= N) return;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    bool ok[2];
+    const unsigned short* wr[2];
+    for (int i = 0; i < 2; i++) {
+        ok[i] = n0 + 8 * i + g < N;
+        wr[i] = w + (size_t)(ok[i] ? n0 + 8 * i + g : 0) * K;
+    }
+    unsigned acc = 0;
+    for (int kb = k0; kb < k1; kb += 64) {
+        uint4 q[2][2];
+        for (int i = 0; i < 2; i++) wload_step<2, true>(q[i], wr[i], kb, t, k1, ok[i], true);
+        for (int i = 0; i < 2; i++)
+            for (int u = 0; u < 2; u++) acc ^= q[i][u].x ^ q[i][u].y ^ q[i][u].z ^ q[i][u].w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc + occupancy[0];
+}
+
+// stream_tiled: the same bytes a warp step as stream_rows (16 rows × 64
+// elements, 2 KB), but stored as one run: a warp's rows of one K split lie
+// step after step, so each step reads 2 KB in a row instead of 128 bytes
+// from each of 16 rows.
+extern "C" __global__ void __launch_bounds__(256, 4) stream_tiled(const uint4* w, unsigned* sink, int N, int K,
+                                                                  int kchunk) {
+    extern __shared__ char occupancy[];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, tile = blockIdx.x * 8 + wid;
+    if (tile * 16 >= N) return;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk), steps = (k1 - k0 + 63) / 64;
+    const uint4* base = w + ((size_t)tile * gridDim.y + blockIdx.y) * 2 * kchunk; // 16 · kchunk elements
+    unsigned acc = 0;
+    for (int s = 0; s < steps; s++) {
+        uint4 q[4];
+        for (int j = 0; j < 4; j++) {
+            const uint4* p = base + s * 128 + 32 * j + lane;
+            asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(q[j].x), "=r"(q[j].y), "=r"(q[j].z), "=r"(q[j].w)
+                         : "l"(p));
+        }
+        for (int j = 0; j < 4; j++) acc ^= q[j].x ^ q[j].y ^ q[j].z ^ q[j].w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc + occupancy[0];
+}
+
+// stream_flat: every thread reads 16 bytes at a time, a grid's width apart:
+// the plainest read of n16 chunks.
+extern "C" __global__ void stream_flat(const uint4* w, unsigned* sink, size_t n16) {
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 q;
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+                     : "l"(w + i));
+        acc ^= q.x ^ q.y ^ q.z ^ q.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+`
+
+// TestWeightStreamSpeed says where a decode product's time goes between its
+// weight reads and the rest (the mmas, the activations, the split
+// partials): on the published shapes it times matmul_rows_wide at one row
+// beside kernels that only read the same weights, in its pattern (16 rows,
+// 128 bytes of each a warp step), in 2 KB runs (the same bytes a warp
+// step, laid out tile by tile), and flat, at its four blocks a
+// multiprocessor and at the eight its registers would otherwise allow. On
+// the H200 the 31B MLP product streamed at 3.6 TB/s in a real step against
+// 4.1 for a copy: if the pattern alone is that slow and the runs are not,
+// a tiled weight layout is the lever; if the reads alone are fast, the
+// kernel's other work is. Asserts nothing.
+func TestWeightStreamSpeed(t *testing.T) {
+	g := backendOrSkip(t)
+	if testing.Short() {
+		t.Skip("timing")
+	}
+	ks, err := g.dev.Compile(MatMulSource+streamSource, "stream.cu", "stream_rows", "stream_tiled", "stream_flat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restoreMatMul()()
+	rowsKernel = "matmul_rows_wide"
+	sink := g.alloc(compute.F32, 1)
+	r := rand.New(rand.NewPCG(11, 12))
+	launch := func(k Kernel, grid [3]uint32, shmem uint32, args ...any) {
+		if err := g.dev.LaunchAsync(k, grid, [3]uint32{256, 1, 1}, shmem, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const four = 48 << 10 // shared memory a block that leaves room for four a multiprocessor
+	for _, s := range []struct {
+		name string
+		N, K int
+	}{{"31B MLP down", 5376, 21504}, {"31B MLP gate", 21504, 5376}, {"31B LM head", 262144, 5376},
+		{"E2B MLP down", 1536, 6144}, {"E2B MLP gate", 6144, 1536}} {
+		splits, chunk := splitK(s.N, s.K)
+		bytes := float64(2 * s.N * s.K)
+		rate := func(d time.Duration) string {
+			return fmt.Sprintf("%v %.0f GB/s", d.Round(100*time.Nanosecond), bytes/d.Seconds()/1e9)
+		}
+		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
+		x := g.FromF32(randF32(r, s.K), 1, s.K)
+		tiles := (s.N + 15) / 16
+		tiledW := g.alloc(compute.BF16, tiles*splits*16*chunk)
+		grid := [3]uint32{uint32((s.N + 127) / 128), uint32(splits), 1}
+		line := fmt.Sprintf("%s (N=%d K=%d, %d splits of %d):  matmul_rows_wide %s", s.name, s.N, s.K, splits, chunk,
+			rate(deviceTime(t, g, 20, func() { g.MatMul(x, w) })))
+		for _, v := range []struct {
+			name   string
+			k      Kernel
+			shmem  uint32
+			weight *compute.Tensor
+		}{{"its loads", ks["stream_rows"], four, w}, {"its loads at 8 blocks", ks["stream_rows"], 0, w},
+			{"2 KB runs", ks["stream_tiled"], four, tiledW}, {"2 KB runs at 8 blocks", ks["stream_tiled"], 0, tiledW}} {
+			line += "  " + v.name + " " + rate(deviceTime(t, g, 20, func() {
+				launch(v.k, grid, v.shmem, ptrOf(v.weight), ptrOf(sink), s.N, s.K, chunk)
+			}))
+		}
+		n16 := s.N * s.K / 8
+		line += "  flat " + rate(deviceTime(t, g, 20, func() {
+			launch(ks["stream_flat"], [3]uint32{uint32(8 * g.dev.SMs), 1, 1}, 0, ptrOf(w), ptrOf(sink), n16) // size_t: the slot's 8 bytes
+		}))
+		t.Log(line)
+	}
+	if bw, err := g.CopyBandwidth(); err == nil {
+		t.Logf("copy bandwidth %.0f GB/s", bw/1e9)
+	}
+}
+
+// flushSource reads a buffer larger than L2, to evict what a timed kernel
+// would otherwise find there.
+const flushSource = `
+extern "C" __global__ void l2_flush(const uint4* w, unsigned* sink, int n16) {
+    unsigned acc = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += gridDim.x * blockDim.x) {
+        const uint4 q = w[i];
+        acc ^= q.x ^ q.y ^ q.z ^ q.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+`
+
+// l2Flusher returns a function that queues a read of 256 MiB (five times
+// the H200's L2), so that the kernel queued after it finds its operands in
+// memory, as a decode step's kernels do between their products' weights.
+// deviceTime leaves the flush out.
+func l2Flusher(t *testing.T, g *Backend) func() {
+	t.Helper()
+	ks, err := g.dev.Compile(flushSource, "flush.cu", "l2_flush")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n16 = 256 << 20 / 16
+	buf, sink := g.alloc(compute.F32, 4*n16), g.alloc(compute.F32, 1)
+	return func() {
+		if err := g.dev.LaunchAsync(ks["l2_flush"], [3]uint32{uint32(4 * g.dev.SMs), 1, 1}, [3]uint32{256, 1, 1}, 0,
+			ptrOf(buf), ptrOf(sink), n16); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
