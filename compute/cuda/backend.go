@@ -63,7 +63,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused"},
-	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits", "matmul_tiled_splits",
+	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
 }
@@ -864,12 +864,6 @@ func splitK(N, K int) (splits, chunk int) {
 // E2B 4.8 → 4.2 ms (docs/benchmarks.md, "Tenth session").
 var splitMode string // TANDEM_CUDA_SPLIT, read by liveSettings
 
-// tiledSplits runs a tiled (prefill) product's K splits one after another
-// in each tile's block, matmul_tiled_splits, instead of one block a split
-// and a partial in memory a split (TANDEM_CUDA_TILED_SPLITS=1; live). The
-// same bits. Written without a GPU: off until measured.
-var tiledSplits bool // read by liveSettings
-
 // splitCost is fillSplit's cost of a warp beyond its run, in elements of K.
 // Between 0 and 512 it changes only the LM heads' choice, which at 0 would
 // split 12 ways; 128 keeps them whole (4,100 GB/s unsplit).
@@ -946,10 +940,8 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		al = 1
 	}
 	tiled := at == nil && M > 16 && tiledMatMul && al == 1
-	// A tiled product's splits run in its tiles' own blocks, no partials.
-	inBlock := tiled && splits > 1 && tiledSplits
 	out := y
-	if splits > 1 && !inBlock {
+	if splits > 1 {
 		out = b.alloc(compute.F32, splits*R*N)
 	}
 	lone := at != nil && M == 1 && R == 1
@@ -981,13 +973,11 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		tail = append(tail, at.sel, at.off, at.stride)
 	case at != nil: // a block of the third dimension an output row
 		grid[2], tail = uint32(R), append(tail, at.sel, at.step, at.off, at.stride, at.xdiv)
-	case inBlock:
-		name, grid[1], grid[2], tail = "matmul_tiled_splits", 1, uint32((M+63)/64), append(tail[:4:4], splits)
 	case tiled:
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
-	separate := splits > 1 && !inBlock && int(grid[0]*grid[2]) > splitCounters
+	separate := splits > 1 && int(grid[0]*grid[2]) > splitCounters
 	if separate { // more tiles than counters: sum the splits in a kernel of their own
 		yArg, counters = ptrOf(out), nil
 	}

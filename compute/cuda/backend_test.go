@@ -449,7 +449,7 @@ func TestMatMulSpeed(t *testing.T) {
 	}
 	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel, tiledMatMul = "matmul_mma8", false }},
 		{"mma8n", func() { mma8Kernel, tiledMatMul = "matmul_mma8n", false }},
-		{"mma8tiled", func() { tiledMatMul = true }}, {"mma8tiled/splits", func() { tiledMatMul, tiledSplits = true, true }}}
+		{"mma8tiled", func() { tiledMatMul = true }}}
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
 	}
@@ -474,7 +474,7 @@ func TestMatMulSpeed(t *testing.T) {
 			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
 			for _, v := range variants {
 				if M > 16 != strings.HasPrefix(v.name, "mma8") && v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") ||
-					M > 128 && !strings.HasPrefix(v.name, "mma8tiled") {
+					M > 128 && v.name != "mma8tiled" {
 					continue
 				}
 				restore := restoreMatMul()
@@ -648,10 +648,10 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm, ts := splitFixed, splitMode, tiledSplits
+	sf, sm := splitFixed, splitMode
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode, tiledSplits = sf, sm, ts
+		splitFixed, splitMode = sf, sm
 	}
 }
 
@@ -678,19 +678,17 @@ func TestMatMulVariantsMatch(t *testing.T) {
 				case M <= 5:
 					variants = append(variants, rowsVariants...)
 				case M > 16:
-					variants = []string{"matmul_mma8n", "matmul_tiled", "matmul_tiled_splits"}
+					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
 				for _, v := range variants {
-					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul, tiledSplits = 0, "", v, v, false, false
+					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, false
 					switch {
 					case strings.HasPrefix(v, "matmul_rows"):
 						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
-					case strings.HasPrefix(v, "matmul_tiled"):
-						// The tiled kernels are chosen by their switches;
-						// shapes they cannot take (odd K) fall back to
-						// matmul_mma8n, and unsplit ones to matmul_tiled.
+					case v == "matmul_tiled":
+						// The tiled kernel is chosen by its switch; shapes
+						// it cannot take (odd K) fall back to matmul_mma8n.
 						mma1Kernel, mma8Kernel, tiledMatMul = "matmul_mma1", "matmul_mma8n", true
-						tiledSplits = v == "matmul_tiled_splits"
 					}
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {

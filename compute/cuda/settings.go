@@ -24,7 +24,6 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
 	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v == "1" }},
 	{"TANDEM_CUDA_SPLIT", setSplitMode},
-	{"TANDEM_CUDA_TILED_SPLITS", func(v string) { tiledSplits = v == "1" }},
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},

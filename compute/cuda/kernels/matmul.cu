@@ -791,35 +791,6 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
 }
 
-// matmul_tiled_splits: matmul_tiled with every K split of a tile run by the
-// tile's own block, one after another, each split's sum started afresh and
-// added to the total in split order: the bits of the split partials summed
-// by finish_group (p0, then + p1, + p2, …), without their trip through
-// memory. A prefill chunk's product wrote a partial of its whole [M, N] a
-// split; with the E2B shape's 10-16 splits that cost a 4,096-token prefill
-// 10-20% (TANDEM_CUDA_TILED_SPLITS=1; grid (column tiles, 1, row tiles)).
-extern "C" __global__ void matmul_tiled_splits(const unsigned short* __restrict__ xs,
-                                               const unsigned short* __restrict__ w, float* y, float* part,
-                                               int* counters, int M, int N, int K, int kchunk, int splits) {
-    pdl_start();
-    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
-    __shared__ __align__(16) unsigned short bs[2][TBN][32];
-    const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
-    float tot[2][2][4];
-    for (int j = 0; j < splits; j++) {
-        const int k0 = j * kchunk, k1 = min(K, k0 + kchunk);
-        float c[2][2][4];
-        tiled_range(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) tot[mt][nt][e] = j == 0 ? c[mt][nt][e] : __fadd_rn(tot[mt][nt][e], c[mt][nt][e]);
-    }
-    store_tile(y, tot, M, N, n0, m0);
-}
-
 // sum_splits: y[i] = Σ_s part[s][i] in split order.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {
     pdl_start();
