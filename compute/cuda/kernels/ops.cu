@@ -241,11 +241,14 @@ extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, 
 // are warp 0's shuffles: the same operations on the same operands as a
 // tree through shared memory with a barrier a level, with one barrier in
 // all (the first, which also publishes what the caller wrote before). A
-// norm's two reductions had 8-10 barriers each. Lane l loads its column's
-// pairs for the first level at once and pairs registers after that: a
-// loop through shared memory waited out a load and a store for each of the
-// 31 pairs of a 1,024-thread block, and rmsnorm2 at 5,376 wide took 12.1
-// µs alone on the H200 against 11.7 in registers (eleventh session).
+// norm's two reductions had 8-10 barriers each. At 1,024 threads warp 0's
+// lanes add 31 pairs each, which may cost what the barriers did; at 256
+// (the E2B shape's norms, attention, softmax) 7. Warp 0's levels in
+// registers (each lane loading its column's first-level pairs at once)
+// gave the same bits and, on the H200, took rmsnorm2 at 5,376 wide from
+// 12.1 to 11.7 µs but the 256-thread attention kernels from 19.1 to 20.1
+// µs (sliding) and 31.2 to 33.5 (global), and 4k decode 1-4% slower, so the
+// loop stays.
 #ifndef ATTN_STOP
 #define ATTN_STOP 0 // attn_fused stopping part way, for timing builds (TestAttentionSpeed)
 #endif
@@ -256,19 +259,10 @@ __device__ __forceinline__ T block_tree0(T v, T* sh, Op op) {
     T r = v;
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
-        if (blockDim.x > 32) {
-            const int h = blockDim.x >> 6; // the first level: warp w with warp w + h
-            T a[16];
-#pragma unroll
-            for (int w = 0; w < 16; w++)
-                if (w < h) a[w] = op(sh[32 * w + lane], sh[32 * (w + h) + lane]);
-#pragma unroll
-            for (int s = 8; s > 0; s >>= 1)
-                if (s < h)
-#pragma unroll
-                    for (int w = 0; w < s; w++) a[w] = op(a[w], a[w + s]);
-            r = a[0];
-        }
+        for (int s = blockDim.x >> 6; s > 0; s >>= 1) // s warps: the levels of 32·s threads
+#pragma unroll 4
+            for (int w = 0; w < s; w++) sh[32 * w + lane] = op(sh[32 * w + lane], sh[32 * (w + s) + lane]);
+        r = sh[lane];
         for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));
     }
     return r;
@@ -408,18 +402,11 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
     const size_t row = (size_t)blockIdx.x * D;
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
     cached_row(xv, wv, rv, x + row, w1, w1t, res + row, D);
-    // The second weight and the scalar are loaded with the row, before the
-    // first reduction, so that their trip to memory overlaps it: in a step
-    // they come from memory, not L2 (alone, with L2 flushed, rmsnorm2 took
-    // 14.1 µs against 11.4 with its operands in L2, on the H200).
-    float w2v[RCACHE];
-#pragma unroll
-    for (int u = 0; u < RCACHE; u++) {
-        const int j = threadIdx.x + u * blockDim.x;
-        w2v[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
-    }
-    const float sc = s ? load(s, st, 0) : 1.0f;
+    // (Loading w2 and the scalar here, before the first reduction, gave
+    // the same bits and no gain on the H200, with the operands in L2 or
+    // flushed from it: 11.3 and 14.0 µs at 5,376 wide.)
     const float r = cached_rscale(xv, D, eps, sh);
+    const float sc = s ? load(s, st, 0) : 1.0f;
 #pragma unroll
     for (int u = 0; u < RCACHE; u++) {
         const int j = threadIdx.x + u * blockDim.x;
@@ -428,9 +415,10 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
         v = __fadd_rn(rv[u], v);
         if (s) v = __fmul_rn(v, sc);
         xv[u] = v;
+        wv[u] = j < D && w2 ? load(w2, w2t, j) : 1.0f;
         if (j < D) y[row + j] = v;
     }
-    cached_store(out + row, xv, w2v, rv, cached_rscale(xv, D, eps, sh), w2, false, D, parts, n, row);
+    cached_store(out + row, xv, wv, rv, cached_rscale(xv, D, eps, sh), w2, false, D, parts, n, row);
 }
 
 // rope: one block per (token, head) row of d values; pairs (j, j+half).
