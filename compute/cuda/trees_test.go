@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
 )
 
 // treeRefSource computes the block reductions the way they were before
