@@ -977,7 +977,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
-	separate := splits > 1 && int(grid[0]*grid[2]) > splitCounters
+	separate := splits > 1 && (int(grid[0]*grid[2]) > splitCounters || sumSplitsOnly)
 	if separate { // more tiles than counters: sum the splits in a kernel of their own
 		yArg, counters = ptrOf(out), nil
 	}
@@ -1001,6 +1001,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 
 // segNone is SEG_NONE in matmul.cu: no segments, the plain layout.
 const segNone = 0x7fffffff
+
+// sumSplitsOnly has every split product summed by sum_splits, whose order
+// the kernels' own finish must match (TestSplitFinishMatchesSumSplits).
+var sumSplitsOnly bool
 
 // splitCounters is the number of column-group counters the matmul kernels
 // use to let the last K split of a group sum the partials.

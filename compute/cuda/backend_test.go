@@ -649,10 +649,43 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm := splitFixed, splitMode
+	sf, sm, so := splitFixed, splitMode, sumSplitsOnly
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode = sf, sm
+		splitFixed, splitMode, sumSplitsOnly = sf, sm, so
+	}
+}
+
+// TestSplitFinishMatchesSumSplits pins the order in which a product's K
+// splits are added: the kernels' own finish (finish_group, run by the last
+// block of a column group) must give the bits of sum_splits, which adds
+// each output's partials in split order, for every kernel family (the rows
+// kernels, 64 and 128 columns a block; mma1; the tiled and mma8 kernels)
+// and split counts below, at and past the finish's 16 loads at a time.
+// Every kernel family finishes the same way, so comparing them with each
+// other, as TestMatMulVariantsMatch does, cannot see an order they share.
+func TestSplitFinishMatchesSumSplits(t *testing.T) {
+	g := backendOrSkip(t)
+	defer restoreMatMul()()
+	r := rand.New(rand.NewPCG(13, 14))
+	const N, K = 300, 4096
+	w := weight(g, compute.BF16, randF32(r, N*K), N, K)
+	for _, c := range []struct {
+		M      int
+		kernel string // the rows kernel, for M ≤ 5
+	}{{1, "matmul_rows"}, {1, "matmul_rows_wide"}, {4, "matmul_rows_wide"}, {8, "auto"}, {40, "auto"}} {
+		x := g.FromF32(randF32(r, c.M*K), c.M, K)
+		for _, splits := range []int{2, 3, 7, 12, 16, 17, 25} {
+			restore := restoreMatMul()
+			rowsKernel, splitFixed = c.kernel, splits
+			got := g.ToF32(g.MatMul(x, w))
+			sumSplitsOnly = true
+			want := g.ToF32(g.MatMul(x, w))
+			restore()
+			if err := sameBits(got, want); err != nil {
+				t.Fatalf("M=%d %s, %d splits: the kernel's finish differs from sum_splits: %v", c.M, c.kernel, splits, err)
+			}
+		}
 	}
 }
 

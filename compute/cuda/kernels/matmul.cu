@@ -363,7 +363,12 @@ __device__ __forceinline__ size_t seg_at(int r, int n, int M, int N, int b1, int
 // finish_group: with K split over gridDim.y blocks of one output tile (rows
 // [r0, r1), columns [c0, c0 + COLS)), the last of them to finish sums the
 // tile's partials in split order (the order sum_splits used, so the bits
-// are the same) and resets the tile's counter for the next launch.
+// are the same) and resets the tile's counter for the next launch. An
+// output's partials are loaded FB at a time before they are added: loaded
+// one by one, each load waited for the addition before it, a chain of one
+// L2 round trip a split at the end of every product (fill splits give the
+// E2B products 10-16).
+#define FB 16
 template <int COLS = 64>
 __device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
                                              int r0, int r1, int b1 = SEG_NONE, int b2 = SEG_NONE) {
@@ -381,8 +386,16 @@ __device__ __forceinline__ void finish_group(float* y, const float* part, int* c
         const int r = r0 + e / COLS, n = c0 + e % COLS;
         if (n >= N) continue;
         const size_t i = (size_t)r * N + n;
-        float s = __ldcg(part + i);
-        for (int j = 1; j < (int)gridDim.y; j++) s = __fadd_rn(s, __ldcg(part + j * MN + i));
+        const int S = gridDim.y;
+        float s = 0.0f;
+        for (int j0 = 0; j0 < S; j0 += FB) {
+            float v[FB];
+#pragma unroll
+            for (int u = 0; u < FB; u++) v[u] = j0 + u < S ? __ldcg(part + (size_t)(j0 + u) * MN + i) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < FB; u++)
+                if (j0 + u < S) s = j0 + u == 0 ? v[u] : __fadd_rn(s, v[u]);
+        }
         y[seg_at(r, n, M, N, b1, b2)] = s;
     }
     if (threadIdx.x == 0) counters[counter] = 0;
