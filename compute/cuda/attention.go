@@ -46,8 +46,20 @@ var fusedAttention bool // TANDEM_CUDA_ATTN_FUSED, read by liveSettings
 // otherwise.
 var attnPacked bool // read by liveSettings
 
-// attnFlagPacked is ATTN_PACKED in ops.cu.
-const attnFlagPacked = 2
+// attnPipe has attn_fused keep two chunks of a key, and two batches of
+// values, in flight (TANDEM_CUDA_ATTN_PIPE=1; live): the next one's loads
+// go out before this one's sums. The same bits. With L2 flushed first, as a
+// step leaves it, a 31B sliding layer's attn_fused took 25.5 µs against
+// 20.1 with its keys in L2, and a global one 42.7 against 33.5: about a
+// third of a µs a round trip, and a call makes 16-32 of them in a row.
+// Written without a GPU: off until measured.
+var attnPipe bool // read by liveSettings
+
+// attnFlagPacked and attnFlagPipe are ATTN_PACKED and ATTN_PIPE in ops.cu.
+const (
+	attnFlagPacked = 2
+	attnFlagPipe   = 4
+)
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
@@ -182,6 +194,9 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
 		flags |= attnFlagPacked
+	}
+	if attnPipe && fused {
+		flags |= attnFlagPipe
 	}
 	var sc, cmax *compute.Tensor
 	if !fused {

@@ -505,15 +505,16 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk bool) {
-		fusedAttention, combineInValuesOn, attnPacked = on, comb, pk
-	}(fusedAttention, combineInValuesOn, attnPacked)
+	defer func(on, comb, pk, pp bool) {
+		fusedAttention, combineInValuesOn, attnPacked, attnPipe = on, comb, pk, pp
+	}(fusedAttention, combineInValuesOn, attnPacked, attnPipe)
 	combineInValuesOn = true
 	type variant struct {
-		name          string
-		fused, packed bool
+		name                string
+		fused, packed, pipe bool
 	}
-	variants := []variant{{"fused", true, false}, {"fused+packed", true, true}, {"two", false, false}, {"two+packed", false, true}}
+	variants := []variant{{"fused", true, false, false}, {"fused+packed", true, true, false}, {"fused+pipe", true, false, true},
+		{"two", false, false, false}, {"two+packed", false, true, false}}
 	// Builds of attn_fused that stop part way (ATTN_STOP), swapped in for
 	// the kernel: what the scores take, and the scores with their maximum.
 	fusedK := g.k["attn_fused"]
@@ -540,16 +541,16 @@ func TestAttentionSpeed(t *testing.T) {
 			opt := prefix(L, 128)(r)
 			line := fmt.Sprintf("%s, %d queries:", s.name, L)
 			for _, vr := range variants {
-				fusedAttention, attnPacked = vr.fused, vr.packed
+				fusedAttention, attnPacked, attnPipe = vr.fused, vr.packed, vr.pipe
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			for _, packed := range []bool{false, true} { // operands from memory, as in a step
-				fusedAttention, attnPacked = true, packed
+			for _, vr := range variants[:3] { // operands from memory, as in a step
+				fusedAttention, attnPacked, attnPipe = vr.fused, vr.packed, vr.pipe
 				d := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
-				line += fmt.Sprintf("  fused%s, L2 flushed %v", map[bool]string{true: "+packed"}[packed], d.Round(100*time.Nanosecond))
+				line += fmt.Sprintf("  %s, L2 flushed %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			fusedAttention, attnPacked = true, false
+			fusedAttention, attnPacked, attnPipe = true, false, false
 			for _, name := range []string{"scores only", "scores+max"} {
 				g.k["attn_fused"] = stops[name]
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
@@ -974,18 +975,18 @@ func TestMatMulForProfiler(t *testing.T) {
 // the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(on, comb, pk bool) {
-		fusedAttention, combineInValuesOn, attnPacked = on, comb, pk
-	}(fusedAttention, combineInValuesOn, attnPacked)
+	defer func(on, comb, pk, pp bool) {
+		fusedAttention, combineInValuesOn, attnPacked, attnPipe = on, comb, pk, pp
+	}(fusedAttention, combineInValuesOn, attnPacked, attnPipe)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
-	type variant struct{ fused, packed bool }
-	variants := []variant{{true, false}, {true, true}, {false, true}}
+	type variant struct{ fused, packed, pipe bool }
+	variants := []variant{{true, false, false}, {true, true, false}, {false, true, false}, {true, false, true}, {true, true, true}}
 	check := func(name string, tc opCase, seed uint64, fusable bool) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
-			fusedAttention, attnPacked = v.fused, v.packed
+			fusedAttention, attnPacked, attnPipe = v.fused, v.packed, v.pipe
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1021,7 +1022,7 @@ func TestFusedAttentionMatches(t *testing.T) {
 			if keys < L {
 				continue
 			}
-			for _, d := range []int{64, 100, 256, 512} {
+			for _, d := range []int{32, 64, 100, 256, 512} { // 32: one chunk of a key; 100: not in chunks
 				check(fmt.Sprintf("%d queries, %d keys, head %d", L, keys, d),
 					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L), true)
 			}

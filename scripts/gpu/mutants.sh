@@ -28,6 +28,10 @@ mutants=(
   'tree-order|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
   # finish_group adding the split partials rotated by one (split 1 first, split 0 last): the same values, another order
   'finish-order|compute/cuda/kernels/matmul.cu|__ldcg(part + (size_t)(j0 + u) * MN + i)|__ldcg(part + (size_t)((j0 + u + 1) % S) * MN + i)|^TestSplitFinishMatchesSumSplits$'
+  # ATTN_PIPE loading a key's third chunk over its second before summing it
+  'pipe-keys|compute/cuda/kernels/ops.cu|if (na) key_chunk<CH>(ka, kr, j + 8 * CH);|if (na) key_chunk<CH>(kb, kr, j + 8 * CH);|^TestFusedAttentionMatches$'
+  # ATTN_PIPE loading the next batch of values over the one about to be summed
+  'pipe-values|compute/cuda/kernels/ops.cu|if (na) value_batch<VB>(va, vj, ss, vstride, o + VB);|if (na) value_batch<VB>(vc, vj, ss, vstride, o + VB);|^TestFusedAttentionMatches$'
   # attn_fused taking thread 1'"'"'s partial maximum for the block'"'"'s
   'fused-max|compute/cuda/kernels/ops.cu|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait

@@ -694,6 +694,10 @@ __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst)
 // (TANDEM_CUDA_ATTN_PACKED) has the value sums read (slot, weight) pairs,
 // the same bits.
 #define ATTN_PACKED 2
+// ATTN_PIPE (TANDEM_CUDA_ATTN_PIPE, attn_fused only) keeps two chunks of a
+// key, and two batches of values, in flight: the next one's loads are
+// issued before this one's sums, the same sums in the same order.
+#define ATTN_PIPE 4
 
 // slot_weight is a key's value slot (−1: skipped) and its weight e, read
 // by the packed value sums as one 8-byte shared load.
@@ -701,6 +705,48 @@ struct __align__(8) slot_weight {
     int s;
     float e;
 };
+
+// key_chunk loads elements j..j+4·CH of a key row kr (16-byte aligned).
+template <int CH>
+__device__ __forceinline__ void key_chunk(float4 kk[CH], const float* kr, int j) {
+#pragma unroll
+    for (int u = 0; u < CH; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
+}
+
+// chunk_dot adds a loaded chunk's products with the query's elements qj to
+// dot, element by element in order.
+template <int CH>
+__device__ __forceinline__ float chunk_dot(const float4 kk[CH], const float* qj, float dot) {
+#pragma unroll
+    for (int u = 0; u < CH; u++) {
+        const float* q4 = qj + 4 * u;
+        dot = fmaf(q4[0], kk[u].x, dot);
+        dot = fmaf(q4[1], kk[u].y, dot);
+        dot = fmaf(q4[2], kk[u].z, dot);
+        dot = fmaf(q4[3], kk[u].w, dot);
+    }
+    return dot;
+}
+
+// value_batch loads the values at offsets o..o+VB of column vj's keys
+// (slots ss; 0 for an empty one), and value_sum adds their weighted sum
+// (weights es) to acc in position order.
+template <int VB>
+__device__ __forceinline__ void value_batch(float vv[VB], const float* vj, const int* ss, size_t vstride, int o) {
+#pragma unroll
+    for (int u = 0; u < VB; u++) {
+        const int s = ss[o + u];
+        vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
+    }
+}
+
+template <int VB>
+__device__ __forceinline__ float value_sum(float acc, const float vv[VB], const int* ss, const float* es, int o) {
+#pragma unroll
+    for (int u = 0; u < VB; u++)
+        if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
+    return acc;
+}
 
 // scores_pass writes the scores of row bl = blockIdx.y's keys in chunk z
 // of their offsets from the row's first position, scr[r] =
@@ -712,7 +758,7 @@ struct __align__(8) slot_weight {
 // 22.8 to 23.9 ms), so neither stayed.
 __device__ __forceinline__ float scores_pass(const float* q, const float* k, float* scr, const int* slot_of,
                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                             float scale, int causal, int window, int z, float* qs) {
+                                             float scale, int causal, int window, int z, float* qs, bool pipe = false) {
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
@@ -732,19 +778,26 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
         if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
         const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
         float dot = 0.0f;
-        if (vec) {
+        if (vec && pipe) {
+            // Chunks a and b alternate: the next chunk's loads go out
+            // before this chunk's sums.
+            float4 ka[CH], kb[CH];
+            key_chunk<CH>(ka, kr, 0);
+            for (int j = 0;; j += 8 * CH) {
+                const bool nb = j + 4 * CH < D;
+                if (nb) key_chunk<CH>(kb, kr, j + 4 * CH);
+                dot = chunk_dot<CH>(ka, qs + j, dot);
+                if (!nb) break;
+                const bool na = j + 8 * CH < D;
+                if (na) key_chunk<CH>(ka, kr, j + 8 * CH);
+                dot = chunk_dot<CH>(kb, qs + j + 4 * CH, dot);
+                if (!na) break;
+            }
+        } else if (vec) {
             for (int j = 0; j < D; j += 4 * CH) {
                 float4 kk[CH];
-#pragma unroll
-                for (int u = 0; u < CH; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
-#pragma unroll
-                for (int u = 0; u < CH; u++) {
-                    const float* qj = qs + j + 4 * u;
-                    dot = fmaf(qj[0], kk[u].x, dot);
-                    dot = fmaf(qj[1], kk[u].y, dot);
-                    dot = fmaf(qj[2], kk[u].z, dot);
-                    dot = fmaf(qj[3], kk[u].w, dot);
-                }
+                key_chunk<CH>(kk, kr, j);
+                dot = chunk_dot<CH>(kk, qs + j, dot);
             }
         } else {
             for (int j = 0; j < D; j++) dot = fmaf(qs[j], kr[j], dot);
@@ -792,7 +845,7 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n, bool packed) {
+                                            unsigned short* parts, size_t n, bool packed, bool pipe = false) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ slot_weight se[ATTN_CHUNK];
@@ -883,16 +936,26 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
             const float* vj = vb + j;
             float acc = 0.0f;
             int o = olo;
+            if (pipe && o + VB <= ohi) { // batches a and c alternate, the next one's loads first
+                float va[VB], vc[VB];
+                value_batch<VB>(va, vj, ss, vstride, o);
+                for (;;) {
+                    const bool nc = o + 2 * VB <= ohi;
+                    if (nc) value_batch<VB>(vc, vj, ss, vstride, o + VB);
+                    acc = value_sum<VB>(acc, va, ss, es, o);
+                    o += VB;
+                    if (!nc) break;
+                    const bool na = o + 2 * VB <= ohi;
+                    if (na) value_batch<VB>(va, vj, ss, vstride, o + VB);
+                    acc = value_sum<VB>(acc, vc, ss, es, o);
+                    o += VB;
+                    if (!na) break;
+                }
+            }
             for (; o + VB <= ohi; o += VB) {
                 float vv[VB];
-#pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    const int s = ss[o + u];
-                    vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < VB; u++)
-                    if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
+                value_batch<VB>(vv, vj, ss, vstride, o);
+                acc = value_sum<VB>(acc, vv, ss, es, o);
             }
             for (; o < ohi; o++) {
                 const int s = ss[o];
@@ -928,15 +991,20 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 // first holds no key, so attn_values' fold over their maxima (−∞) leaves
 // the first chunk's as it is. The same arithmetic in the same order, so
 // the same bits, and one launch and one round trip through memory fewer.
-extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
-                                      const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
-                                      float scale, int causal, int window, float* out, unsigned short* parts,
-                                      size_t n, int flags) {
+// The block bound leaves ATTN_PIPE's two chunks of a key (64 registers)
+// room: up to 128 registers a thread, two blocks a multiprocessor, where
+// without it the compiler plans for 1,024 threads and 64 registers.
+extern "C" __global__ void __launch_bounds__(RBLOCK, 2) attn_fused(const float* q, const float* k, const float* v,
+                                                               const int* slot_of, const int* span, const int* qpos,
+                                                               int L, int Hq, int Hkv, int S, int D, int Dv,
+                                                               float scale, int causal, int window, float* out,
+                                                               unsigned short* parts, size_t n, int flags) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
+    const bool pipe = flags & ATTN_PIPE;
+    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs, pipe);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
         return;
@@ -950,7 +1018,7 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
     values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
-                flags & ATTN_PACKED);
+                flags & ATTN_PACKED, pipe);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
