@@ -16,7 +16,10 @@ import (
 )
 
 //go:embed kernels/ops.cu
-var opsSource string
+var opsFile string
+
+// opsSource is ops.cu as compiled: after the shared device functions.
+var opsSource = commonSource + opsFile
 
 var (
 	_ compute.Backend       = (*Backend)(nil)

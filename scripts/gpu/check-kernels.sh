@@ -15,7 +15,8 @@ if ! command -v clang-16 >/dev/null; then
   exit 0
 fi
 flags=(-x cuda --cuda-device-only --cuda-gpu-arch=sm_90 -nocudalib -nocudainc
-       -Xclang -target-feature -Xclang +ptx78 -include scripts/gpu/clang_cuda_shim.h -Werror)
+       -Xclang -target-feature -Xclang +ptx78 -include scripts/gpu/clang_cuda_shim.h
+       -include compute/cuda/kernels/common.cuh -Werror)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 n=0

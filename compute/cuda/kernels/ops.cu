@@ -42,26 +42,6 @@ __device__ __forceinline__ float load(const void* p, int dt, size_t i) {
     return dt == DT_BF16 ? __uint_as_float(((unsigned)h) << 16) : f16_to_f32(h);
 }
 
-// Rounding to nearest even, as compute.F32ToBF16 and compute.F32ToF16.
-__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-// emit writes the three bf16 parts of v (hi, mid, lo: split_bf16's
-// arithmetic) at index i of parts ([3][n]) when the caller asked for them:
-// a producer of a matmul's input saves the matmul its split.
-__device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, float v) {
-    if (!parts) return;
-    const unsigned short h = f32_to_bf16(v);
-    const float r = v - __uint_as_float(((unsigned)h) << 16);
-    const unsigned short m = f32_to_bf16(r);
-    parts[i] = h;
-    parts[n + i] = m;
-    parts[2 * n + i] = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
-}
-
 // split_bf16 writes the three bf16 parts of x ([3][n]: hi = bf16(x),
 // mid = bf16(x − hi), lo = bf16(x − hi − mid); the subtractions are exact)
 // for the tensor-core matmul (matmul.cu).
@@ -200,13 +180,6 @@ extern "C" __global__ void binary(float* out, const float* x, const void* y, int
         const float b = load(y, yt, i % period);
         out[i] = op == 0 ? __fadd_rn(x[i], b) : __fmul_rn(x[i], b);
     }
-}
-
-#define SQRT_2_OVER_PI 0.7978845608028654
-
-__device__ __forceinline__ float gelu(float v) {
-    const double x = v;
-    return (float)(0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
 }
 
 // unary: op 0 scales by s, 1 is GELU (tanh), 2 is the softcap s·tanh(x/s).
