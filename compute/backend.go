@@ -354,6 +354,26 @@ func MatMuls(b Backend, x *Tensor, ws ...*Tensor) []*Tensor {
 	return out
 }
 
+// GeluGater is implemented by backends that can run a gated MLP's inner
+// product, GeluMul(x·gateᵀ, x·upᵀ), in one pass for some shapes.
+type GeluGater interface {
+	// GeluMatMuls returns GeluMul of MatMuls(x, gate, up)'s two products,
+	// with their bits, or ok false where it does not run the pass itself.
+	GeluMatMuls(x, gate, up *Tensor) (y *Tensor, ok bool)
+}
+
+// GeluMatMuls returns GeluTanh(x·gateᵀ)·(x·upᵀ): one pass on a backend
+// that runs it (GeluGater), else GeluMul of MatMuls. The bits are the same.
+func GeluMatMuls(b Backend, x, gate, up *Tensor) *Tensor {
+	if g, ok := b.(GeluGater); ok {
+		if y, ok := g.GeluMatMuls(x, gate, up); ok {
+			return y
+		}
+	}
+	gu := MatMuls(b, x, gate, up)
+	return b.GeluMul(gu[0], gu[1])
+}
+
 // Router is implemented by backends that run a token's mixture-of-experts
 // layer without the host: the router's choice stays on the device and
 // picks the expert weights there, so a decode step needs no read-back per

@@ -57,6 +57,7 @@ type Backend struct {
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
 	fusedN   int                               // attn_fused launches, for the test that they happen
+	gluN     int                               // matmul_rows_glu launches, likewise
 
 	bwOnce sync.Once
 	bw     float64
@@ -67,7 +68,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens",
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
 }
 
@@ -713,6 +714,57 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 		b.recycle(y)
 	}
 	return out
+}
+
+// gluFused runs GeluMatMuls of up to five rows as matmul_rows_glu: the
+// stacked gate|up product with gelu_mul in its own kernel, the same bits
+// and one launch fewer a layer (TANDEM_CUDA_GLU=1; live). A decode step's
+// gelu_mul took 4.8 µs a call in the 31B kernel profile, 60 a step, and the
+// E2B step has 463 kernels. Written without a GPU: off until measured.
+var gluFused bool // read by liveSettings
+
+var _ compute.GeluGater = (*Backend)(nil)
+
+// GeluMatMuls implements compute.GeluGater with matmul_rows_glu, for the
+// rows the rows kernels take and weights MatMuls stacks. The K split is
+// the stacked product's, so each output's sums are the ones GeluMul reads
+// after MatMuls.
+func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
+	whole := b.stacked([]*compute.Tensor{gate, up})
+	if !gluFused || whole == nil || x.DType() != compute.F32 || whole.DType() != compute.BF16 || warpMatMul ||
+		!rowsArithmetic[rowsKernel] || gate.Dim(0) != up.Dim(0) {
+		return nil, false
+	}
+	M, K, I := x.Rows(), x.Dim(-1), gate.Dim(0)
+	if M < 1 || M > min(rowsMaxM, 5) || K == 0 || I == 0 || whole.Dim(1) != K {
+		return nil, false
+	}
+	N := 2 * I
+	splits, chunk := splitK(N, K)
+	grid := [3]uint32{uint32((I + 63) / 64), uint32(splits), 1}
+	if splits > 1 && (int(grid[0]) > splitCounters || sumSplitsOnly) {
+		return nil, false
+	}
+	al := 0
+	if K%8 == 0 && memOf(whole).ptr%16 == 0 {
+		al = 1
+	}
+	y := b.alloc(compute.F32, append(append([]int(nil), x.Shape()[:x.Rank()-1]...), I)...)
+	part := y
+	if splits > 1 {
+		part = b.alloc(compute.F32, splits*M*N)
+	}
+	xs := b.splitParts(x, M*K)
+	parts, pp := b.emitParts(y)
+	b.launch("matmul_rows_glu", grid, 256, ptrOf(xs), ptrOf(whole), ptrOf(y), ptrOf(part), ptrOf(b.counters), M, I, K, chunk, al, pp)
+	if parts != nil {
+		b.remember(y, parts)
+	}
+	if part != y {
+		b.recycle(part)
+	}
+	b.gluN++
+	return y, true
 }
 
 // segmentOutputs has the rows kernels write a stacked product of several

@@ -382,8 +382,7 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 			b.Copy(out, ri, att)
 		}
 		z, h = compute.AddRMSNormNorm(b, z, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, nil, l.preFFNorm, eps)
-		gu := compute.MatMuls(b, h, l.gate, l.up)
-		f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
+		f := b.MatMul(compute.GeluMatMuls(b, h, l.gate, l.up), l.down)
 		nextNorm := a.norm // the final norm after the last layer
 		if i+1 < len(a.layers) {
 			nextNorm = a.layers[i+1].inNorm

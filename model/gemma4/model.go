@@ -672,8 +672,7 @@ func (m *Model) feedForward(l *layer, x, h *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
 	eps := float32(c.RMSNormEps)
-	gu := compute.MatMuls(b, h, l.gate, l.up)
-	f := b.MatMul(b.GeluMul(gu[0], gu[1]), l.down)
+	f := b.MatMul(compute.GeluMatMuls(b, h, l.gate, l.up), l.down)
 	if !c.EnableMoEBlock {
 		return f
 	}

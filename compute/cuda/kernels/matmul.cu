@@ -363,40 +363,51 @@ __device__ __forceinline__ size_t seg_at(int r, int n, int M, int N, int b1, int
 // finish_group: with K split over gridDim.y blocks of one output tile (rows
 // [r0, r1), columns [c0, c0 + COLS)), the last of them to finish sums the
 // tile's partials in split order (the order sum_splits used, so the bits
-// are the same) and resets the tile's counter for the next launch. An
-// output's partials are loaded FB at a time before they are added: loaded
+// are the same) and resets the tile's counter for the next launch.
+//
+// split_sum is output i's sum over S splits of partials MN apart, in split
+// order. The partials are loaded FB at a time before they are added: loaded
 // one by one, each load waited for the addition before it, a chain of one
 // L2 round trip a split at the end of every product (fill splits give the
 // E2B products 10-16).
 #define FB 16
-template <int COLS = 64>
-__device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
-                                             int r0, int r1, int b1 = SEG_NONE, int b2 = SEG_NONE) {
-    if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
+__device__ __forceinline__ float split_sum(const float* part, size_t MN, size_t i, int S) {
+    float s = 0.0f;
+    for (int j0 = 0; j0 < S; j0 += FB) {
+        float v[FB];
+#pragma unroll
+        for (int u = 0; u < FB; u++) v[u] = j0 + u < S ? __ldcg(part + (size_t)(j0 + u) * MN + i) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < FB; u++)
+            if (j0 + u < S) s = j0 + u == 0 ? v[u] : __fadd_rn(s, v[u]);
+    }
+    return s;
+}
+
+// last_split reports, to every thread of the block, whether the block is
+// the last of its gridDim.y K splits to finish; its partials are visible
+// before it counts, and the last block sees everyone's.
+__device__ __forceinline__ bool last_split(int* counters, int counter) {
     __shared__ int last;
     __threadfence(); // this block's partials, visible before the count
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(counters + counter, 1) == (int)gridDim.y - 1;
     __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (last) __threadfence();
+    return last;
+}
+
+template <int COLS = 64>
+__device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
+                                             int r0, int r1, int b1 = SEG_NONE, int b2 = SEG_NONE) {
+    if (gridDim.y == 1 || counters == 0) return; // no split, or summed by sum_splits
+    if (!last_split(counters, counter)) return;
     const int c0 = blockIdx.x * COLS;
     const size_t MN = (size_t)M * N;
     for (int e = threadIdx.x; e < (r1 - r0) * COLS; e += blockDim.x) {
         const int r = r0 + e / COLS, n = c0 + e % COLS;
         if (n >= N) continue;
-        const size_t i = (size_t)r * N + n;
-        const int S = gridDim.y;
-        float s = 0.0f;
-        for (int j0 = 0; j0 < S; j0 += FB) {
-            float v[FB];
-#pragma unroll
-            for (int u = 0; u < FB; u++) v[u] = j0 + u < S ? __ldcg(part + (size_t)(j0 + u) * MN + i) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < FB; u++)
-                if (j0 + u < S) s = j0 + u == 0 ? v[u] : __fadd_rn(s, v[u]);
-        }
-        y[seg_at(r, n, M, N, b1, b2)] = s;
+        y[seg_at(r, n, M, N, b1, b2)] = split_sum(part, MN, (size_t)r * N + n, gridDim.y);
     }
     if (threadIdx.x == 0) counters[counter] = 0;
 }
@@ -646,6 +657,88 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
     }
 WIDE_KERNEL(matmul_rows_wide, 2, 2, 4, false)
 WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
+
+// matmul_rows_glu: y = GeluTanh(x·gateᵀ)·(x·upᵀ), [M, I], for M ≤ 5 rows
+// and a stacked weight w = gate|up ([2I, K]), with y's split emitted to
+// parts ([3][M·I], when given): gelu_mul of the stacked product in the
+// product's own kernel. A warp's two column groups are gate columns
+// n0..n0+7 and up columns I+n0.., so it holds both of an output's sums.
+// Each column accumulates the mmas the rows kernels would for it, in K
+// chunks of kchunk (the stacked product's split, splitK(2I, K)), and the
+// splits are added by split_sum in split order, so the bits are those of
+// the stacked product followed by gelu_mul (TANDEM_CUDA_GLU=1). Grid
+// (ceil(I/64), splits); part holds [splits][M][2I] partials.
+__device__ __forceinline__ void glu_store(float* y, unsigned short* parts, int M, int I, int r, int n, float g,
+                                          float u) {
+    const float v = __fmul_rn(gelu(g), u);
+    y[(size_t)r * I + n] = v;
+    emit(parts, (size_t)M * I, (size_t)r * I + n, v);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu(const unsigned short* xs, const unsigned short* w,
+                                                                     float* y, float* part, int* counters, int M,
+                                                                     int I, int K, int kchunk, int aligned,
+                                                                     unsigned short* parts) {
+    pdl_start();
+    __shared__ float tile[8][2][16][9];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
+    const int n0 = (blockIdx.x * 8 + wid) * 8, N = 2 * I;
+    const bool split = gridDim.y > 1;
+    if (n0 < I) {
+        const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+        const bool al = aligned != 0, ok = n0 + g < I;
+        bool oks[2] = {ok, ok};
+        const unsigned short* wr[2] = {w + (size_t)(ok ? n0 + g : 0) * K, w + (size_t)(ok ? I + n0 + g : 0) * K};
+        const rows_act x = rows_act_of(xs, M, K, g);
+        float c[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+        for (int kb = k0; kb < k1; kb += 64) {
+            uint4 q[2][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) wload_step<2, true>(q[i], wr[i], kb, t, k1, oks[i], al);
+            wide_mma<2, 2>(c, q, x, kb, k1, t, al);
+        }
+        // Each output is its row's three tile rows summed (lo + mid) + hi,
+        // as rows_store does.
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float* tl = &tile[wid][i][0][0];
+            tl[g * 9 + 2 * t] = c[i][0];
+            tl[g * 9 + 2 * t + 1] = c[i][1];
+            tl[(g + 8) * 9 + 2 * t] = c[i][2];
+            tl[(g + 8) * 9 + 2 * t + 1] = c[i][3];
+        }
+        __syncwarp();
+        float* o = part + (size_t)blockIdx.y * M * N;
+        for (int e = lane; e < 8 * M; e += 32) {
+            const int r = e >> 3, j = e & 7;
+            if (n0 + j >= I) continue;
+            float s[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float* tl = &tile[wid][i][0][0];
+                s[i] = __fadd_rn(__fadd_rn(tl[(3 * r + 2) * 9 + j], tl[(3 * r + 1) * 9 + j]), tl[(3 * r) * 9 + j]);
+            }
+            if (split) {
+                o[(size_t)r * N + n0 + j] = s[0];
+                o[(size_t)r * N + I + n0 + j] = s[1];
+            } else {
+                glu_store(y, parts, M, I, r, n0 + j, s[0], s[1]);
+            }
+        }
+    }
+    if (!split || !last_split(counters, blockIdx.x)) return;
+    const size_t MN = (size_t)M * N;
+    const int c0 = blockIdx.x * 64;
+    for (int e = threadIdx.x; e < M * 64; e += blockDim.x) {
+        const int r = e / 64, n = c0 + e % 64;
+        if (n >= I) continue;
+        const size_t i = (size_t)r * N + n;
+        glu_store(y, parts, M, I, r, n, split_sum(part, MN, i, gridDim.y), split_sum(part, MN, i + I, gridDim.y));
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
