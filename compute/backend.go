@@ -354,12 +354,16 @@ func MatMuls(b Backend, x *Tensor, ws ...*Tensor) []*Tensor {
 	return out
 }
 
-// GeluGater is implemented by backends that can run a gated MLP's inner
-// product, GeluMul(x·gateᵀ, x·upᵀ), in one pass for some shapes.
+// GeluGater is implemented by backends that can run a gated product,
+// GeluMul(x·gateᵀ, x·upᵀ) or GeluMul(x·gateᵀ, up), in one pass for some
+// shapes.
 type GeluGater interface {
 	// GeluMatMuls returns GeluMul of MatMuls(x, gate, up)'s two products,
 	// with their bits, or ok false where it does not run the pass itself.
 	GeluMatMuls(x, gate, up *Tensor) (y *Tensor, ok bool)
+	// GeluMatMulBy returns GeluMul(MatMul(x, gate), up) with its bits, or
+	// ok false.
+	GeluMatMulBy(x, gate, up *Tensor) (y *Tensor, ok bool)
 }
 
 // GeluMatMuls returns GeluTanh(x·gateᵀ)·(x·upᵀ): one pass on a backend
@@ -372,6 +376,17 @@ func GeluMatMuls(b Backend, x, gate, up *Tensor) *Tensor {
 	}
 	gu := MatMuls(b, x, gate, up)
 	return b.GeluMul(gu[0], gu[1])
+}
+
+// GeluMatMulBy returns GeluTanh(x·gateᵀ)·up: one pass on a backend that runs
+// it (GeluGater), else GeluMul of MatMul. The bits are the same.
+func GeluMatMulBy(b Backend, x, gate, up *Tensor) *Tensor {
+	if g, ok := b.(GeluGater); ok {
+		if y, ok := g.GeluMatMulBy(x, gate, up); ok {
+			return y
+		}
+	}
+	return b.GeluMul(b.MatMul(x, gate), up)
 }
 
 // Router is implemented by backends that run a token's mixture-of-experts

@@ -68,7 +68,7 @@ var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu",
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
 }
 
@@ -731,22 +731,40 @@ var _ compute.GeluGater = (*Backend)(nil)
 // after MatMuls.
 func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
 	whole := b.stacked([]*compute.Tensor{gate, up})
-	if !gluFused || whole == nil || x.DType() != compute.F32 || whole.DType() != compute.BF16 || warpMatMul ||
-		!rowsArithmetic[rowsKernel] || gate.Dim(0) != up.Dim(0) {
+	if whole == nil || gate.Dim(0) != up.Dim(0) {
 		return nil, false
 	}
-	M, K, I := x.Rows(), x.Dim(-1), gate.Dim(0)
-	if M < 1 || M > min(rowsMaxM, 5) || K == 0 || I == 0 || whole.Dim(1) != K {
+	return b.rowsGLU(x, whole, gate.Dim(0), nil)
+}
+
+// GeluMatMulBy implements compute.GeluGater with matmul_rows_glu_by: the
+// product's K split is MatMul's of gate alone.
+func (b *Backend) GeluMatMulBy(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
+	if gate.Rank() != 2 || up.DType() != compute.F32 || up.Len() != x.Rows()*gate.Dim(0) {
 		return nil, false
 	}
-	N := 2 * I
-	splits, chunk := splitK(N, K)
+	return b.rowsGLU(x, gate, gate.Dim(0), up)
+}
+
+// rowsGLU launches matmul_rows_glu on w = gate|up ([2I, K]), or with up
+// matmul_rows_glu_by on w = gate ([I, K]); ok false where the unfused
+// ops would not take a rows kernel.
+func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*compute.Tensor, bool) {
+	if !gluFused || x.DType() != compute.F32 || w.DType() != compute.BF16 || w.Rank() != 2 || warpMatMul ||
+		!rowsArithmetic[rowsKernel] {
+		return nil, false
+	}
+	M, K, N := x.Rows(), x.Dim(-1), w.Dim(0)
+	if M < 1 || M > min(rowsMaxM, 5) || K == 0 || I == 0 || w.Dim(1) != K {
+		return nil, false
+	}
+	splits, chunk := splitK(N, K) // the unfused product's split
 	grid := [3]uint32{uint32((I + 63) / 64), uint32(splits), 1}
 	if splits > 1 && (int(grid[0]) > splitCounters || sumSplitsOnly) {
 		return nil, false
 	}
 	al := 0
-	if K%8 == 0 && memOf(whole).ptr%16 == 0 {
+	if K%8 == 0 && memOf(w).ptr%16 == 0 {
 		al = 1
 	}
 	y := b.alloc(compute.F32, append(append([]int(nil), x.Shape()[:x.Rank()-1]...), I)...)
@@ -756,7 +774,12 @@ func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, boo
 	}
 	xs := b.splitParts(x, M*K)
 	parts, pp := b.emitParts(y)
-	b.launch("matmul_rows_glu", grid, 256, ptrOf(xs), ptrOf(whole), ptrOf(y), ptrOf(part), ptrOf(b.counters), M, I, K, chunk, al, pp)
+	args := []any{ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), M, I, K, chunk, al, pp}
+	name := "matmul_rows_glu"
+	if up != nil {
+		name, args = "matmul_rows_glu_by", append(args, ptrOf(up))
+	}
+	b.launch(name, grid, 256, args...)
 	if parts != nil {
 		b.remember(y, parts)
 	}

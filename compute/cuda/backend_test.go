@@ -657,12 +657,14 @@ func restoreMatMul() func() {
 	}
 }
 
-// TestGeluMatMulsMatch protects matmul_rows_glu (TANDEM_CUDA_GLU): for one
-// to five rows GeluMatMuls must give the bits of GeluMul after MatMuls
-// (the stacked product through a rows kernel, then gelu_mul), and so must
-// the split it writes for the next product; with K split or not (up to 16
-// ways), a partial column group (I = 37) and K that is not a multiple of 8
-// (unaligned loads). It must run for those rows and not for six.
+// TestGeluMatMulsMatch protects matmul_rows_glu and matmul_rows_glu_by
+// (TANDEM_CUDA_GLU): for one to five rows GeluMatMuls must give the bits
+// of GeluMul after MatMuls (the stacked product through a rows kernel,
+// then gelu_mul), and GeluMatMulBy those of GeluMul after MatMul of the
+// gate alone, and so must the split each writes for the next product;
+// with K split or not (up to 16 ways), a partial column group (I = 37) and
+// K that is not a multiple of 8 (unaligned loads). They must run for
+// those rows and not for six.
 func TestGeluMatMulsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
@@ -675,26 +677,34 @@ func TestGeluMatMulsMatch(t *testing.T) {
 		for _, splits := range []int{0, 1, 3, 16} { // 0: splitK's own count
 			for M := 1; M <= 6; M++ {
 				x := g.FromF32(randF32(r, M*s.K), M, s.K)
-				run := func(on bool) (y, product []float32, ran bool) {
-					restore := restoreMatMul()
-					defer restore()
-					splitFixed, gluFused = splits, on
-					before := g.gluN
-					out := compute.GeluMatMuls(g, x, gate, up)
-					ran = g.gluN > before
-					return g.ToF32(out), g.ToF32(g.MatMul(out, down)), ran
-				}
-				wantY, wantP, _ := run(false)
-				gotY, gotP, ran := run(true)
-				name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d", s.I, s.K, splits, M)
-				if ran != (M <= 5) {
-					t.Fatalf("%s: matmul_rows_glu ran %v", name, ran)
-				}
-				if err := sameBits(gotY, wantY); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				if err := sameBits(gotP, wantP); err != nil {
-					t.Fatalf("%s, the product of its output (its split): %v", name, err)
+				u := g.FromF32(randF32(r, M*s.I), M, s.I)
+				for _, by := range []bool{false, true} {
+					run := func(on bool) (y, product []float32, ran bool) {
+						restore := restoreMatMul()
+						defer restore()
+						splitFixed, gluFused = splits, on
+						before := g.gluN
+						var out *compute.Tensor
+						if by {
+							out = compute.GeluMatMulBy(g, x, gate, u)
+						} else {
+							out = compute.GeluMatMuls(g, x, gate, up)
+						}
+						ran = g.gluN > before
+						return g.ToF32(out), g.ToF32(g.MatMul(out, down)), ran
+					}
+					wantY, wantP, _ := run(false)
+					gotY, gotP, ran := run(true)
+					name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d, by a tensor %v", s.I, s.K, splits, M, by)
+					if ran != (M <= 5) {
+						t.Fatalf("%s: matmul_rows_glu ran %v", name, ran)
+					}
+					if err := sameBits(gotY, wantY); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if err := sameBits(gotP, wantP); err != nil {
+						t.Fatalf("%s, the product of its output (its split): %v", name, err)
+					}
 				}
 			}
 		}

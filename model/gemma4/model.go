@@ -499,7 +499,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		f, fNorm := m.feedForward(l, x, h), l.postFFNorm
 		if ple != nil {
 			x = compute.AddRMSNorm(b, x, f, fNorm, eps)
-			g := b.GeluMul(b.MatMul(x, l.pleGate), m.pleSlice(ple, i)) // GeluTanh(gate)·ple, one op
+			g := compute.GeluMatMulBy(b, x, l.pleGate, m.pleSlice(ple, i)) // GeluTanh(gate)·ple
 			f, fNorm = b.MatMul(g, l.pleProj), l.plePostNorm
 		}
 		nextNorm := m.norm // the final norm after the last layer

@@ -33,9 +33,11 @@ mutants=(
   # ATTN_PIPE loading the next batch of values over the one about to be summed
   'pipe-values|compute/cuda/kernels/ops.cu|if (na) value_batch<VB>(va, vj, ss, vstride, o + VB);|if (na) value_batch<VB>(vc, vj, ss, vstride, o + VB);|^TestFusedAttentionMatches$'
   # matmul_rows_glu's up columns read from the gate rows
-  'glu-up-row|compute/cuda/kernels/matmul.cu|w + (size_t)(ok ? I + n0 + g : 0) * K}|w + (size_t)(ok ? n0 + g : 0) * K}|^TestGeluMatMulsMatch$'
+  'glu-up-row|compute/cuda/kernels/matmul.cu|wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;|wr[i] = w + (size_t)(ok ? n0 + g : 0) * K;|^TestGeluMatMulsMatch$'
   # matmul_rows_glu'"'"'s finish summing the gate partials for the up values too
   'glu-finish-up|compute/cuda/kernels/matmul.cu|split_sum(part, MN, i + I, gridDim.y)|split_sum(part, MN, i, gridDim.y)|^TestGeluMatMulsMatch$'
+  # matmul_rows_glu_by reading the first row'"'"'s up values for every row
+  'glu-by-row|compute/cuda/kernels/matmul.cu|By ? up[(size_t)r * I + n0 + j] : s[G - 1]|By ? up[n0 + j] : s[G - 1]|^TestGeluMatMulsMatch$'
   # attn_fused taking thread 1'"'"'s partial maximum for the block'"'"'s
   'fused-max|compute/cuda/kernels/ops.cu|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait

@@ -662,12 +662,16 @@ WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
 // and a stacked weight w = gate|up ([2I, K]), with y's split emitted to
 // parts ([3][M·I], when given): gelu_mul of the stacked product in the
 // product's own kernel. A warp's two column groups are gate columns
-// n0..n0+7 and up columns I+n0.., so it holds both of an output's sums.
-// Each column accumulates the mmas the rows kernels would for it, in K
-// chunks of kchunk (the stacked product's split, splitK(2I, K)), and the
+// n0..n0+7 and the same up columns I+n0.., so it holds both of an output's
+// sums. Each column accumulates the mmas the rows kernels would for it, in
+// K chunks of kchunk (the stacked product's split, splitK(2I, K)), and the
 // splits are added by split_sum in split order, so the bits are those of
 // the stacked product followed by gelu_mul (TANDEM_CUDA_GLU=1). Grid
 // (ceil(I/64), splits); part holds [splits][M][2I] partials.
+//
+// matmul_rows_glu_by is y = GeluTanh(x·wᵀ)·up for w [I, K] and a given up
+// ([M, I]): one column group a warp, K chunks of splitK(I, K), partials
+// [splits][M][I] (a per-layer input's gate, E2B).
 __device__ __forceinline__ void glu_store(float* y, unsigned short* parts, int M, int I, int r, int n, float g,
                                           float u) {
     const float v = __fmul_rn(gelu(g), u);
@@ -675,34 +679,39 @@ __device__ __forceinline__ void glu_store(float* y, unsigned short* parts, int M
     emit(parts, (size_t)M * I, (size_t)r * I + n, v);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu(const unsigned short* xs, const unsigned short* w,
-                                                                     float* y, float* part, int* counters, int M,
-                                                                     int I, int K, int kchunk, int aligned,
-                                                                     unsigned short* parts) {
-    pdl_start();
-    __shared__ float tile[8][2][16][9];
+template <bool By>
+__device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigned short* w, float* y, float* part,
+                                         int* counters, int M, int I, int K, int kchunk, int aligned,
+                                         unsigned short* parts, const float* up) {
+    constexpr int G = By ? 1 : 2; // column groups a warp: gate (and up)
+    __shared__ float tile[8][G][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
-    const int n0 = (blockIdx.x * 8 + wid) * 8, N = 2 * I;
+    const int n0 = (blockIdx.x * 8 + wid) * 8, N = G * I; // N: a partial row's width
     const bool split = gridDim.y > 1;
     if (n0 < I) {
         const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
         const bool al = aligned != 0, ok = n0 + g < I;
-        bool oks[2] = {ok, ok};
-        const unsigned short* wr[2] = {w + (size_t)(ok ? n0 + g : 0) * K, w + (size_t)(ok ? I + n0 + g : 0) * K};
+        bool oks[G];
+        const unsigned short* wr[G];
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            oks[i] = ok;
+            wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;
+        }
         const rows_act x = rows_act_of(xs, M, K, g);
-        float c[2][4];
+        float c[G][4];
 #pragma unroll
-        for (int i = 0; i < 2; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+        for (int i = 0; i < G; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
         for (int kb = k0; kb < k1; kb += 64) {
-            uint4 q[2][2];
+            uint4 q[G][2];
 #pragma unroll
-            for (int i = 0; i < 2; i++) wload_step<2, true>(q[i], wr[i], kb, t, k1, oks[i], al);
-            wide_mma<2, 2>(c, q, x, kb, k1, t, al);
+            for (int i = 0; i < G; i++) wload_step<2, true>(q[i], wr[i], kb, t, k1, oks[i], al);
+            wide_mma<G, 2>(c, q, x, kb, k1, t, al);
         }
         // Each output is its row's three tile rows summed (lo + mid) + hi,
         // as rows_store does.
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < G; i++) {
             float* tl = &tile[wid][i][0][0];
             tl[g * 9 + 2 * t] = c[i][0];
             tl[g * 9 + 2 * t + 1] = c[i][1];
@@ -714,17 +723,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu(const unsig
         for (int e = lane; e < 8 * M; e += 32) {
             const int r = e >> 3, j = e & 7;
             if (n0 + j >= I) continue;
-            float s[2];
+            float s[G];
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < G; i++) {
                 const float* tl = &tile[wid][i][0][0];
                 s[i] = __fadd_rn(__fadd_rn(tl[(3 * r + 2) * 9 + j], tl[(3 * r + 1) * 9 + j]), tl[(3 * r) * 9 + j]);
             }
             if (split) {
-                o[(size_t)r * N + n0 + j] = s[0];
-                o[(size_t)r * N + I + n0 + j] = s[1];
+#pragma unroll
+                for (int i = 0; i < G; i++) o[(size_t)r * N + i * I + n0 + j] = s[i];
             } else {
-                glu_store(y, parts, M, I, r, n0 + j, s[0], s[1]);
+                glu_store(y, parts, M, I, r, n0 + j, s[0], By ? up[(size_t)r * I + n0 + j] : s[G - 1]);
             }
         }
     }
@@ -735,9 +744,27 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu(const unsig
         const int r = e / 64, n = c0 + e % 64;
         if (n >= I) continue;
         const size_t i = (size_t)r * N + n;
-        glu_store(y, parts, M, I, r, n, split_sum(part, MN, i, gridDim.y), split_sum(part, MN, i + I, gridDim.y));
+        glu_store(y, parts, M, I, r, n, split_sum(part, MN, i, gridDim.y),
+                  By ? up[(size_t)r * I + n] : split_sum(part, MN, i + I, gridDim.y));
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu(const unsigned short* xs, const unsigned short* w,
+                                                                     float* y, float* part, int* counters, int M,
+                                                                     int I, int K, int kchunk, int aligned,
+                                                                     unsigned short* parts) {
+    pdl_start();
+    rows_glu<false>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_by(const unsigned short* xs,
+                                                                        const unsigned short* w, float* y, float* part,
+                                                                        int* counters, int M, int I, int K, int kchunk,
+                                                                        int aligned, unsigned short* parts,
+                                                                        const float* up) {
+    pdl_start();
+    rows_glu<true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, up);
 }
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
