@@ -46,20 +46,17 @@ var fusedAttention bool // TANDEM_CUDA_ATTN_FUSED, read by liveSettings
 // otherwise.
 var attnPacked bool // read by liveSettings
 
-// attnPipe has attn_fused keep two chunks of a key, and two batches of
-// values, in flight (TANDEM_CUDA_ATTN_PIPE=1; live): the next one's loads
-// go out before this one's sums. The same bits. With L2 flushed first, as a
+// attnPipe runs attn_fused_pipe, which keeps two chunks of a key, and two
+// batches of values, in flight (TANDEM_CUDA_ATTN_PIPE=1; live): the next
+// one's loads go out before this one's sums. The same bits. With L2 flushed first, as a
 // step leaves it, a 31B sliding layer's attn_fused took 25.5 µs against
 // 20.1 with its keys in L2, and a global one 42.7 against 33.5: about a
 // third of a µs a round trip, and a call makes 16-32 of them in a row.
 // Written without a GPU: off until measured.
 var attnPipe bool // read by liveSettings
 
-// attnFlagPacked and attnFlagPipe are ATTN_PACKED and ATTN_PIPE in ops.cu.
-const (
-	attnFlagPacked = 2
-	attnFlagPipe   = 4
-)
+// attnFlagPacked is ATTN_PACKED in ops.cu.
+const attnFlagPacked = 2
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
@@ -195,9 +192,6 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	if attnPacked {
 		flags |= attnFlagPacked
 	}
-	if attnPipe && fused {
-		flags |= attnFlagPipe
-	}
 	var sc, cmax *compute.Tensor
 	if !fused {
 		sc = b.alloc(compute.F32, B*G*Hq*S)
@@ -230,7 +224,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		if fused {
 			b.fusedN++
-			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
+			name := "attn_fused"
+			if attnPipe {
+				name = "attn_fused_pipe"
+			}
+			b.launch(name, [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
 				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags)
 			continue
 		}

@@ -66,7 +66,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused", "attn_fused_pipe"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
@@ -730,8 +730,11 @@ var _ compute.GeluGater = (*Backend)(nil)
 // the stacked product's, so each output's sums are the ones GeluMul reads
 // after MatMuls.
 func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
+	if !gluFused || gate.Rank() != 2 || up.Rank() != 2 || gate.Dim(0) != up.Dim(0) {
+		return nil, false
+	}
 	whole := b.stacked([]*compute.Tensor{gate, up})
-	if whole == nil || gate.Dim(0) != up.Dim(0) {
+	if whole == nil {
 		return nil, false
 	}
 	return b.rowsGLU(x, whole, gate.Dim(0), nil)
@@ -740,7 +743,7 @@ func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, boo
 // GeluMatMulBy implements compute.GeluGater with matmul_rows_glu_by: the
 // product's K split is MatMul's of gate alone.
 func (b *Backend) GeluMatMulBy(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
-	if gate.Rank() != 2 || up.DType() != compute.F32 || up.Len() != x.Rows()*gate.Dim(0) {
+	if !gluFused || gate.Rank() != 2 || up.DType() != compute.F32 || up.Rows() != x.Rows() || up.Dim(-1) != gate.Dim(0) {
 		return nil, false
 	}
 	return b.rowsGLU(x, gate, gate.Dim(0), up)

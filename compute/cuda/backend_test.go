@@ -693,11 +693,13 @@ func TestGeluMatMulsMatch(t *testing.T) {
 						ran = g.gluN > before
 						return g.ToF32(out), g.ToF32(g.MatMul(out, down)), ran
 					}
-					wantY, wantP, _ := run(false)
+					// The fused run first: a buffer the reference freed
+					// could otherwise hold the right values already.
 					gotY, gotP, ran := run(true)
+					wantY, wantP, _ := run(false)
 					name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d, by a tensor %v", s.I, s.K, splits, M, by)
 					if ran != (M <= 5) {
-						t.Fatalf("%s: matmul_rows_glu ran %v", name, ran)
+						t.Fatalf("%s: the fused kernel ran %v", name, ran)
 					}
 					if err := sameBits(gotY, wantY); err != nil {
 						t.Fatalf("%s: %v", name, err)
@@ -716,29 +718,32 @@ func TestGeluMatMulsMatch(t *testing.T) {
 // block of a column group) must give the bits of sum_splits, which adds
 // each output's partials in split order, for every kernel family (the rows
 // kernels, 64 and 128 columns a block; mma1; the tiled and mma8 kernels)
-// and split counts below, at and past the finish's 16 loads at a time.
+// and split counts below, at and past the finish's 16 loads at a time
+// (K = 5,376 takes 17 and 24 splits where 17 and 25 are asked).
 // Every kernel family finishes the same way, so comparing them with each
 // other, as TestMatMulVariantsMatch does, cannot see an order they share.
 func TestSplitFinishMatchesSumSplits(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
 	r := rand.New(rand.NewPCG(13, 14))
-	const N, K = 300, 4096
+	const N, K = 300, 5376
 	w := weight(g, compute.BF16, randF32(r, N*K), N, K)
 	for _, c := range []struct {
 		M      int
 		kernel string // the rows kernel, for M ≤ 5
-	}{{1, "matmul_rows"}, {1, "matmul_rows_wide"}, {4, "matmul_rows_wide"}, {8, "auto"}, {40, "auto"}} {
+		tiled  bool   // M > 16: matmul_tiled, else the streaming mma8
+	}{{1, "matmul_rows", false}, {1, "matmul_rows_wide", false}, {4, "matmul_rows_wide", false}, {8, "auto", false},
+		{40, "auto", true}, {40, "auto", false}} {
 		x := g.FromF32(randF32(r, c.M*K), c.M, K)
 		for _, splits := range []int{2, 3, 7, 12, 16, 17, 25} {
 			restore := restoreMatMul()
-			rowsKernel, splitFixed = c.kernel, splits
+			rowsKernel, splitFixed, tiledMatMul = c.kernel, splits, c.tiled
 			got := g.ToF32(g.MatMul(x, w))
 			sumSplitsOnly = true
 			want := g.ToF32(g.MatMul(x, w))
 			restore()
 			if err := sameBits(got, want); err != nil {
-				t.Fatalf("M=%d %s, %d splits: the kernel's finish differs from sum_splits: %v", c.M, c.kernel, splits, err)
+				t.Fatalf("M=%d %s (tiled %v), %d splits: the kernel's finish differs from sum_splits: %v", c.M, c.kernel, c.tiled, splits, err)
 			}
 		}
 	}

@@ -667,10 +667,6 @@ __device__ __forceinline__ void store_block_max(float m, float* shm, float* dst)
 // (TANDEM_CUDA_ATTN_PACKED) has the value sums read (slot, weight) pairs,
 // the same bits.
 #define ATTN_PACKED 2
-// ATTN_PIPE (TANDEM_CUDA_ATTN_PIPE, attn_fused only) keeps two chunks of a
-// key, and two batches of values, in flight: the next one's loads are
-// issued before this one's sums, the same sums in the same order.
-#define ATTN_PIPE 4
 
 // slot_weight is a key's value slot (−1: skipped) and its weight e, read
 // by the packed value sums as one 8-byte shared load.
@@ -729,9 +725,10 @@ __device__ __forceinline__ float value_sum(float acc, const float vv[VB], const 
 // staging keys through shared memory by coalesced loads both kept these
 // bits and both lost on the H200 (the staged kernel took the 31B step from
 // 22.8 to 23.9 ms), so neither stayed.
+template <bool Pipe = false>
 __device__ __forceinline__ float scores_pass(const float* q, const float* k, float* scr, const int* slot_of,
                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                             float scale, int causal, int window, int z, float* qs, bool pipe = false) {
+                                             float scale, int causal, int window, int z, float* qs) {
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
@@ -751,7 +748,7 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
         if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
         const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
         float dot = 0.0f;
-        if (vec && pipe) {
+        if (Pipe && vec && D > 0) {
             // Chunks a and b alternate: the next chunk's loads go out
             // before this chunk's sums.
             float4 ka[CH], kb[CH];
@@ -815,10 +812,11 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 // each key costs one shared load and one test, and a head wider than the
 // block (512) has both of a thread's columns summed in one pass over the
 // keys instead of two. The same keys are summed in the same order.
+template <bool Pipe = false>
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n, bool packed, bool pipe = false) {
+                                            unsigned short* parts, size_t n, bool packed) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ slot_weight se[ATTN_CHUNK];
@@ -909,7 +907,7 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
             const float* vj = vb + j;
             float acc = 0.0f;
             int o = olo;
-            if (pipe && o + VB <= ohi) { // batches a and c alternate, the next one's loads first
+            if (Pipe && o + VB <= ohi) { // batches a and c alternate, the next one's loads first
                 float va[VB], vc[VB];
                 value_batch<VB>(va, vj, ss, vstride, o);
                 for (;;) {
@@ -964,20 +962,15 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 // first holds no key, so attn_values' fold over their maxima (−∞) leaves
 // the first chunk's as it is. The same arithmetic in the same order, so
 // the same bits, and one launch and one round trip through memory fewer.
-// The block bound leaves ATTN_PIPE's two chunks of a key (64 registers)
-// room: up to 128 registers a thread, two blocks a multiprocessor, where
-// without it the compiler plans for 1,024 threads and 64 registers.
-extern "C" __global__ void __launch_bounds__(RBLOCK, 2) attn_fused(const float* q, const float* k, const float* v,
-                                                               const int* slot_of, const int* span, const int* qpos,
-                                                               int L, int Hq, int Hkv, int S, int D, int Dv,
-                                                               float scale, int causal, int window, float* out,
-                                                               unsigned short* parts, size_t n, int flags) {
-    pdl_start();
+template <bool Pipe>
+__device__ __forceinline__ void fused(const float* q, const float* k, const float* v, const int* slot_of,
+                                      const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
+                                      float scale, int causal, int window, float* out, unsigned short* parts,
+                                      size_t n, int flags) {
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    const bool pipe = flags & ATTN_PIPE;
-    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs, pipe);
+    float m = scores_pass<Pipe>(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
         return;
@@ -990,8 +983,28 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 2) attn_fused(const float* 
         return;
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
-    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
-                flags & ATTN_PACKED, pipe);
+    values_pass<Pipe>(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
+                      flags & ATTN_PACKED);
+}
+
+extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
+                                      const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
+                                      float scale, int causal, int window, float* out, unsigned short* parts,
+                                      size_t n, int flags) {
+    pdl_start();
+    fused<false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n, flags);
+}
+
+// attn_fused_pipe is attn_fused with two chunks of a key, and two batches
+// of values, in flight: the next one's loads go out before this one's sums,
+// the same sums in the same order (TANDEM_CUDA_ATTN_PIPE). A kernel of its
+// own, so that its buffers' registers do not weigh on the default's.
+extern "C" __global__ void attn_fused_pipe(const float* q, const float* k, const float* v, const int* slot_of,
+                                           const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
+                                           int Dv, float scale, int causal, int window, float* out,
+                                           unsigned short* parts, size_t n, int flags) {
+    pdl_start();
+    fused<true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n, flags);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
