@@ -53,7 +53,8 @@ type benchRow struct {
 	RoundMs *spread `json:"round_ms,omitempty"`
 	// The spread of the prompt's prefills (--prefill-runs of them; the
 	// first in a process also makes its first allocations and graphs).
-	PrefillMs *spread `json:"prefill_ms,omitempty"`
+	PrefillMs   *spread `json:"prefill_ms,omitempty"`
+	PrefillRuns int     `json:"prefill_runs,omitempty"`
 	// The host's time per plain decode step, after the warmup: issuing it
 	// on the caller's thread, and the device thread's own calls for it
 	// (CUDA; waits for the device left out). Either near the step time
@@ -312,8 +313,8 @@ func newBench() *cobra.Command {
 					}
 					fmt.Fprintln(out, line)
 				}
-				if p := r.PrefillMs; p != nil && pruns > 1 {
-					fmt.Fprintf(out, "%s: prefills of the %d-token prompt, %d of them: %s (median, 90th percentile, slowest; the first in a process makes its allocations)\n", at, r.Context, pruns, p)
+				if p := r.PrefillMs; p != nil && r.PrefillRuns > 1 {
+					fmt.Fprintf(out, "%s: prefills of the %d-token prompt, %d of them: %s (median, 90th percentile, slowest; the first in a process makes its allocations)\n", at, r.Context, r.PrefillRuns, p)
 				}
 				switch {
 				case r.StepMs != nil && r.RoundMs != nil:
@@ -372,7 +373,7 @@ func newBench() *cobra.Command {
 	f.StringVar(&device, "device", "auto", "compute device: auto, cpu or cuda")
 	f.StringVar(&contexts, "contexts", "128,1024", "prompt lengths to measure at (e.g. 128,4k,32k)")
 	f.IntVar(&tokens, "tokens", 32, "tokens to decode at each context")
-	f.IntVar(&pruns, "prefill-runs", 3, "prefill each context's prompt this many times and report the median (the first also makes allocations and graphs)")
+	f.IntVar(&pruns, "prefill-runs", 3, "prefill each context's prompt this many times and report the median (the first also makes allocations and graphs); once where the first took over 10 s")
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
@@ -488,14 +489,19 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 		return benchRow{}, err
 	}
 	prefills := []time.Duration{res.Prefill}
+	// A prefill this long is not moved by its first allocations; running it
+	// again would only add minutes (32k tokens of the 31B shape).
 	for range br.prefillRuns - 1 {
+		if res.Prefill > longPrefill {
+			break
+		}
 		r, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1}, nil)
 		if err != nil {
 			return benchRow{}, err
 		}
 		prefills = append(prefills, r.Prefill)
 	}
-	row := benchRow{Context: c, BytesPerToken: br.bytes, PrefillMs: spreadOf(prefills),
+	row := benchRow{Context: c, BytesPerToken: br.bytes, PrefillMs: spreadOf(prefills), PrefillRuns: len(prefills),
 		DecodeTokS: plainAt.rate(res.Decode), RooflineTokS: br.roof / float64(br.bytes)}
 	row.PrefillTokS = float64(c) / (row.PrefillMs.P50 / 1000)
 	row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
@@ -754,6 +760,10 @@ func spreadOf(ds []time.Duration) *spread {
 func (s *spread) String() string {
 	return fmt.Sprintf("%.2f / %.2f / %.2f ms", s.P50, s.P90, s.Max)
 }
+
+// longPrefill is how long a context's first prefill may take and still be
+// run --prefill-runs times.
+const longPrefill = 10 * time.Second
 
 // warmup is how many of n tokens' arrivals the steady rate leaves out.
 func warmup(n int) int {
