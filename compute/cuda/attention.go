@@ -48,11 +48,11 @@ var attnPacked bool // read by liveSettings
 
 // attnPipe runs attn_fused_pipe, which keeps two chunks of a key, and two
 // batches of values, in flight (TANDEM_CUDA_ATTN_PIPE=1; live): the next
-// one's loads go out before this one's sums. The same bits. With L2 flushed first, as a
-// step leaves it, a 31B sliding layer's attn_fused took 25.5 µs against
-// 20.1 with its keys in L2, and a global one 42.7 against 33.5: about a
-// third of a µs a round trip, and a call makes 16-32 of them in a row.
-// Written without a GPU: off until measured.
+// one's loads go out before this one's sums. The same bits. With L2
+// flushed first, as a step leaves it, a 31B sliding layer's attn_fused
+// took 25.5 µs against 20.1 with its keys in L2, and a global one 42.7
+// against 33.5: a call makes 16-32 loads in a row, each waiting for the
+// sums before it. Written without a GPU: off until measured.
 var attnPipe bool // read by liveSettings
 
 // attnFlagPacked is ATTN_PACKED in ops.cu.
