@@ -86,11 +86,11 @@ extern "C" __global__ void stream_flat(const uint4* w, unsigned* sink, size_t n1
 // beside kernels that only read the same weights, in its pattern (16 rows,
 // 128 bytes of each a warp step), in 2 KB runs (the same bytes a warp
 // step, laid out tile by tile), and flat, at its four blocks a
-// multiprocessor and at the eight its registers would otherwise allow. On
-// the H200 the 31B MLP product streamed at 3.6 TB/s in a real step against
-// 4.1 for a copy: if the pattern alone is that slow and the runs are not,
-// a tiled weight layout is the lever; if the reads alone are fast, the
-// kernel's other work is. Asserts nothing.
+// multiprocessor and at the eight its registers would otherwise allow.
+// Asserts nothing. On the H200 (eleventh session) the 31B products ran at
+// 3.4-3.6 TB/s, their loads alone at 3.7-3.9, in 2 KB runs 3.9-4.0 and a
+// flat read at 4.0-4.4 (above the copy's 4.0); the E2B products took
+// 10.7-12 µs against 6.2-7.2 for their weights alone.
 func TestWeightStreamSpeed(t *testing.T) {
 	g := backendOrSkip(t)
 	if testing.Short() {
