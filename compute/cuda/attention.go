@@ -51,8 +51,8 @@ var attnPacked bool // read by liveSettings
 // one's loads go out before this one's sums. The same bits. With L2
 // flushed first, as a step leaves it, a 31B sliding layer's attn_fused
 // took 25.5 µs against 20.1 with its keys in L2, and a global one 42.7
-// against 33.5: a call makes 16-32 loads in a row, each waiting for the
-// sums before it. Written without a GPU: off until measured.
+// against 33.5 (with block trees in registers, since removed): a call
+// makes 16-32 loads in a row, each waiting for the sums before it. Written without a GPU: off until measured.
 var attnPipe bool // read by liveSettings
 
 // attnFlagPacked is ATTN_PACKED in ops.cu.
