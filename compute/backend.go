@@ -389,6 +389,28 @@ func GeluMatMulBy(b Backend, x, gate, up *Tensor) *Tensor {
 	return b.GeluMul(b.MatMul(x, gate), up)
 }
 
+// RandomFill describes uniform random values as model/gemma4's random
+// weights make them on the host (gen-model's values): element e of the N
+// from Off is drawn from the stream rand.NewPCG(Key, e / Block) of
+// math/rand/v2, advanced to its (e mod Block)th Float64 u, and is
+// float32(Center + HalfWidth·(2u − 1)), stored in the tensor's dtype
+// (rounded to nearest even).
+type RandomFill struct {
+	Off, N            int
+	Key               uint64
+	Block             int
+	Center, HalfWidth float64
+}
+
+// RandomWeighter is implemented by backends that make such weights
+// themselves, so a random model of a published shape need not be made on
+// the host and copied (the 31B shape is 62 GB). The values are the host's.
+type RandomWeighter interface {
+	// RandomWeight returns a weight of dtype dt (F32, BF16 or F16) and
+	// shape whose elements the fills cover, each filled as it says.
+	RandomWeight(dt DType, shape []int, fills []RandomFill) (*Tensor, error)
+}
+
 // Router is implemented by backends that run a token's mixture-of-experts
 // layer without the host: the router's choice stays on the device and
 // picks the expert weights there, so a decode step needs no read-back per

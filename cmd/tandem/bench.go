@@ -791,7 +791,7 @@ func randomTarget(log io.Writer, name string, b compute.Backend) (*gemma4.Model,
 	}
 	start := time.Now()
 	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
-	m, err := p.Random(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
+	m, err := p.Random(b, compute.BF16, 0, randomOptions(log, name))
 	if err == nil {
 		fmt.Fprintf(log, "built %s (%s) in %.1fs\n", name, humanBytes(m.DecodeBytes()), time.Since(start).Seconds())
 	}
@@ -805,7 +805,16 @@ func randomAssistant(log io.Writer, name string, b compute.Backend) (*gemma4.Ass
 		return nil, err
 	}
 	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
-	return p.RandomAssistant(b, compute.BF16, 0, gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20)})
+	return p.RandomAssistant(b, compute.BF16, 0, randomOptions(log, name))
+}
+
+// randomOptions are the options bench builds a preset with: a progress
+// bar, and with TANDEM_RANDOM_ON_DEVICE=1 the weights made by the backend
+// where it can (the GPU: the same values, without drawing 62 GB on the host
+// and copying them over, which took a minute of every 31B run).
+func randomOptions(log io.Writer, name string) gemma4.LoadOptions {
+	return gemma4.LoadOptions{Progress: progress.Bar(log, "building "+name, 256<<20),
+		RandomOnDevice: os.Getenv("TANDEM_RANDOM_ON_DEVICE") == "1"}
 }
 
 // profileKind is what profileRun times.

@@ -4,6 +4,10 @@
 package computetest
 
 import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
 	"os"
 	"sort"
 	"sync"
@@ -158,4 +162,98 @@ func (b *Routing) AddRowAt(dst, src, scales *compute.Tensor, slot int) {
 		rows[r], sc[r] = int32(r), ss[r*k+slot]
 	}
 	b.AddRows(dst, src, rows, sc)
+}
+
+// RandomWeighting wraps a backend with compute.RandomWeighter done on the
+// host by the CUDA kernel's method (random_uniform in ops.cu: a stream
+// jumped to each run of SubBlock elements, then drawn in order), so the
+// loaders' device path runs on the CPU and that method is checked against
+// math/rand/v2 there.
+type RandomWeighting struct {
+	compute.Backend
+	Calls int // RandomWeight calls
+}
+
+// SubBlock is the run of elements a thread of random_uniform draws.
+const SubBlock = 4096
+
+// RandomWeight implements compute.RandomWeighter.
+func (b *RandomWeighting) RandomWeight(dt compute.DType, shape []int, fills []compute.RandomFill) (*compute.Tensor, error) {
+	b.Calls++
+	n := compute.NumElements(shape)
+	raw := make([]byte, n*dt.Size())
+	for _, f := range fills {
+		if f.Off < 0 || f.N < 0 || f.Off+f.N > n || f.Block < 1 {
+			return nil, fmt.Errorf("computetest: fill of %d at %d with blocks of %d in %v", f.N, f.Off, f.Block, shape)
+		}
+		sub := SubBlock
+		if f.Block%sub != 0 {
+			sub = f.Block
+		}
+		for e0 := 0; e0 < f.N; e0 += sub {
+			j := e0 / f.Block
+			s := PCGJump(PCGState{Hi: f.Key, Lo: uint64(j)}, uint64(e0-j*f.Block))
+			for e := e0; e < min(e0+sub, f.N); e++ {
+				u := float64(s.Uint64()<<11>>11) / (1 << 53)
+				v := float32(f.Center + f.HalfWidth*(2*u-1))
+				i := f.Off + e
+				switch dt {
+				case compute.BF16:
+					binary.LittleEndian.PutUint16(raw[2*i:], compute.F32ToBF16(v))
+				case compute.F16:
+					binary.LittleEndian.PutUint16(raw[2*i:], compute.F32ToF16(v))
+				default:
+					binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+				}
+			}
+		}
+	}
+	return b.Weight(dt, shape, raw)
+}
+
+// PCGState is math/rand/v2's PCG state, (Hi, Lo) as rand.NewPCG(Hi, Lo)
+// starts it, stepped by Uint64 as that does: the CUDA kernel's arithmetic.
+type PCGState struct{ Hi, Lo uint64 }
+
+const (
+	pcgMulHi, pcgMulLo = 2549297995355413924, 4865540595714422341
+	pcgIncHi, pcgIncLo = 6364136223846793005, 1442695040888963407
+)
+
+// mul128 is a·b mod 2^128.
+func mul128(a, b PCGState) PCGState {
+	hi, lo := bits.Mul64(a.Lo, b.Lo)
+	return PCGState{hi + a.Hi*b.Lo + a.Lo*b.Hi, lo}
+}
+
+// add128 is a + b mod 2^128.
+func add128(a, b PCGState) PCGState {
+	lo, c := bits.Add64(a.Lo, b.Lo, 0)
+	hi, _ := bits.Add64(a.Hi, b.Hi, c)
+	return PCGState{hi, lo}
+}
+
+// PCGJump advances s by k steps: x → mul·x + inc applied k times is
+// x → M·x + C, composed from its powers of two.
+func PCGJump(s PCGState, k uint64) PCGState {
+	m, c := PCGState{0, 1}, PCGState{}
+	bm, bc := PCGState{pcgMulHi, pcgMulLo}, PCGState{pcgIncHi, pcgIncLo}
+	for ; k != 0; k >>= 1 {
+		if k&1 != 0 {
+			m, c = mul128(bm, m), add128(mul128(bm, c), bc)
+		}
+		bm, bc = mul128(bm, bm), add128(mul128(bm, bc), bc)
+	}
+	return add128(mul128(m, s), c)
+}
+
+// Uint64 steps s and returns the DXSM output, as rand.PCG's Uint64.
+func (s *PCGState) Uint64() uint64 {
+	*s = add128(mul128(*s, PCGState{pcgMulHi, pcgMulLo}), PCGState{pcgIncHi, pcgIncLo})
+	h := s.Hi
+	h ^= h >> 32
+	h *= 0xda942042e4dd58b5
+	h ^= h >> 48
+	h *= s.Lo | 1
+	return h
 }

@@ -66,7 +66,8 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused", "attn_fused_pipe"},
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused", "attn_fused_pipe",
+		"random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
@@ -324,21 +325,11 @@ func (b *Backend) FromI32(data []int32, shape ...int) *compute.Tensor {
 // Weight implements compute.Backend: the bytes are copied to the device
 // once, into an allocation of their exact size.
 func (b *Backend) Weight(dt compute.DType, shape []int, raw []byte) (*compute.Tensor, error) {
-	size := dt.Size()
-	if size == 0 {
-		return nil, fmt.Errorf("cuda: weight of unsupported dtype %v", dt)
+	n, err := weightElems(dt, shape)
+	if err != nil {
+		return nil, err
 	}
-	n := 1
-	for _, d := range shape {
-		if d < 0 {
-			return nil, fmt.Errorf("cuda: weight with negative dimension in shape %v", shape)
-		}
-		if d != 0 && n > math.MaxInt/size/d {
-			return nil, fmt.Errorf("cuda: weight shape %v is too large", shape)
-		}
-		n *= d
-	}
-	if want := n * size; len(raw) != want {
+	if want := n * dt.Size(); len(raw) != want {
 		return nil, fmt.Errorf("cuda: weight %v%v needs %d bytes, got %d", dt, shape, want, len(raw))
 	}
 	blk, err := b.pool.exact(len(raw))
@@ -349,6 +340,70 @@ func (b *Backend) Weight(dt compute.DType, shape []int, raw []byte) (*compute.Te
 		return nil, err
 	}
 	return compute.NewTensor(dt, shape, &mem{ptr: blk.ptr, blk: blk}), nil
+}
+
+var _ compute.RandomWeighter = (*Backend)(nil)
+
+// RandomWeight implements compute.RandomWeighter with random_uniform: a
+// thread draws a run of randomRun elements of one stream, jumped to the
+// first, so a 62 GB random model is made in the GPU's time to write it
+// rather than the host's to draw and copy it.
+func (b *Backend) RandomWeight(dt compute.DType, shape []int, fills []compute.RandomFill) (*compute.Tensor, error) {
+	if dt != compute.F32 && dt != compute.BF16 && dt != compute.F16 {
+		return nil, fmt.Errorf("cuda: random weight of dtype %v", dt)
+	}
+	n, err := weightElems(dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fills {
+		if f.Off < 0 || f.N < 0 || f.Off+f.N > n || f.Block < 1 {
+			return nil, fmt.Errorf("cuda: random weight %v%v: a fill of %d elements at %d in blocks of %d", dt, shape, f.N, f.Off, f.Block)
+		}
+	}
+	blk, err := b.pool.exact(n * dt.Size())
+	if err != nil {
+		return nil, fmt.Errorf("cuda: weight %v%v: %w", dt, shape, err)
+	}
+	buf := Buffer{ptr: blk.ptr, Size: blk.size}
+	for _, f := range fills {
+		if f.N == 0 {
+			continue
+		}
+		run := randomRun
+		if f.Block%run != 0 {
+			run = f.Block
+		}
+		threads := (f.N + f.Block - 1) / f.Block * (f.Block / run)
+		b.launch("random_uniform", [3]uint32{uint32((threads + 255) / 256), 1, 1}, 256, buf, dtCode(dt), uint64(f.Off),
+			uint64(f.N), f.Key, f.Block, run, math.Float64bits(f.Center), math.Float64bits(f.HalfWidth))
+	}
+	return compute.NewTensor(dt, shape, &mem{ptr: blk.ptr, blk: blk}), nil
+}
+
+// randomRun is how many elements of a stream a thread of random_uniform
+// draws (computetest.SubBlock, which checks the method on the host).
+const randomRun = 4096
+
+// weightElems is the element count of a weight of dtype dt and shape, or
+// an error for a dtype without a size, a negative dimension or a size
+// past the int range.
+func weightElems(dt compute.DType, shape []int) (int, error) {
+	size := dt.Size()
+	if size == 0 {
+		return 0, fmt.Errorf("cuda: weight of unsupported dtype %v", dt)
+	}
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("cuda: weight with negative dimension in shape %v", shape)
+		}
+		if d != 0 && n > math.MaxInt/size/d {
+			return 0, fmt.Errorf("cuda: weight shape %v is too large", shape)
+		}
+		n *= d
+	}
+	return n, nil
 }
 
 func (b *Backend) download(dst unsafe.Pointer, n int, t *compute.Tensor) {

@@ -461,6 +461,8 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 			vals[i] = uint64(uint32(v))
 		case uint32:
 			vals[i] = uint64(v)
+		case uint64: // an unsigned long long (or a double's bits)
+			vals[i] = v
 		case float32:
 			vals[i] = uint64(math.Float32bits(v))
 		case float64:

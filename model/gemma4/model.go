@@ -64,6 +64,10 @@ type LoadOptions struct {
 	// bytes loaded so far and the checkpoint's total (a GPU upload of a
 	// large model takes a while).
 	Progress func(done, total int64)
+	// RandomOnDevice has a backend that makes random weights itself
+	// (compute.RandomWeighter) make a preset's (Preset.Random), with the
+	// host's values, instead of the host making them and copying them over.
+	RandomOnDevice bool
 }
 
 // LoadWith is Load with options.
@@ -171,10 +175,19 @@ type loader struct {
 	err         error
 	done, total int64
 	progress    func(done, total int64)
+	// With random weights and a backend that makes them (RandomOnDevice),
+	// the backend fills each weight itself.
+	rnd *randomSource
+	rw  compute.RandomWeighter
 }
 
 func newLoader(set weightSource, b compute.Backend, prefix string, opt LoadOptions) *loader {
 	l := &loader{set: set, b: b, prefix: prefix, progress: opt.Progress}
+	if rs, ok := set.(*randomSource); ok && opt.RandomOnDevice {
+		if rw, ok := b.(compute.RandomWeighter); ok {
+			l.rnd, l.rw = rs, rw
+		}
+	}
 	for _, t := range set.Tensors() {
 		l.total += t.Size
 	}
@@ -192,12 +205,18 @@ func (l *loader) load(name string) *compute.Tensor {
 		l.err = fmt.Errorf("missing tensor %q", name)
 		return nil
 	}
-	data, err := l.set.Data(name)
-	if err != nil {
-		l.err = err
-		return nil
+	var t *compute.Tensor
+	var err error
+	if f, ok := l.randomFill(name, 0); ok {
+		t, err = l.rw.RandomWeight(info.DType, info.Shape, []compute.RandomFill{f})
+	} else {
+		var data []byte
+		if data, err = l.set.Data(name); err != nil {
+			l.err = err
+			return nil
+		}
+		t, err = l.b.Weight(info.DType, info.Shape, data)
 	}
-	t, err := l.b.Weight(info.DType, info.Shape, data)
 	if err != nil {
 		l.err = fmt.Errorf("tensor %q in %s: %w", name, info.File, err)
 		return nil
@@ -229,6 +248,12 @@ func (l *loader) stack(names ...string) []*compute.Tensor {
 		}
 		return out
 	}
+	if t, ok := l.stackRandom(names, infos); ok {
+		if t == nil { // l.err says why
+			return out
+		}
+		return l.views(t, infos)
+	}
 	size := 0
 	for _, info := range infos {
 		size += info.Shape[0] * info.Shape[1] * info.DType.Size()
@@ -253,7 +278,14 @@ func (l *loader) stack(names ...string) []*compute.Tensor {
 		l.err = fmt.Errorf("tensors %q stacked: %w", names, err)
 		return out
 	}
-	rows = 0
+	return l.views(t, infos)
+}
+
+// views returns the stacked weight t's parts, one a tensor of infos, and
+// reports them loaded.
+func (l *loader) views(t *compute.Tensor, infos []safetensors.TensorInfo) []*compute.Tensor {
+	out := make([]*compute.Tensor, len(infos))
+	rows := 0
 	for i, info := range infos {
 		out[i] = l.b.Slice(t, rows, rows+info.Shape[0])
 		rows += info.Shape[0]
@@ -263,6 +295,40 @@ func (l *loader) stack(names ...string) []*compute.Tensor {
 		}
 	}
 	return out
+}
+
+// randomFill is how the backend makes the random weight prefix+name at
+// element off of its tensor, when it makes random weights itself.
+func (l *loader) randomFill(name string, off int) (compute.RandomFill, bool) {
+	if l.rw == nil {
+		return compute.RandomFill{}, false
+	}
+	return l.rnd.fill(name, off)
+}
+
+// stackRandom makes a stack of random weights on the backend, each part's
+// rows filled as loading it alone would.
+func (l *loader) stackRandom(names []string, infos []safetensors.TensorInfo) (*compute.Tensor, bool) {
+	if l.rw == nil {
+		return nil, false
+	}
+	fills := make([]compute.RandomFill, len(names))
+	rows, off := 0, 0
+	for i, name := range names {
+		f, ok := l.randomFill(l.prefix+name, off)
+		if !ok {
+			return nil, false
+		}
+		fills[i] = f
+		rows += infos[i].Shape[0]
+		off += f.N
+	}
+	t, err := l.rw.RandomWeight(infos[0].DType, []int{rows, infos[0].Shape[1]}, fills)
+	if err != nil {
+		l.err = fmt.Errorf("tensors %q stacked: %w", names, err)
+		return nil, true
+	}
+	return t, true
 }
 
 // finish reports the load complete (a checkpoint may hold tensors the

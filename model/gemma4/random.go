@@ -3,6 +3,7 @@ package gemma4
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"tandem/checkpoint/safetensors"
 	"tandem/compute"
@@ -62,6 +63,17 @@ func (s *randomSource) Data(name string) ([]byte, error) {
 }
 
 func (s *randomSource) Close() error { return nil }
+
+// fill is how compute.RandomWeighter makes the float weight name at element
+// off of a tensor: the values Data gives it (false for integer tensors).
+func (s *randomSource) fill(name string, off int) (compute.RandomFill, bool) {
+	w, ok := s.weights[name]
+	if !ok || w.Int {
+		return compute.RandomFill{}, false
+	}
+	return compute.RandomFill{Off: off, N: compute.NumElements(w.Shape), Key: streamKey(s.seed, name), Block: fillBlock,
+		Center: w.Mean, HalfWidth: w.Std * math.Sqrt(3)}, true
+}
 
 // Random builds the preset's target model with random weights directly on
 // backend b (dtype dt, BF16 when Invalid): the weights gen-model would write

@@ -45,3 +45,8 @@ extern "C" __device__ double tanh(double);
 extern "C" __device__ double cos(double);
 extern "C" __device__ double sin(double);
 extern "C" __device__ double sqrt(double);
+__device__ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) { return __nvvm_mulhi_ull(a, b); }
+__device__ static inline double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
+__device__ static inline double __dadd_rn(double a, double b) { return a + b; }
+__device__ static inline double __dsub_rn(double a, double b) { return a - b; }
+__device__ static inline double __dmul_rn(double a, double b) { return a * b; }

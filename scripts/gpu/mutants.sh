@@ -38,6 +38,10 @@ mutants=(
   'glu-finish-up|compute/cuda/kernels/matmul.cu|split_sum(part, MN, i + I, gridDim.y)|split_sum(part, MN, i, gridDim.y)|^TestGeluMatMulsMatch$'
   # matmul_rows_glu_by reading the first row'"'"'s up values for every row
   'glu-by-row|compute/cuda/kernels/matmul.cu|By ? up[(size_t)r * I + n0 + j] : s[G - 1]|By ? up[n0 + j] : s[G - 1]|^TestGeluMatMulsMatch$'
+  # random_uniform starting each run one draw late
+  'random-jump|compute/cuda/kernels/ops.cu|pcg_jump(hi, lo, e0 - j * (u64)blk);|pcg_jump(hi, lo, e0 - j * (u64)blk + 1);|^TestRandomWeightMatchesMathRand$'
+  # pcg_jump composing a power of the step with the multiplier for the increment
+  'random-compose|compute/cuda/kernels/ops.cu|            add128(th, tl, bch, bcl, ch, cl);|            add128(th, tl, bmh, bml, ch, cl);|^TestRandomWeightMatchesMathRand$'
   # attn_fused taking thread 1'"'"'s partial maximum for the block'"'"'s
   'fused-max|compute/cuda/kernels/ops.cu|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait

@@ -1176,6 +1176,89 @@ extern "C" __global__ void attn_combine(float* out, const float* pv, const doubl
     }
 }
 
+// Go's math/rand/v2 PCG: a 128-bit LCG (state = state·mul + inc mod 2^128)
+// whose Uint64 is the DXSM output of the advanced state, for
+// random_uniform. u64 pairs are (hi, lo).
+typedef unsigned long long u64;
+#define PCG_MUL_HI 2549297995355413924ULL
+#define PCG_MUL_LO 4865540595714422341ULL
+#define PCG_INC_HI 6364136223846793005ULL
+#define PCG_INC_LO 1442695040888963407ULL
+
+// mul128 is a·b mod 2^128, as Go's next() computes state·mul.
+__device__ __forceinline__ void mul128(u64 ahi, u64 alo, u64 bhi, u64 blo, u64& hi, u64& lo) {
+    lo = alo * blo;
+    hi = __umul64hi(alo, blo) + ahi * blo + alo * bhi;
+}
+
+// add128 is a + b mod 2^128.
+__device__ __forceinline__ void add128(u64 ahi, u64 alo, u64 bhi, u64 blo, u64& hi, u64& lo) {
+    lo = alo + blo;
+    hi = ahi + bhi + (lo < alo ? 1ULL : 0ULL);
+}
+
+// pcg_jump advances state (hi, lo) by k steps: the map x → mul·x + inc
+// applied k times is x → M·x + C, composed from its powers of two.
+__device__ __forceinline__ void pcg_jump(u64& hi, u64& lo, u64 k) {
+    u64 mh = 0, ml = 1, ch = 0, cl = 0;                                 // the map so far: x → M·x + C
+    u64 bmh = PCG_MUL_HI, bml = PCG_MUL_LO, bch = PCG_INC_HI, bcl = PCG_INC_LO; // the map 2^i steps
+    for (; k; k >>= 1) {
+        if (k & 1) { // (M, C) ← (B.m·M, B.m·C + B.c)
+            u64 th, tl;
+            mul128(bmh, bml, mh, ml, mh, ml);
+            mul128(bmh, bml, ch, cl, th, tl);
+            add128(th, tl, bch, bcl, ch, cl);
+        }
+        u64 th, tl; // B ← B∘B: (B.m², B.m·B.c + B.c)
+        mul128(bmh, bml, bch, bcl, th, tl);
+        add128(th, tl, bch, bcl, bch, bcl);
+        mul128(bmh, bml, bmh, bml, bmh, bml);
+    }
+    u64 th, tl;
+    mul128(mh, ml, hi, lo, th, tl);
+    add128(th, tl, ch, cl, hi, lo);
+}
+
+// pcg_uint64 advances the state one step and returns the DXSM output.
+__device__ __forceinline__ u64 pcg_uint64(u64& hi, u64& lo) {
+    u64 th, tl;
+    mul128(hi, lo, PCG_MUL_HI, PCG_MUL_LO, th, tl);
+    add128(th, tl, PCG_INC_HI, PCG_INC_LO, hi, lo);
+    u64 h = hi;
+    h ^= h >> 32;
+    h *= 0xda942042e4dd58b5ULL;
+    h ^= h >> 48;
+    h *= lo | 1;
+    return h;
+}
+
+// random_uniform fills elements [off, off + n) of dst (dtype dt) as
+// compute.RandomFill says: element e is the (e mod blk)th draw u of the
+// stream rand.NewPCG(key, e / blk), float32(center + half·(2u − 1)) in
+// Go's operations (no fused multiply-add), stored rounded to nearest even.
+// A thread takes sub consecutive elements of one stream (sub divides
+// blk), jumping the stream to the first.
+extern "C" __global__ void random_uniform(void* dst, int dt, u64 off, u64 n, u64 key, int blk, int sub, u64 centerBits,
+                                          u64 halfBits) {
+    pdl_start();
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x, per = (u64)(blk / sub);
+    const u64 j = t / per, e0 = j * (u64)blk + (t % per) * (u64)sub;
+    if (e0 >= n) return;
+    const u64 e1 = e0 + (u64)sub < n ? e0 + (u64)sub : n;
+    const double center = __longlong_as_double((long long)centerBits), half = __longlong_as_double((long long)halfBits);
+    u64 hi = key, lo = j;
+    pcg_jump(hi, lo, e0 - j * (u64)blk);
+    for (u64 e = e0; e < e1; e++) {
+        const u64 x = pcg_uint64(hi, lo) << 11 >> 11;
+        const double u = (double)x / 9007199254740992.0; // 2^53, as Float64
+        const float v = (float)__dadd_rn(center, __dmul_rn(half, __dsub_rn(__dmul_rn(2.0, u), 1.0)));
+        const u64 i = off + e;
+        if (dt == DT_F32) ((float*)dst)[i] = v;
+        else if (dt == DT_BF16) ((unsigned short*)dst)[i] = f32_to_bf16(v);
+        else ((unsigned short*)dst)[i] = f32_to_f16(v);
+    }
+}
+
 // spin keeps one thread busy for ns nanoseconds: work queued behind it then
 // runs back to back, however slowly the host issues it (for measurements).
 extern "C" __global__ void spin(int ns) {
