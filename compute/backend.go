@@ -407,7 +407,8 @@ type RandomFill struct {
 // the host and copied (the 31B shape is 62 GB). The values are the host's.
 type RandomWeighter interface {
 	// RandomWeight returns a weight of dtype dt (F32, BF16 or F16) and
-	// shape whose elements the fills cover, each filled as it says.
+	// shape, each element filled as the one fill that covers it says; the
+	// fills must cover every element once.
 	RandomWeight(dt DType, shape []int, fills []RandomFill) (*Tensor, error)
 }
 

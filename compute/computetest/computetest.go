@@ -180,6 +180,9 @@ const SubBlock = 4096
 // RandomWeight implements compute.RandomWeighter.
 func (b *RandomWeighting) RandomWeight(dt compute.DType, shape []int, fills []compute.RandomFill) (*compute.Tensor, error) {
 	b.Calls++
+	if dt != compute.F32 && dt != compute.BF16 && dt != compute.F16 {
+		return nil, fmt.Errorf("computetest: random weight of dtype %v", dt)
+	}
 	n := compute.NumElements(shape)
 	raw := make([]byte, n*dt.Size())
 	for _, f := range fills {
@@ -195,7 +198,8 @@ func (b *RandomWeighting) RandomWeight(dt compute.DType, shape []int, fills []co
 			s := PCGJump(PCGState{Hi: f.Key, Lo: uint64(j)}, uint64(e0-j*f.Block))
 			for e := e0; e < min(e0+sub, f.N); e++ {
 				u := float64(s.Uint64()<<11>>11) / (1 << 53)
-				v := float32(f.Center + f.HalfWidth*(2*u-1))
+				v := float32(f.Center + float64(f.HalfWidth*(2*u-1))) // not fused, as the host's
+
 				i := f.Off + e
 				switch dt {
 				case compute.BF16:

@@ -1,12 +1,14 @@
 package cuda
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -356,10 +358,17 @@ func (b *Backend) RandomWeight(dt compute.DType, shape []int, fills []compute.Ra
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range fills {
-		if f.Off < 0 || f.N < 0 || f.Off+f.N > n || f.Block < 1 {
-			return nil, fmt.Errorf("cuda: random weight %v%v: a fill of %d elements at %d in blocks of %d", dt, shape, f.N, f.Off, f.Block)
+	byOff := slices.SortedFunc(slices.Values(fills), func(a, b compute.RandomFill) int { return cmp.Compare(a.Off, b.Off) })
+	next := 0 // the fills must tile the weight: pooled memory is not cleared
+	for _, f := range byOff {
+		if f.Off != next || f.N < 0 || f.Off+f.N > n || f.Block < 1 {
+			return nil, fmt.Errorf("cuda: random weight %v%v: a fill of %d elements at %d in blocks of %d (the fills must cover each element once)",
+				dt, shape, f.N, f.Off, f.Block)
 		}
+		next += f.N
+	}
+	if next != n {
+		return nil, fmt.Errorf("cuda: random weight %v%v: the fills cover %d of %d elements", dt, shape, next, n)
 	}
 	blk, err := b.pool.exact(n * dt.Size())
 	if err != nil {

@@ -33,7 +33,7 @@ func TestRandomWeightMatchesMathRand(t *testing.T) {
 			if e%f.Block == 0 {
 				r = rand.New(rand.NewPCG(f.Key, uint64(e/f.Block)))
 			}
-			want[f.Off+e] = float32(f.Center + f.HalfWidth*(2*r.Float64()-1))
+			want[f.Off+e] = float32(f.Center + float64(f.HalfWidth*(2*r.Float64()-1))) // not fused
 		}
 	}
 	for _, dt := range []compute.DType{compute.BF16, compute.F32, compute.F16} {
@@ -54,7 +54,10 @@ func TestRandomWeightMatchesMathRand(t *testing.T) {
 			}
 		}
 	}
-	if _, err := b.RandomWeight(compute.BF16, []int{10}, []compute.RandomFill{{Off: 5, N: 6, Block: 1}}); err == nil {
-		t.Fatal("a fill past the weight's end was accepted")
+	for _, bad := range [][]compute.RandomFill{{{Off: 5, N: 6, Block: 1}}, {{Off: 0, N: 5, Block: 1}},
+		{{Off: 0, N: 6, Block: 1}, {Off: 5, N: 5, Block: 1}}} {
+		if _, err := b.RandomWeight(compute.BF16, []int{10}, bad); err == nil {
+			t.Fatalf("fills %+v of 10 elements were accepted (past the end, short, overlapping)", bad)
+		}
 	}
 }

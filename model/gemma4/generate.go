@@ -270,7 +270,11 @@ func fillFloats(dst []byte, w Weight, dt compute.DType, key uint64, first, worke
 				lo := j * fillBlock
 				buf := dst[lo*dt.Size():]
 				for k := range min(fillBlock, n-lo) {
-					putFloat(buf, k, float32(center+a*(2*r.Float64()-1)), dt)
+					// The conversion keeps the product from being fused into
+					// a multiply-add (Go may fuse on arm64 and amd64 v3),
+					// so every host, and the GPU's random_uniform, rounds
+					// the same two operations.
+					putFloat(buf, k, float32(center+float64(a*(2*r.Float64()-1))), dt)
 				}
 			}
 		})

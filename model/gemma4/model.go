@@ -218,7 +218,10 @@ func (l *loader) load(name string) *compute.Tensor {
 		t, err = l.b.Weight(info.DType, info.Shape, data)
 	}
 	if err != nil {
-		l.err = fmt.Errorf("tensor %q in %s: %w", name, info.File, err)
+		if info.File != "" {
+			err = fmt.Errorf("in %s: %w", info.File, err)
+		}
+		l.err = fmt.Errorf("tensor %q: %w", name, err)
 		return nil
 	}
 	if l.progress != nil {
