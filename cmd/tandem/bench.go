@@ -792,13 +792,17 @@ func randomTarget(log io.Writer, name string, b compute.Backend) (*gemma4.Model,
 	start := time.Now()
 	fmt.Fprintf(log, "building %s with random weights on %s...\n", name, b.Name())
 	m, err := p.Random(b, compute.BF16, 0, randomOptions(log, name))
-	if g, ok := b.(*cuda.Backend); ok && err == nil {
-		err = g.Sync() // weights made on the device: the build ends when their kernels do
+	if err != nil {
+		return nil, err
 	}
-	if err == nil {
-		fmt.Fprintf(log, "built %s (%s) in %.1fs\n", name, humanBytes(m.DecodeBytes()), time.Since(start).Seconds())
+	if g, ok := b.(*cuda.Backend); ok { // weights made on the device: the build ends when their kernels do
+		if err := g.Sync(); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("building %s: %w", name, err)
+		}
 	}
-	return m, err
+	fmt.Fprintf(log, "built %s (%s) in %.1fs\n", name, humanBytes(m.DecodeBytes()), time.Since(start).Seconds())
+	return m, nil
 }
 
 // randomAssistant is randomTarget for a drafter preset.
