@@ -8,6 +8,7 @@
 package compute
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -82,6 +83,19 @@ func F32ToBF16(f float32) uint16 {
 
 // RoundBF16 returns f rounded to the nearest bfloat16 value, as a float32.
 func RoundBF16(f float32) float32 { return BF16ToF32(F32ToBF16(f)) }
+
+// PutFloat stores v as element i of buf, little-endian in float dtype dt
+// (rounded to nearest even for BF16 and F16).
+func PutFloat(buf []byte, i int, v float32, dt DType) {
+	switch dt {
+	case BF16:
+		binary.LittleEndian.PutUint16(buf[2*i:], F32ToBF16(v))
+	case F16:
+		binary.LittleEndian.PutUint16(buf[2*i:], F32ToF16(v))
+	default:
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	}
+}
 
 // F16ToF32 widens an IEEE half-precision bit pattern exactly.
 func F16ToF32(h uint16) float32 {

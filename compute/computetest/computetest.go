@@ -4,9 +4,7 @@
 package computetest
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/bits"
 	"os"
 	"sort"
@@ -200,15 +198,7 @@ func (b *RandomWeighting) RandomWeight(dt compute.DType, shape []int, fills []co
 				u := float64(s.Uint64()<<11>>11) / (1 << 53)
 				v := float32(f.Center + float64(f.HalfWidth*(2*u-1))) // not fused, as the host's
 
-				i := f.Off + e
-				switch dt {
-				case compute.BF16:
-					binary.LittleEndian.PutUint16(raw[2*i:], compute.F32ToBF16(v))
-				case compute.F16:
-					binary.LittleEndian.PutUint16(raw[2*i:], compute.F32ToF16(v))
-				default:
-					binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
-				}
+				compute.PutFloat(raw, f.Off+e, v, dt)
 			}
 		}
 	}

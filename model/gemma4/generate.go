@@ -274,7 +274,7 @@ func fillFloats(dst []byte, w Weight, dt compute.DType, key uint64, first, worke
 					// a multiply-add (Go may fuse on arm64 and amd64 v3),
 					// so every host, and the GPU's random_uniform, rounds
 					// the same two operations.
-					putFloat(buf, k, float32(center+float64(a*(2*r.Float64()-1))), dt)
+					compute.PutFloat(buf, k, float32(center+float64(a*(2*r.Float64()-1))), dt)
 				}
 			}
 		})
@@ -293,17 +293,6 @@ func randomBytes(w Weight, dt compute.DType, seed uint64) ([]byte, error) {
 	dst := make([]byte, compute.NumElements(w.Shape)*dt.Size())
 	fillFloats(dst, w, dt, streamKey(seed, w.Name), 0, runtime.GOMAXPROCS(0))
 	return dst, nil
-}
-
-func putFloat(buf []byte, i int, v float32, dt compute.DType) {
-	switch dt {
-	case compute.BF16:
-		binary.LittleEndian.PutUint16(buf[2*i:], compute.F32ToBF16(v))
-	case compute.F16:
-		binary.LittleEndian.PutUint16(buf[2*i:], compute.F32ToF16(v))
-	default:
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
-	}
 }
 
 func streamKey(seed uint64, name string) uint64 {
