@@ -817,7 +817,7 @@ func (b *Backend) GeluMatMulBy(x, gate, up *compute.Tensor) (*compute.Tensor, bo
 // matmul_rows_glu_by on w = gate ([I, K]); ok false where the unfused
 // ops would not take a rows kernel.
 func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*compute.Tensor, bool) {
-	if !gluFused || x.DType() != compute.F32 || w.DType() != compute.BF16 || w.Rank() != 2 || warpMatMul ||
+	if x.DType() != compute.F32 || w.DType() != compute.BF16 || w.Rank() != 2 || warpMatMul ||
 		!rowsArithmetic[rowsKernel] {
 		return nil, false
 	}
@@ -830,10 +830,7 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	if splits > 1 && (int(grid[0]) > splitCounters || sumSplitsOnly) {
 		return nil, false
 	}
-	al := 0
-	if K%8 == 0 && memOf(w).ptr%16 == 0 {
-		al = 1
-	}
+	al := alignedRows(K, w, 0)
 	y := b.alloc(compute.F32, append(append([]int(nil), x.Shape()[:x.Rank()-1]...), I)...)
 	part := y
 	if splits > 1 {
@@ -1067,6 +1064,17 @@ type expertAt struct {
 	xdiv, rows        int // rows: of the output
 }
 
+// alignedRows is the matmul kernels' aligned flag: 1 when every weight row
+// (of K elements from w's start, and for experts their weights stride
+// elements apart; 0 for one weight) starts on 16 bytes, so rows are read
+// 16 bytes at a time.
+func alignedRows(K int, w *compute.Tensor, stride int) int {
+	if K%8 == 0 && stride%8 == 0 && memOf(w).ptr%16 == 0 {
+		return 1
+	}
+	return 0
+}
+
 // matmulMMA runs the tensor-core kernel: x split into three bf16 parts,
 // the product per K split, and the splits summed in order. With at, w is
 // expert 0's rows and the kernel (the rows kernel, each token a row of its
@@ -1080,10 +1088,11 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	if at != nil {
 		R = at.rows
 	}
-	al := 0
-	if K%8 == 0 && memOf(w).ptr%16 == 0 && (at == nil || at.stride%8 == 0) {
-		al = 1
+	stride := 0 // elements between experts' weights
+	if at != nil {
+		stride = at.stride
 	}
+	al := alignedRows(K, w, stride)
 	tiled := at == nil && M > 16 && tiledMatMul && al == 1
 	out := y
 	if splits > 1 {

@@ -218,10 +218,11 @@ func (l *loader) load(name string) *compute.Tensor {
 		t, err = l.b.Weight(info.DType, info.Shape, data)
 	}
 	if err != nil {
+		where := "" // random weights come from no file
 		if info.File != "" {
-			err = fmt.Errorf("in %s: %w", info.File, err)
+			where = " in " + info.File
 		}
-		l.err = fmt.Errorf("tensor %q: %w", name, err)
+		l.err = fmt.Errorf("tensor %q%s: %w", name, where, err)
 		return nil
 	}
 	if l.progress != nil {

@@ -360,11 +360,6 @@ __device__ __forceinline__ size_t seg_at(int r, int n, int M, int N, int b1, int
     return (size_t)lo * M + (size_t)r * (hi - lo) + (n - lo);
 }
 
-// finish_group: with K split over gridDim.y blocks of one output tile (rows
-// [r0, r1), columns [c0, c0 + COLS)), the last of them to finish sums the
-// tile's partials in split order (the order sum_splits used, so the bits
-// are the same) and resets the tile's counter for the next launch.
-//
 // split_sum is output i's sum over S splits of partials MN apart, in split
 // order. The partials are loaded FB at a time before they are added: loaded
 // one by one, each load waited for the addition before it, a chain of one
@@ -397,6 +392,10 @@ __device__ __forceinline__ bool last_split(int* counters, int counter) {
     return last;
 }
 
+// finish_group: with K split over gridDim.y blocks of one output tile (rows
+// [r0, r1), columns [c0, c0 + COLS)), the last of them to finish sums the
+// tile's partials in split order (the order sum_splits used, so the bits
+// are the same) and resets the tile's counter for the next launch.
 template <int COLS = 64>
 __device__ __forceinline__ void finish_group(float* y, const float* part, int* counters, int counter, int M, int N,
                                              int r0, int r1, int b1 = SEG_NONE, int b2 = SEG_NONE) {
@@ -924,7 +923,9 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
 }
 
-// sum_splits: y[i] = Σ_s part[s][i] in split order.
+// sum_splits: y[i] = Σ_s part[s][i] in split order. It keeps its own loop
+// rather than split_sum's: it is the order TestSplitFinishMatchesSumSplits
+// holds every kernel's finish to.
 extern "C" __global__ void sum_splits(float* y, const float* part, int n, int splits) {
     pdl_start();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
