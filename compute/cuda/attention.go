@@ -46,15 +46,6 @@ var fusedAttention bool // TANDEM_CUDA_ATTN_FUSED, read by liveSettings
 // otherwise.
 var attnPacked bool // read by liveSettings
 
-// attnPipe runs attn_fused_pipe, which keeps two chunks of a key, and two
-// batches of values, in flight (TANDEM_CUDA_ATTN_PIPE=1; live): the next
-// one's loads go out before this one's sums. The same bits. With L2
-// flushed first, as a step leaves it, a 31B sliding layer's attn_fused
-// took 25.5 µs against 20.1 with its keys in L2, and a global one 42.7
-// against 33.5 (with block trees in registers, since removed): a call
-// makes 16-32 loads in a row, each waiting for the sums before it. Written without a GPU: off until measured.
-var attnPipe bool // read by liveSettings
-
 // attnFlagPacked is ATTN_PACKED in ops.cu.
 const attnFlagPacked = 2
 
@@ -224,11 +215,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		if fused {
 			b.fusedN++
-			name := "attn_fused"
-			if attnPipe {
-				name = "attn_fused_pipe"
-			}
-			b.launch(name, [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
+			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
 				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags)
 			continue
 		}

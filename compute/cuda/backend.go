@@ -68,7 +68,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused", "attn_fused_pipe",
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
 		"random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
@@ -782,10 +782,11 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 
 // gluFused runs GeluMatMuls of up to five rows as matmul_rows_glu: the
 // stacked gate|up product with gelu_mul in its own kernel, the same bits
-// and one launch fewer a layer (TANDEM_CUDA_GLU=1; live). A decode step's
-// gelu_mul took 4.8 µs a call in the 31B kernel profile, 60 a step, and the
-// E2B step has 463 kernels. Written without a GPU: off until measured.
-var gluFused bool // read by liveSettings
+// and one launch fewer a layer (TANDEM_CUDA_GLU=0 turns it off; live). On
+// the H200 (twelfth session) the 31B step went from 20.84 to 20.74 ms and
+// its P = 0 round from 24.65 to 24.21; E2B lost 70 of its 463 kernels but
+// barely moved (244-246 tok/s either way).
+var gluFused = true // read by liveSettings
 
 var _ compute.GeluGater = (*Backend)(nil)
 

@@ -28,10 +28,6 @@ mutants=(
   'tree-order|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
   # finish_group adding the split partials rotated by one (split 1 first, split 0 last): the same values, another order
   'finish-order|compute/cuda/kernels/matmul.cu|__ldcg(part + (size_t)(j0 + u) * MN + i)|__ldcg(part + (size_t)((j0 + u + 1) % S) * MN + i)|^TestSplitFinishMatchesSumSplits$'
-  # ATTN_PIPE loading a key's third chunk over its second before summing it
-  'pipe-keys|compute/cuda/kernels/ops.cu|if (na) key_chunk<CH>(ka, kr, j + 8 * CH);|if (na) key_chunk<CH>(kb, kr, j + 8 * CH);|^TestFusedAttentionMatches$'
-  # ATTN_PIPE loading the next batch of values over the one about to be summed
-  'pipe-values|compute/cuda/kernels/ops.cu|if (na) value_batch<VB>(va, vj, ss, vstride, o + VB);|if (na) value_batch<VB>(vc, vj, ss, vstride, o + VB);|^TestFusedAttentionMatches$'
   # matmul_rows_glu's up columns read from the gate rows
   'glu-up-row|compute/cuda/kernels/matmul.cu|wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;|wr[i] = w + (size_t)(ok ? n0 + g : 0) * K;|^TestGeluMatMulsMatch$'
   # matmul_rows_glu'"'"'s finish summing the gate partials for the up values too

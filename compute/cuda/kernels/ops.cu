@@ -675,57 +675,17 @@ struct __align__(8) slot_weight {
     float e;
 };
 
-// key_chunk loads elements j..j+4·CH of a key row kr (16-byte aligned).
-template <int CH>
-__device__ __forceinline__ void key_chunk(float4 kk[CH], const float* kr, int j) {
-#pragma unroll
-    for (int u = 0; u < CH; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
-}
-
-// chunk_dot adds a loaded chunk's products with the query's elements qj to
-// dot, element by element in order.
-template <int CH>
-__device__ __forceinline__ float chunk_dot(const float4 kk[CH], const float* qj, float dot) {
-#pragma unroll
-    for (int u = 0; u < CH; u++) {
-        const float* q4 = qj + 4 * u;
-        dot = fmaf(q4[0], kk[u].x, dot);
-        dot = fmaf(q4[1], kk[u].y, dot);
-        dot = fmaf(q4[2], kk[u].z, dot);
-        dot = fmaf(q4[3], kk[u].w, dot);
-    }
-    return dot;
-}
-
-// value_batch loads the values at offsets o..o+VB of column vj's keys
-// (slots ss; 0 for an empty one), and value_sum adds their weighted sum
-// (weights es) to acc in position order.
-template <int VB>
-__device__ __forceinline__ void value_batch(float vv[VB], const float* vj, const int* ss, size_t vstride, int o) {
-#pragma unroll
-    for (int u = 0; u < VB; u++) {
-        const int s = ss[o + u];
-        vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
-    }
-}
-
-template <int VB>
-__device__ __forceinline__ float value_sum(float acc, const float vv[VB], const int* ss, const float* es, int o) {
-#pragma unroll
-    for (int u = 0; u < VB; u++)
-        if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
-    return acc;
-}
-
 // scores_pass writes the scores of row bl = blockIdx.y's keys in chunk z
 // of their offsets from the row's first position, scr[r] =
 // float32(q·k)·scale for each visible key r, and returns the thread's
 // maximum of them (qs: the query, loaded here). A thread loads its key 32
-// elements ahead of their sums. Loading more at once (128 elements) and
-// staging keys through shared memory by coalesced loads both kept these
-// bits and both lost on the H200 (the staged kernel took the 31B step from
-// 22.8 to 23.9 ms), so neither stayed.
-template <bool Pipe = false>
+// elements ahead of their sums. Loading more at once (128 elements),
+// staging keys through shared memory by coalesced loads, and keeping two
+// chunks in flight (the next one's loads before this one's sums, with the
+// values two batches ahead) all kept these bits; the first two lost on the
+// H200 (the staged kernel took the 31B step from 22.8 to 23.9 ms) and the
+// third gained nothing (19.8 against 19.1 µs alone, 24.4 against 24.6 with
+// L2 flushed, and no step faster), so none stayed.
 __device__ __forceinline__ float scores_pass(const float* q, const float* k, float* scr, const int* slot_of,
                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
                                              float scale, int causal, int window, int z, float* qs) {
@@ -748,26 +708,19 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
         if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
         const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
         float dot = 0.0f;
-        if (Pipe && vec && D > 0) {
-            // Chunks a and b alternate: the next chunk's loads go out
-            // before this chunk's sums.
-            float4 ka[CH], kb[CH];
-            key_chunk<CH>(ka, kr, 0);
-            for (int j = 0;; j += 8 * CH) {
-                const bool nb = j + 4 * CH < D;
-                if (nb) key_chunk<CH>(kb, kr, j + 4 * CH);
-                dot = chunk_dot<CH>(ka, qs + j, dot);
-                if (!nb) break;
-                const bool na = j + 8 * CH < D;
-                if (na) key_chunk<CH>(ka, kr, j + 8 * CH);
-                dot = chunk_dot<CH>(kb, qs + j + 4 * CH, dot);
-                if (!na) break;
-            }
-        } else if (vec) {
+        if (vec) {
             for (int j = 0; j < D; j += 4 * CH) {
                 float4 kk[CH];
-                key_chunk<CH>(kk, kr, j);
-                dot = chunk_dot<CH>(kk, qs + j, dot);
+#pragma unroll
+                for (int u = 0; u < CH; u++) kk[u] = *(const float4*)(kr + j + 4 * u);
+#pragma unroll
+                for (int u = 0; u < CH; u++) {
+                    const float* qj = qs + j + 4 * u;
+                    dot = fmaf(qj[0], kk[u].x, dot);
+                    dot = fmaf(qj[1], kk[u].y, dot);
+                    dot = fmaf(qj[2], kk[u].z, dot);
+                    dot = fmaf(qj[3], kk[u].w, dot);
+                }
             }
         } else {
             for (int j = 0; j < D; j++) dot = fmaf(qs[j], kr[j], dot);
@@ -812,7 +765,6 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 // each key costs one shared load and one test, and a head wider than the
 // block (512) has both of a thread's columns summed in one pass over the
 // keys instead of two. The same keys are summed in the same order.
-template <bool Pipe = false>
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
@@ -907,26 +859,16 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
             const float* vj = vb + j;
             float acc = 0.0f;
             int o = olo;
-            if (Pipe && o + VB <= ohi) { // batches a and c alternate, the next one's loads first
-                float va[VB], vc[VB];
-                value_batch<VB>(va, vj, ss, vstride, o);
-                for (;;) {
-                    const bool nc = o + 2 * VB <= ohi;
-                    if (nc) value_batch<VB>(vc, vj, ss, vstride, o + VB);
-                    acc = value_sum<VB>(acc, va, ss, es, o);
-                    o += VB;
-                    if (!nc) break;
-                    const bool na = o + 2 * VB <= ohi;
-                    if (na) value_batch<VB>(va, vj, ss, vstride, o + VB);
-                    acc = value_sum<VB>(acc, vc, ss, es, o);
-                    o += VB;
-                    if (!na) break;
-                }
-            }
             for (; o + VB <= ohi; o += VB) {
                 float vv[VB];
-                value_batch<VB>(vv, vj, ss, vstride, o);
-                acc = value_sum<VB>(acc, vv, ss, es, o);
+#pragma unroll
+                for (int u = 0; u < VB; u++) {
+                    const int s = ss[o + u];
+                    vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < VB; u++)
+                    if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
             }
             for (; o < ohi; o++) {
                 const int s = ss[o];
@@ -962,15 +904,15 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 // first holds no key, so attn_values' fold over their maxima (−∞) leaves
 // the first chunk's as it is. The same arithmetic in the same order, so
 // the same bits, and one launch and one round trip through memory fewer.
-template <bool Pipe>
-__device__ __forceinline__ void fused(const float* q, const float* k, const float* v, const int* slot_of,
+extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
                                       float scale, int causal, int window, float* out, unsigned short* parts,
                                       size_t n, int flags) {
+    pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    float m = scores_pass<Pipe>(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
+    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
         return;
@@ -983,28 +925,8 @@ __device__ __forceinline__ void fused(const float* q, const float* k, const floa
         return;
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
-    values_pass<Pipe>(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
-                      flags & ATTN_PACKED);
-}
-
-extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
-                                      const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
-                                      float scale, int causal, int window, float* out, unsigned short* parts,
-                                      size_t n, int flags) {
-    pdl_start();
-    fused<false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n, flags);
-}
-
-// attn_fused_pipe is attn_fused with two chunks of a key, and two batches
-// of values, in flight: the next one's loads go out before this one's sums,
-// the same sums in the same order (TANDEM_CUDA_ATTN_PIPE). A kernel of its
-// own, so that its buffers' registers do not weigh on the default's.
-extern "C" __global__ void attn_fused_pipe(const float* q, const float* k, const float* v, const int* slot_of,
-                                           const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                           int Dv, float scale, int causal, int window, float* out,
-                                           unsigned short* parts, size_t n, int flags) {
-    pdl_start();
-    fused<true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n, flags);
+    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
+                flags & ATTN_PACKED);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
