@@ -746,6 +746,22 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
+// stage_values queues asynchronous copies of the value rows (Dv floats,
+// 16-byte aligned) of offsets [g0, g1) of batch row b's keys into vs, row
+// o − g0 for offset o, one 16-byte chunk a thread at a time, and commits
+// them as one group. Offsets without a slot are left alone (their sums
+// skip them).
+__device__ __forceinline__ void stage_values(float* vs, const float* vb, size_t vstride, const int* slot_of, int b,
+                                             int S, int p0, int mp, int g0, int g1, int Dv) {
+    const int per = Dv >> 2;
+    for (int i = threadIdx.x; i < (g1 - g0) * per; i += RBLOCK) {
+        const int o = g0 + i / per, c = i - (o - g0) * per, r = p0 + o - mp;
+        const int s = r >= 0 && r < S ? slot_of[(size_t)b * S + r] : -1;
+        if (s >= 0) cp16(vs + (size_t)(o - g0) * Dv + 4 * c, vb + (size_t)s * vstride + 4 * c, true);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
 // values_pass is split blockIdx.z of row blockIdx.y's values for head
 // blockIdx.x, from the scores scr[r] (r the offset from the row's first
 // position) and their maximum mx over all chunks. Split i covers the
@@ -768,7 +784,8 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n, bool packed) {
+                                            unsigned short* parts, size_t n, bool packed, int vkeys = 0,
+                                            const float* vstage = 0) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ slot_weight se[ATTN_CHUNK];
@@ -818,7 +835,34 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
         }
         pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
     };
-    if (packed) {
+    if (vkeys > 0) {
+        // Staged (attn_fused with vkeys): the values of vkeys keys at a
+        // time are in shared memory, the first group's since before the
+        // scores (stage_values). A thread's columns j and j + RBLOCK (the
+        // host stages heads up to 2·RBLOCK wide) each sum their keys in
+        // position order, as below.
+        const int j0 = threadIdx.x, j1 = threadIdx.x + RBLOCK;
+        float a0 = 0.0f, a1 = 0.0f;
+        for (int g0 = olo; g0 < ohi; g0 += vkeys) {
+            const int g1 = min(ohi, g0 + vkeys);
+            if (g0 != olo) {
+                __syncthreads(); // every thread is done with the last group
+                stage_values((float*)vstage, vb, vstride, slot_of, b, S, p0, mp, g0, g1, Dv);
+            }
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+            __syncthreads(); // every thread's copies have landed
+            for (int o = g0; o < g1; o++) {
+                const int s = ss[o];
+                const float e = es[o];
+                if (s < 0 || e == 0.0f) continue;
+                const float* row = vstage + (size_t)(o - g0) * Dv;
+                if (j0 < Dv) a0 = __fadd_rn(a0, __fmul_rn(e, row[j0]));
+                if (j1 < Dv) a1 = __fadd_rn(a1, __fmul_rn(e, row[j1]));
+            }
+        }
+        if (j0 < Dv) finish(j0, a0);
+        if (j1 < Dv) finish(j1, a1);
+    } else if (packed) {
         // Columns j and j + RBLOCK (heads wider than the block) in one pass
         // over the keys: each key's pair is read once for both, and the
         // two sums, each in position order, interleave.
@@ -904,17 +948,30 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 // first holds no key, so attn_values' fold over their maxima (−∞) leaves
 // the first chunk's as it is. The same arithmetic in the same order, so
 // the same bits, and one launch and one round trip through memory fewer.
+// With vkeys (TANDEM_CUDA_ATTN_STAGE, unpacked sums only) the value rows
+// go through vkeys·Dv floats of dynamic shared memory, vkeys keys at a
+// time (values_pass), the first group copied while the scores are summed.
 extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
                                       float scale, int causal, int window, float* out, unsigned short* parts,
-                                      size_t n, int flags) {
+                                      size_t n, int flags, int vkeys) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
+    extern __shared__ __align__(16) float vstage[]; // vkeys value rows, when staged
+    if (flags & ATTN_PACKED) vkeys = 0;
+    if (vkeys > 0) { // the first group's values, read while the scores are summed
+        const int b = blockIdx.y / L, kvh = blockIdx.x / (Hq / Hkv), mp = span[2 * b], p0 = (mp >> 10) << 10;
+        const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
+        const size_t vstride = (size_t)Hkv * Dv;
+        stage_values(vstage, v + (size_t)b * S * vstride + (size_t)kvh * Dv, vstride, slot_of, b, S, p0, mp, olo,
+                     min(ohi, olo + vkeys), Dv);
+    }
     float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
     m = block_tree0(m, shm, max_nan());
@@ -922,11 +979,12 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
     __syncthreads(); // publishes the scores and their maximum
     if (ATTN_STOP == 2) { // the scores and their maximum
         if (shm[0] == 12345.0f) out[0] = shm[0];
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
     values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
-                flags & ATTN_PACKED);
+                flags & ATTN_PACKED, vkeys, vstage);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
