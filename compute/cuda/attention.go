@@ -49,29 +49,6 @@ var attnPacked bool // read by liveSettings
 // attnFlagPacked is ATTN_PACKED in ops.cu.
 const attnFlagPacked = 2
 
-// attnStage has attn_fused copy its value rows into shared memory, a group
-// of attnStageBytes at a time, the first group while the scores are summed
-// (TANDEM_CUDA_ATTN_STAGE=1; live). The same sums in the same order, so
-// the same bits. In a 31B step (Nsight Compute) the values' loads were the
-// kernel's longest wait: a thread sums its column 16 keys a load, so 128
-// keys are 8 round trips to memory one after another, and the scores' key
-// loads 8 more. Written without a GPU: off until measured.
-var attnStage bool // read by liveSettings
-
-// attnStageBytes is the shared memory attn_fused stages values in: 128
-// keys of a 256-wide head, 64 of a 512-wide one.
-const attnStageBytes = 128 << 10
-
-// stageKeys is how many keys' values attn_fused stages at a time for
-// value rows of Dv float32s at v, or 0 where it cannot (a kernel without
-// the shared memory, rows too wide or not 16-byte aligned, packed sums).
-func stageKeys(k Kernel, v *compute.Tensor, Dv int, packed bool) int {
-	if !attnStage || packed || k.shared < attnStageBytes || Dv%4 != 0 || Dv > 2*256 /* two columns a thread */ || ptrOf(v).ptr%16 != 0 {
-		return 0
-	}
-	return attnStageBytes / (4 * Dv)
-}
-
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -238,12 +215,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		if fused {
 			b.fusedN++
-			vkeys := stageKeys(b.k["attn_fused"], v, Dv, attnPacked)
-			if vkeys > 0 {
-				b.stagedN++
-			}
-			b.launchShared("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, 4*vkeys*Dv, ptrOf(qg), ptrOf(k),
-				ptrOf(v), so, mp, qp, n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags, vkeys)
+			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
+				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags)
 			continue
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n

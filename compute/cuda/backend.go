@@ -59,7 +59,6 @@ type Backend struct {
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
 	fusedN   int                               // attn_fused launches, for the test that they happen
-	stagedN  int                               // attn_fused launches that staged their values (attnStage)
 	gluN     int                               // matmul_rows_glu launches, likewise
 
 	bwOnce sync.Once
@@ -261,16 +260,11 @@ func (b *Backend) recycle(ts ...*compute.Tensor) {
 }
 
 func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) {
-	b.launchShared(name, grid, threads, 0, args...)
-}
-
-// launchShared is launch with shared bytes of dynamic shared memory a block.
-func (b *Backend) launchShared(name string, grid [3]uint32, threads, shared int, args ...any) {
 	k, ok := b.k[name]
 	if !ok {
 		panic("cuda: kernel " + name + " not loaded")
 	}
-	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, uint32(shared), args...); err != nil {
+	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, 0, args...); err != nil {
 		panic(err)
 	}
 }

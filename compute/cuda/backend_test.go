@@ -505,16 +505,15 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk, st bool) {
-		fusedAttention, combineInValuesOn, attnPacked, attnStage = on, comb, pk, st
-	}(fusedAttention, combineInValuesOn, attnPacked, attnStage)
+	defer func(on, comb, pk bool) {
+		fusedAttention, combineInValuesOn, attnPacked = on, comb, pk
+	}(fusedAttention, combineInValuesOn, attnPacked)
 	combineInValuesOn = true
 	type variant struct {
-		name                 string
-		fused, packed, stage bool
+		name          string
+		fused, packed bool
 	}
-	variants := []variant{{"fused", true, false, false}, {"fused+packed", true, true, false}, {"fused+stage", true, false, true},
-		{"two", false, false, false}, {"two+packed", false, true, false}}
+	variants := []variant{{"fused", true, false}, {"fused+packed", true, true}, {"two", false, false}, {"two+packed", false, true}}
 	// Builds of attn_fused that stop part way (ATTN_STOP), swapped in for
 	// the kernel: what the scores take, and the scores with their maximum.
 	fusedK := g.k["attn_fused"]
@@ -541,16 +540,16 @@ func TestAttentionSpeed(t *testing.T) {
 			opt := prefix(L, 128)(r)
 			line := fmt.Sprintf("%s, %d queries:", s.name, L)
 			for _, vr := range variants {
-				fusedAttention, attnPacked, attnStage = vr.fused, vr.packed, vr.stage
+				fusedAttention, attnPacked = vr.fused, vr.packed
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			for _, vr := range variants[:3] { // operands from memory, as in a step
-				fusedAttention, attnPacked, attnStage = vr.fused, vr.packed, vr.stage
+			for _, vr := range variants[:2] { // operands from memory, as in a step
+				fusedAttention, attnPacked = vr.fused, vr.packed
 				d := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s, L2 flushed %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			fusedAttention, attnPacked, attnStage = true, false, false
+			fusedAttention, attnPacked = true, false
 			for _, name := range []string{"scores only", "scores+max"} {
 				g.k["attn_fused"] = stops[name]
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
@@ -1034,18 +1033,18 @@ func TestMatMulForProfiler(t *testing.T) {
 // the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(on, comb, pk, st bool) {
-		fusedAttention, combineInValuesOn, attnPacked, attnStage = on, comb, pk, st
-	}(fusedAttention, combineInValuesOn, attnPacked, attnStage)
+	defer func(on, comb, pk bool) {
+		fusedAttention, combineInValuesOn, attnPacked = on, comb, pk
+	}(fusedAttention, combineInValuesOn, attnPacked)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
-	type variant struct{ fused, packed, stage bool }
-	variants := []variant{{true, false, false}, {true, true, false}, {false, true, false}, {true, false, true}, {true, true, true}}
+	type variant struct{ fused, packed bool }
+	variants := []variant{{true, false}, {true, true}, {false, true}}
 	check := func(name string, tc opCase, seed uint64, fusable bool) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
-			fusedAttention, attnPacked, attnStage = v.fused, v.packed, v.stage
+			fusedAttention, attnPacked = v.fused, v.packed
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1058,16 +1057,10 @@ func TestFusedAttentionMatches(t *testing.T) {
 			t.Fatalf("%s: output %d is NaN: a zero weight's infinite value was summed", name, i)
 		}
 		for _, v := range variants {
-			before, stagedBefore := g.fusedN, g.stagedN
+			before := g.fusedN
 			gotA, gotP := run(v)
 			if fused := g.fusedN > before; fused != (v.fused && fusable) {
 				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
-			}
-			// The cases below the table's have value rows the staging takes
-			// (at most 512 wide, in 16-byte chunks).
-			wantStaged := v.fused && v.stage && !v.packed && fusable && !strings.HasPrefix(name, "Attention/")
-			if staged := g.stagedN > stagedBefore; wantStaged && !staged {
-				t.Fatalf("%s %+v: attn_fused did not stage its values", name, v)
 			}
 			if err := sameBits(gotA, wantA); err != nil {
 				t.Fatalf("%s %+v: %v", name, v, err)

@@ -247,17 +247,7 @@ func (dev *Device) Download(dst []byte, b Buffer) error {
 type Kernel struct {
 	fn   uintptr
 	name string
-	// shared is the dynamic shared memory a launch may ask for beyond the
-	// default 48 KiB (dynamicShared), once the driver has allowed it.
-	shared int
 }
-
-// dynamicShared is the dynamic shared memory, in bytes, that kernels
-// launched with more than the default 48 KiB are allowed when loaded.
-var dynamicShared = map[string]int{"attn_fused": attnStageBytes}
-
-// funcAttrMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-const funcAttrMaxDynamicShared = 8
 
 // funcAttrNumRegs is CU_FUNC_ATTRIBUTE_NUM_REGS, for FuncAttribute.
 const funcAttrNumRegs = 4
@@ -312,13 +302,7 @@ func (dev *Device) load(cubin []byte, name string, kernels []string) (map[string
 			if err := dev.d.check("cuModuleGetFunction "+k, dev.d.cuModuleGetFunction(&fn, mod, k)); err != nil {
 				return err
 			}
-			kern := Kernel{fn: fn, name: k}
-			// A GPU that cannot give a kernel more shared memory runs it
-			// without (the launches that would ask check kern.shared).
-			if want := dynamicShared[k]; want > 0 && dev.d.cuFuncSetAttribute(fn, funcAttrMaxDynamicShared, int32(want)) == 0 {
-				kern.shared = want
-			}
-			out[k] = kern
+			out[k] = Kernel{fn, k}
 		}
 		return nil
 	})

@@ -38,7 +38,6 @@ type driverAPI struct {
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
 	cuGetErrorString         func(r result, s **byte) result
 	cuFuncGetAttribute       func(v *int32, attrib int32, fn uintptr) result
-	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result
 	cuEventCreate            func(ev *uintptr, flags uint32) result
 	cuEventRecord            func(ev, stream uintptr) result
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
@@ -94,7 +93,7 @@ func loadDriver() (*driverAPI, error) {
 			"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemsetD8Async": &d.cuMemsetD8Async,
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,
-			"cuFuncGetAttribute": &d.cuFuncGetAttribute, "cuFuncSetAttribute": &d.cuFuncSetAttribute, "cuEventCreate": &d.cuEventCreate, "cuEventRecord": &d.cuEventRecord,
+			"cuFuncGetAttribute": &d.cuFuncGetAttribute, "cuEventCreate": &d.cuEventCreate, "cuEventRecord": &d.cuEventRecord,
 			"cuEventDestroy_v2": &d.cuEventDestroy, "cuEventSynchronize": &d.cuEventSynchronize,
 			"cuMemcpyDtoHAsync_v2": &d.cuMemcpyDtoHAsync,
 		} {

@@ -746,31 +746,6 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
-// stage_values queues asynchronous copies of the value rows (Dv floats,
-// 16-byte aligned) of offsets [g0, g1) of batch row b's keys into vs, row
-// o − g0 for offset o, and commits them as one group. A warp takes 32 keys
-// at a time: each lane reads one key's slot, and the warp then copies the
-// keys' rows one after another, a 16-byte chunk a lane, with no wait
-// between them (read a key at a time, each slot's load held up the copies
-// behind it: 32 round trips in a row, which made the kernel slower).
-// Offsets without a slot are left alone (their sums skip them).
-__device__ __forceinline__ void stage_values(float* vs, const float* vb, size_t vstride, const int* slot_of, int b,
-                                             int S, int p0, int mp, int g0, int g1, int Dv) {
-    const int lane = threadIdx.x & 31, per = Dv >> 2;
-    for (int k0 = g0 + 32 * (threadIdx.x >> 5); k0 < g1; k0 += RBLOCK) {
-        const int o = k0 + lane, r = p0 + o - mp;
-        const int mine = o < g1 && r >= 0 && r < S ? slot_of[(size_t)b * S + r] : -1;
-        for (int u = 0; u < 32 && k0 + u < g1; u++) {
-            const int s = __shfl_sync(0xffffffffu, mine, u);
-            if (s < 0) continue;
-            float* dst = vs + (size_t)(k0 + u - g0) * Dv;
-            const float* src = vb + (size_t)s * vstride;
-            for (int c = lane; c < per; c += 32) cp16(dst + 4 * c, src + 4 * c, true);
-        }
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
 // values_pass is split blockIdx.z of row blockIdx.y's values for head
 // blockIdx.x, from the scores scr[r] (r the offset from the row's first
 // position) and their maximum mx over all chunks. Split i covers the
@@ -780,7 +755,13 @@ __device__ __forceinline__ void stage_values(float* vs, const float* vb, size_t 
 // normalised result instead, with attn_combine's arithmetic for one split
 // (and its split to parts), and attn_combine is not launched. Values are
 // loaded VB = 16 at a time ahead of their sums, in position order (64
-// ahead gave the same bits and no gain on the H200).
+// ahead gave the same bits and no gain on the H200, and so did two batches
+// in flight). Copying 128 KiB of value rows at a time into shared memory
+// by cp.async, the first group while attn_fused summed the scores, kept
+// the bits too but lost (twelfth session: a sliding layer's call 19.1 ->
+// 22.7 µs, the E2B step 4.07 -> 4.24-4.28 ms), although Nsight Compute had
+// the value loads as the kernel's longest wait; the copies likely queued
+// the scores' key loads, which are on the critical path.
 //
 // packed (ATTN_PACKED): the value sums were bound by instructions (8.8
 // cycles an instruction, a warp's 3,300 of them for 128 keys, in Nsight
@@ -793,8 +774,7 @@ __device__ __forceinline__ void stage_values(float* vs, const float* vb, size_t 
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n, bool packed, int vkeys = 0,
-                                            const float* vstage = 0) {
+                                            unsigned short* parts, size_t n, bool packed) {
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ slot_weight se[ATTN_CHUNK];
@@ -844,34 +824,7 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
         }
         pv[(bh * nsplit + blockIdx.z) * Dv + j] = acc;
     };
-    if (vkeys > 0) {
-        // Staged (attn_fused with vkeys): the values of vkeys keys at a
-        // time are in shared memory, the first group's since before the
-        // scores (stage_values). A thread's columns j and j + RBLOCK (the
-        // host stages heads up to 2·RBLOCK wide) each sum their keys in
-        // position order, as below.
-        const int j0 = threadIdx.x, j1 = threadIdx.x + RBLOCK;
-        float a0 = 0.0f, a1 = 0.0f;
-        for (int g0 = olo; g0 < ohi; g0 += vkeys) {
-            const int g1 = min(ohi, g0 + vkeys);
-            if (g0 != olo) {
-                __syncthreads(); // every thread is done with the last group
-                stage_values((float*)vstage, vb, vstride, slot_of, b, S, p0, mp, g0, g1, Dv);
-            }
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-            __syncthreads(); // every thread's copies have landed
-            for (int o = g0; o < g1; o++) {
-                const int s = ss[o];
-                const float e = es[o];
-                if (s < 0 || e == 0.0f) continue;
-                const float* row = vstage + (size_t)(o - g0) * Dv;
-                if (j0 < Dv) a0 = __fadd_rn(a0, __fmul_rn(e, row[j0]));
-                if (j1 < Dv) a1 = __fadd_rn(a1, __fmul_rn(e, row[j1]));
-            }
-        }
-        if (j0 < Dv) finish(j0, a0);
-        if (j1 < Dv) finish(j1, a1);
-    } else if (packed) {
+    if (packed) {
         // Columns j and j + RBLOCK (heads wider than the block) in one pass
         // over the keys: each key's pair is read once for both, and the
         // two sums, each in position order, interleave.
@@ -957,30 +910,17 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 // first holds no key, so attn_values' fold over their maxima (−∞) leaves
 // the first chunk's as it is. The same arithmetic in the same order, so
 // the same bits, and one launch and one round trip through memory fewer.
-// With vkeys (TANDEM_CUDA_ATTN_STAGE, unpacked sums only) the value rows
-// go through vkeys·Dv floats of dynamic shared memory, vkeys keys at a
-// time (values_pass), the first group copied while the scores are summed.
 extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
                                       float scale, int causal, int window, float* out, unsigned short* parts,
-                                      size_t n, int flags, int vkeys) {
+                                      size_t n, int flags) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    extern __shared__ __align__(16) float vstage[]; // vkeys value rows, when staged
-    if (flags & ATTN_PACKED) vkeys = 0;
-    if (vkeys > 0) { // the first group's values, read while the scores are summed
-        const int b = blockIdx.y / L, kvh = blockIdx.x / (Hq / Hkv), mp = span[2 * b], p0 = (mp >> 10) << 10;
-        const int olo = mp - p0 > 0 ? mp - p0 : 0, ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
-        const size_t vstride = (size_t)Hkv * Dv;
-        stage_values(vstage, v + (size_t)b * S * vstride + (size_t)kvh * Dv, vstride, slot_of, b, S, p0, mp, olo,
-                     min(ohi, olo + vkeys), Dv);
-    }
     float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
     m = block_tree0(m, shm, max_nan());
@@ -988,12 +928,11 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
     __syncthreads(); // publishes the scores and their maximum
     if (ATTN_STOP == 2) { // the scores and their maximum
         if (shm[0] == 12345.0f) out[0] = shm[0];
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
     values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
-                flags & ATTN_PACKED, vkeys, vstage);
+                flags & ATTN_PACKED);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
