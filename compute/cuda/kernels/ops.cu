@@ -267,11 +267,66 @@ __device__ double block_sum_d(double v, double* sh) {
 // took 30 µs on the H200, and four times the threads cut each one's chain
 // by four.
 
+//
+// Rows of at least four elements a thread, in whole 4-element chunks
+// (chunked), are taken a chunk at a time instead: thread t owns chunks
+// t + u·blockDim.x and sums their squares chunk by chunk, element by
+// element. Every kernel follows the same rule for a given D, so the
+// guarantee above holds. A chunk is one 16-byte load (and a bf16 weight's
+// one 8-byte load) where the row is aligned and four loads where it is
+// not, the same values either way: a 31B rmsnorm2 (one 1,024-thread block)
+// was bound by issuing 27,000 instructions, most of them per-element
+// addresses, bounds tests and weight-type branches.
+__device__ __forceinline__ bool chunked(int D) { return (D & 3) == 0 && D >= 4 * (int)blockDim.x; }
+
+__device__ __forceinline__ float4 f4(float x, float y, float z, float w) {
+    float4 v;
+    v.x = x, v.y = y, v.z = z, v.w = w;
+    return v;
+}
+
+__device__ __forceinline__ uint2 u2(unsigned x, unsigned y) {
+    uint2 v;
+    v.x = x, v.y = y;
+    return v;
+}
+
+// ld4 is elements j..j+3 of row p (al: p is 16-byte aligned).
+__device__ __forceinline__ float4 ld4(const float* p, int j, bool al) {
+    if (al) return *(const float4*)(p + j);
+    return f4(p[j], p[j + 1], p[j + 2], p[j + 3]);
+}
+
+// ldw4 is elements j..j+3 of a weight of dtype wt, widened (1 without one).
+__device__ __forceinline__ float4 ldw4(const void* w, int wt, int j) {
+    if (!w) return f4(1.0f, 1.0f, 1.0f, 1.0f);
+    if (wt == DT_BF16 && ((size_t)w & 7) == 0) {
+        const uint2 h = *(const uint2*)((const unsigned short*)w + j);
+        return f4(__uint_as_float(h.x << 16), __uint_as_float(h.x & 0xffff0000u), __uint_as_float(h.y << 16),
+                  __uint_as_float(h.y & 0xffff0000u));
+    }
+    if (wt == DT_F32) return ld4((const float*)w, j, ((size_t)w & 15) == 0);
+    return f4(load(w, wt, j), load(w, wt, j + 1), load(w, wt, j + 2), load(w, wt, j + 3));
+}
+
+// sq4 adds a chunk's squares to ss in element order.
+__device__ __forceinline__ double sq4(double ss, float4 v) {
+    ss += (double)v.x * (double)v.x;
+    ss += (double)v.y * (double)v.y;
+    ss += (double)v.z * (double)v.z;
+    return ss + (double)v.w * (double)v.w;
+}
+
 // row_rscale is 1/sqrt(mean(x²) + eps) of a row of D, in double, rounded
 // once; every thread of the block gets it.
 __device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, double* sh) {
     double ss = 0;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
+    if (chunked(D)) {
+        const bool al = ((size_t)xr & 15) == 0;
+        for (int c = threadIdx.x; 4 * c < D; c += blockDim.x) ss = sq4(ss, ld4(xr, 4 * c, al));
+    } else {
+        for (int j = threadIdx.x; j < D; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
+    }
     ss = block_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
@@ -329,6 +384,99 @@ __device__ __forceinline__ void cached_store(float* yr, const float xv[RCACHE], 
     }
 }
 
+#define CCACHE 2 // chunks a thread holds of a register-cached chunked row: rows up to 8·blockDim.x
+
+// A chunked row held in registers: thread t's chunks t + u·blockDim.x of
+// the row, the weight's (1 past D or without one) and the residual's (0
+// past D or without one).
+struct crow {
+    float4 x[CCACHE], w[CCACHE], r[CCACHE];
+};
+
+__device__ __forceinline__ void crow_load(crow& c, const float* xr, const void* w, int wt, const float* rr, int D) {
+    const bool ax = ((size_t)xr & 15) == 0, ar = ((size_t)rr & 15) == 0;
+    const float4 zero = f4(0.0f, 0.0f, 0.0f, 0.0f), one = f4(1.0f, 1.0f, 1.0f, 1.0f);
+#pragma unroll
+    for (int u = 0; u < CCACHE; u++) {
+        const int j = 4 * (threadIdx.x + u * blockDim.x);
+        const bool in = j < D;
+        c.x[u] = in ? ld4(xr, j, ax) : zero;
+        c.w[u] = in ? ldw4(w, wt, j) : one;
+        c.r[u] = in && rr ? ld4(rr, j, ar) : zero;
+    }
+}
+
+// crow_rscale is cached_rscale for a chunked row: row_rscale's sums.
+__device__ __forceinline__ float crow_rscale(const crow& c, int D, float eps, double* sh) {
+    double ss = 0;
+#pragma unroll
+    for (int u = 0; u < CCACHE; u++)
+        if (4 * (threadIdx.x + u * blockDim.x) < D) ss = sq4(ss, c.x[u]);
+    ss = block_sum_d(ss, sh);
+    return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+}
+
+// crow_norm is element by element cached_store's value: the row scaled by
+// r, times the weight when given, plus the residual when given.
+__device__ __forceinline__ float4 crow_norm(const crow& c, int u, float r, bool w, bool res) {
+    float v[4] = {c.x[u].x, c.x[u].y, c.x[u].z, c.x[u].w};
+    const float wv[4] = {c.w[u].x, c.w[u].y, c.w[u].z, c.w[u].w}, rv[4] = {c.r[u].x, c.r[u].y, c.r[u].z, c.r[u].w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        v[e] = __fmul_rn(v[e], r);
+        if (w) v[e] = __fmul_rn(v[e], wv[e]);
+        if (res) v[e] = __fadd_rn(rv[e], v[e]);
+    }
+    return f4(v[0], v[1], v[2], v[3]);
+}
+
+// st4 writes a chunk at element j of row p (al: p is 16-byte aligned).
+__device__ __forceinline__ void st4(float* p, int j, float4 v, bool al) {
+    if (al) {
+        *(float4*)(p + j) = v;
+        return;
+    }
+    p[j] = v.x, p[j + 1] = v.y, p[j + 2] = v.z, p[j + 3] = v.w;
+}
+
+// emit4 is emit for elements i..i+3 (i a multiple of 4, as n is when D
+// is): each part plane's four values in one 8-byte store where aligned.
+__device__ __forceinline__ void emit4(unsigned short* parts, size_t n, size_t i, float4 v) {
+    if (!parts) return;
+    if (((size_t)parts & 7) != 0 || (n & 3) != 0) {
+        emit(parts, n, i, v.x), emit(parts, n, i + 1, v.y), emit(parts, n, i + 2, v.z), emit(parts, n, i + 3, v.w);
+        return;
+    }
+    const float in[4] = {v.x, v.y, v.z, v.w};
+    unsigned short p[3][4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const unsigned short h = f32_to_bf16(in[e]);
+        const float r = in[e] - __uint_as_float(((unsigned)h) << 16);
+        const unsigned short m = f32_to_bf16(r);
+        p[0][e] = h, p[1][e] = m, p[2][e] = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
+    }
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+        *(uint2*)(parts + k * n + i) = u2(p[k][0] | ((unsigned)p[k][1] << 16), p[k][2] | ((unsigned)p[k][3] << 16));
+}
+
+// crow_store writes a chunked row normalised (crow_norm) as row yr and its
+// split (element base + j of parts).
+__device__ __forceinline__ void crow_store(float* yr, const crow& c, float r, bool w, bool res, int D,
+                                           unsigned short* parts, size_t n, size_t base) {
+    const bool al = ((size_t)yr & 15) == 0;
+#pragma unroll
+    for (int u = 0; u < CCACHE; u++) {
+        const int j = 4 * (threadIdx.x + u * blockDim.x);
+        if (j < D) {
+            const float4 v = crow_norm(c, u, r, w, res);
+            st4(yr, j, v, al);
+            emit4(parts, n, base + j, v);
+        }
+    }
+}
+
 // rmsnorm: one block per row. With res, the row is added to res's row
 // after the norm: the bits of Add(res, RMSNorm(x)).
 //
@@ -345,6 +493,12 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm(float* out, const 
     const float* xr = x + (size_t)blockIdx.x * D;
     float* yr = out + (size_t)blockIdx.x * D;
     const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
+    if (cache && chunked(D) && D <= 4 * CCACHE * (int)blockDim.x) {
+        crow c;
+        crow_load(c, xr, w, wt, rr, D);
+        crow_store(yr, c, crow_rscale(c, D, eps, sh), w, rr, D, parts, n, (size_t)blockIdx.x * D);
+        return;
+    }
     if (cache && D <= RCACHE * (int)blockDim.x) {
         float xv[RCACHE], wv[RCACHE], rv[RCACHE];
         cached_row(xv, wv, rv, xr, w, wt, rr, D);
@@ -373,6 +527,24 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
     pdl_start();
     __shared__ double sh[NMAX];
     const size_t row = (size_t)blockIdx.x * D;
+    if (chunked(D)) { // the same stages a chunk at a time
+        crow c;
+        crow_load(c, x + row, w1, w1t, res + row, D);
+        const float r = crow_rscale(c, D, eps, sh);
+        const float sc = s ? load(s, st, 0) : 1.0f;
+        const bool al = ((size_t)(y + row) & 15) == 0;
+#pragma unroll
+        for (int u = 0; u < CCACHE; u++) {
+            const int j = 4 * (threadIdx.x + u * blockDim.x);
+            float4 v = crow_norm(c, u, r, w1, true);
+            if (s) v = f4(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), __fmul_rn(v.z, sc), __fmul_rn(v.w, sc));
+            c.x[u] = v;
+            c.w[u] = j < D ? ldw4(w2, w2t, j) : f4(1.0f, 1.0f, 1.0f, 1.0f);
+            if (j < D) st4(y + row, j, v, al);
+        }
+        crow_store(out + row, c, crow_rscale(c, D, eps, sh), w2, false, D, parts, n, row);
+        return;
+    }
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
     cached_row(xv, wv, rv, x + row, w1, w1t, res + row, D);
     // (Loading w2 and the scalar here, before the first reduction, gave
