@@ -49,6 +49,17 @@ var attnPacked bool // read by liveSettings
 // attnFlagPacked is ATTN_PACKED in ops.cu.
 const attnFlagPacked = 2
 
+// attnCols4 has a thread of the untiled, unpacked value sums take four
+// adjacent columns, each key's four values in one 16-byte load
+// (TANDEM_CUDA_ATTN_COLS4=1; live), where the value rows allow it. The
+// same sums in the same order, so the same bits. Nsight Compute had the
+// value sums bound by issuing instructions. Written without a GPU: off
+// until measured.
+var attnCols4 bool // read by liveSettings
+
+// attnFlagCols4 is ATTN_COLS4 in ops.cu.
+const attnFlagCols4 = 4
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -182,6 +193,10 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
 		flags |= attnFlagPacked
+	}
+	if attnCols4 && Dv%4 == 0 && ptrOf(v).ptr%16 == 0 {
+		flags |= attnFlagCols4
+		b.cols4N++
 	}
 	var sc, cmax *compute.Tensor
 	if !fused {

@@ -505,15 +505,16 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk bool) {
-		fusedAttention, combineInValuesOn, attnPacked = on, comb, pk
-	}(fusedAttention, combineInValuesOn, attnPacked)
+	defer func(on, comb, pk, c4 bool) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4 = on, comb, pk, c4
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4)
 	combineInValuesOn = true
 	type variant struct {
-		name          string
-		fused, packed bool
+		name                 string
+		fused, packed, cols4 bool
 	}
-	variants := []variant{{"fused", true, false}, {"fused+packed", true, true}, {"two", false, false}, {"two+packed", false, true}}
+	variants := []variant{{"fused", true, false, false}, {"fused+packed", true, true, false}, {"fused+cols4", true, false, true},
+		{"two", false, false, false}, {"two+packed", false, true, false}}
 	// Builds of attn_fused that stop part way (ATTN_STOP), swapped in for
 	// the kernel: what the scores take, and the scores with their maximum.
 	fusedK := g.k["attn_fused"]
@@ -540,16 +541,16 @@ func TestAttentionSpeed(t *testing.T) {
 			opt := prefix(L, 128)(r)
 			line := fmt.Sprintf("%s, %d queries:", s.name, L)
 			for _, vr := range variants {
-				fusedAttention, attnPacked = vr.fused, vr.packed
+				fusedAttention, attnPacked, attnCols4 = vr.fused, vr.packed, vr.cols4
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			for _, vr := range variants[:2] { // operands from memory, as in a step
-				fusedAttention, attnPacked = vr.fused, vr.packed
+			for _, vr := range variants[:3] { // operands from memory, as in a step
+				fusedAttention, attnPacked, attnCols4 = vr.fused, vr.packed, vr.cols4
 				d := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s, L2 flushed %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			fusedAttention, attnPacked = true, false
+			fusedAttention, attnPacked, attnCols4 = true, false, false
 			for _, name := range []string{"scores only", "scores+max"} {
 				g.k["attn_fused"] = stops[name]
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
@@ -1033,18 +1034,18 @@ func TestMatMulForProfiler(t *testing.T) {
 // the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(on, comb, pk bool) {
-		fusedAttention, combineInValuesOn, attnPacked = on, comb, pk
-	}(fusedAttention, combineInValuesOn, attnPacked)
+	defer func(on, comb, pk, c4 bool) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4 = on, comb, pk, c4
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
-	type variant struct{ fused, packed bool }
-	variants := []variant{{true, false}, {true, true}, {false, true}}
+	type variant struct{ fused, packed, cols4 bool }
+	variants := []variant{{true, false, false}, {true, true, false}, {false, true, false}, {true, false, true}, {false, false, true}}
 	check := func(name string, tc opCase, seed uint64, fusable bool) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
-			fusedAttention, attnPacked = v.fused, v.packed
+			fusedAttention, attnPacked, attnCols4 = v.fused, v.packed, v.cols4
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1057,10 +1058,14 @@ func TestFusedAttentionMatches(t *testing.T) {
 			t.Fatalf("%s: output %d is NaN: a zero weight's infinite value was summed", name, i)
 		}
 		for _, v := range variants {
-			before := g.fusedN
+			before, cols4Before := g.fusedN, g.cols4N
 			gotA, gotP := run(v)
 			if fused := g.fusedN > before; fused != (v.fused && fusable) {
 				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
+			}
+			// The cases below the table's have value rows in 16-byte chunks.
+			if v.cols4 && !strings.HasPrefix(name, "Attention/") && g.cols4N == cols4Before {
+				t.Fatalf("%s %+v: the value sums did not take four columns a thread", name, v)
 			}
 			if err := sameBits(gotA, wantA); err != nil {
 				t.Fatalf("%s %+v: %v", name, v, err)
