@@ -59,7 +59,7 @@ type Backend struct {
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
 	fusedN   int                               // attn_fused launches, for the test that they happen
-	cols4N   int                               // attention passes whose value sums take four columns a thread (attnCols4)
+	cols4N   int                               // attention passes that ask the untiled values kernels for four columns a thread (attnCols4)
 	gluN     int                               // matmul_rows_glu launches, likewise
 
 	bwOnce sync.Once
