@@ -62,6 +62,26 @@ var attnCols4 = true // read by liveSettings
 // attnFlagCols4 is ATTN_COLS4 in ops.cu.
 const attnFlagCols4 = 4
 
+// attnTiledCols is how many adjacent value columns a thread of the
+// query-tiled values kernel (prefill) sums, each key's values in one load
+// (TANDEM_CUDA_ATTN_TILED_COLS=1, 2 or 4; live), where the value rows
+// allow it. The same sums in the same order, so the same bits. Its value
+// sums take about four instructions a column, key and query, three times
+// the scores' (a query's key element). Written without a GPU: 1 until
+// measured.
+var attnTiledCols = 1 // read by liveSettings
+
+// tiledCols is attn_values_tiled's columns a thread for value rows of Dv
+// float32s at v: attnTiledCols where it is 2 or 4, divides Dv and the rows
+// are aligned to it, else 1.
+func tiledCols(v *compute.Tensor, Dv int) int {
+	w := attnTiledCols
+	if w != 2 && w != 4 || Dv%w != 0 || ptrOf(v).ptr%uintptr(4*w) != 0 {
+		return 1
+	}
+	return w
+}
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -252,6 +272,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				continue
 			}
 			args = append(args, nil, nil, 0, flags)
+		}
+		if tiled {
+			cols := tiledCols(v, Dv)
+			b.tiledColsN[cols]++
+			args = append(args, cols)
 		}
 		b.launch(values, [3]uint32{uint32(Hq), uint32(rows), uint32(nsplit)}, 256, args...)
 		b.launch("attn_combine", [3]uint32{uint32(Hq), uint32(B * n), 1}, min(256, max(32, Dv)),

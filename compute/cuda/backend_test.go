@@ -346,18 +346,23 @@ func TestBatchInvariance(t *testing.T) {
 	// leaves a partial tile), for head dimensions on and off the vector path.
 	// A scratch budget of 1 byte or 150 KiB makes the verify pass go
 	// through in query groups of one and of two or three.
+	// The tiled values kernel runs with one, two and four value columns a
+	// thread (attnTiledCols; D = 42 takes two, or one where four were asked).
 	const Hq, Hkv = 4, 2
-	defer func(on bool, budget, min int) {
-		tiledAttention, attnScratchBytes, attnTileMin = on, budget, min
-	}(tiledAttention, attnScratchBytes, attnTileMin)
+	defer func(on bool, budget, min, cols int) {
+		tiledAttention, attnScratchBytes, attnTileMin, attnTiledCols = on, budget, min, cols
+	}(tiledAttention, attnScratchBytes, attnTileMin, attnTiledCols)
 	attnTileMin = 2 // tile every group of two queries or more
 	for _, c := range []struct {
-		tiled  bool
-		budget int
-	}{{false, attnScratchBytes}, {true, attnScratchBytes}, {false, 1}, {true, 150 << 10}} {
-		tiledAttention, attnScratchBytes = c.tiled, c.budget
+		tiled      bool
+		budget     int
+		cols, want int // attnTiledCols, and the columns a thread D = 64 must get
+	}{{false, attnScratchBytes, 1, 0}, {true, attnScratchBytes, 1, 1}, {false, 1, 1, 0}, {true, 150 << 10, 1, 1},
+		{true, attnScratchBytes, 2, 2}, {true, attnScratchBytes, 4, 4}, {true, 150 << 10, 4, 4}} {
+		tiledAttention, attnScratchBytes, attnTiledCols = c.tiled, c.budget, c.cols
 		tiled := c.tiled
-		for _, D := range []int{64, 40} {
+		before := g.tiledColsN[c.want]
+		for _, D := range []int{64, 40, 42} {
 			for _, p := range []int{5, 1023, 1024, 3000} {
 				const L = 11
 				S := p + L
@@ -370,10 +375,14 @@ func TestBatchInvariance(t *testing.T) {
 					alone := g.ToF32(g.Attention(g.FromF32(qs[l*Hq*D:(l+1)*Hq*D], 1, Hq, D),
 						g.Slice(k, 0, p+l+1), g.Slice(v, 0, p+l+1), compute.AttentionOptions{Mask: compute.Causal, QueryPos: seq(p+l, 1)}))
 					if err := sameBits(alone, verify[l*Hq*D:(l+1)*Hq*D]); err != nil {
-						t.Fatalf("attention (tiled %v, scratch budget %d, D=%d) at position %d: decode and verify differ: %v", tiled, c.budget, D, p+l, err)
+						t.Fatalf("attention (tiled %v, %d columns a thread, scratch budget %d, D=%d) at position %d: decode and verify differ: %v",
+							tiled, c.cols, c.budget, D, p+l, err)
 					}
 				}
 			}
+		}
+		if c.want > 0 && g.tiledColsN[c.want] == before {
+			t.Fatalf("attention (tiled, %d columns a thread asked): attn_values_tiled never ran with %d", c.cols, c.want)
 		}
 	}
 
@@ -559,6 +568,19 @@ func TestAttentionSpeed(t *testing.T) {
 			}
 			t.Log(line)
 		}
+		// A prefill chunk: 64 queries over up to 2,048 keys, the tiled
+		// values kernel with one, two and four columns a thread.
+		defer func(c int) { attnTiledCols = c }(attnTiledCols)
+		keys := min(2048, s.S)
+		q := g.FromF32(randF32(r, 64*s.Hq*s.D), 1, 64, s.Hq, s.D)
+		opt := prefix(64, keys)(r)
+		line := fmt.Sprintf("%s, 64 queries over %d keys (tiled):", s.name, keys)
+		for _, cols := range []int{1, 2, 4} {
+			attnTiledCols = cols
+			d := deviceTime(t, g, 10, func() { g.Attention(q, k, v, opt) })
+			line += fmt.Sprintf("  %d columns a thread %v", cols, d.Round(100*time.Nanosecond))
+		}
+		t.Log(line)
 	}
 }
 

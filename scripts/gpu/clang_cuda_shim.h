@@ -33,6 +33,7 @@ __device__ static inline double __shfl_down_sync(unsigned mask, double v, unsign
     return __builtin_bit_cast(double, ((unsigned long long)(unsigned)hi << 32) | (unsigned)lo);
 }
 struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
+struct __attribute__((aligned(8))) float2 { float x, y; };
 struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 __device__ static inline unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }
 __device__ static inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }

@@ -36,6 +36,8 @@ mutants=(
   'emit4-planes|compute/cuda/kernels/ops.cu|p[0][e] = h, p[1][e] = m, p[2][e] =|p[1][e] = h, p[0][e] = m, p[2][e] =|^TestRMSNormCacheMatch$'
   # the four-column value sums adding a key's third value to the fourth column
   'cols4-lane|compute/cuda/kernels/ops.cu|a3 = __fadd_rn(a3, __fmul_rn(e, vv[u].w));|a3 = __fadd_rn(a3, __fmul_rn(e, vv[u].z));|^TestFusedAttentionMatches$'
+  # the tiled value sums adding every column's share from the first column's value
+  'tiled-cols-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[w]));|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[0]));|^TestBatchInvariance$'
   # matmul_rows_glu's up columns read from the gate rows
   'glu-up-row|compute/cuda/kernels/matmul.cu|wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;|wr[i] = w + (size_t)(ok ? n0 + g : 0) * K;|^TestGeluMatMulsMatch$'
   # matmul_rows_glu'"'"'s finish summing the gate partials for the up values too

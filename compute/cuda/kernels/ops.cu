@@ -1242,10 +1242,60 @@ extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, flo
     }
 }
 
-// attn_values_tiled: grid (Hq, B·ceil(L/QT), nsplit).
+// ldv loads W adjacent floats (16- or 8-byte aligned for W = 4 or 2).
+__device__ __forceinline__ void ldv(float (&o)[1], const float* p) { o[0] = *p; }
+__device__ __forceinline__ void ldv(float (&o)[2], const float* p) {
+    const float2 t = *(const float2*)p;
+    o[0] = t.x, o[1] = t.y;
+}
+__device__ __forceinline__ void ldv(float (&o)[4], const float* p) {
+    const float4 t = *(const float4*)p;
+    o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+}
+
+// tiled_value_sums is attn_values_tiled's value sums with W adjacent
+// columns a thread, each key's W values in one load: each column's sum is
+// the same, in the same order. The sums cost about four instructions a
+// column, key and query with one column a thread (a shared load and a test
+// of the weight besides the multiply and the add), against one and a
+// quarter a key element and query for the scores; W columns share the
+// weight's load and test.
+template <int W>
+__device__ __forceinline__ void tiled_value_sums(const float* vb, size_t vstride, const int* ss,
+                                                 float (*es)[ATTN_CHUNK], int olo, int ohi, int Dv, int nq, float* pv,
+                                                 size_t pvrow, size_t pvq) {
+    for (int d = W * threadIdx.x; d < Dv; d += W * RBLOCK) {
+        const float* vd = vb + d;
+        float acc[QT][W];
+#pragma unroll
+        for (int j = 0; j < QT; j++)
+#pragma unroll
+            for (int w = 0; w < W; w++) acc[j][w] = 0.0f;
+        for (int o = olo; o < ohi; o++) {
+            const int s = ss[o];
+            if (s < 0) continue;
+            float vv[W];
+            ldv(vv, vd + (size_t)s * vstride);
+#pragma unroll
+            for (int j = 0; j < QT; j++) {
+                const float e = es[j][o];
+                if (e != 0.0f)
+#pragma unroll
+                    for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[w]));
+            }
+        }
+        for (int j = 0; j < nq; j++)
+#pragma unroll
+            for (int w = 0; w < W; w++) pv[pvrow + j * pvq + d + w] = acc[j][w];
+    }
+}
+
+// attn_values_tiled: grid (Hq, B·ceil(L/QT), nsplit). cols (1, 2 or 4,
+// dividing Dv, the values aligned to it) is tiled_value_sums' W.
 extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
                                              const int* slot_of, const int* span, const int* qpos,
-                                             int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window) {
+                                             int L, int Hq, int Hkv, int S, int Dv, int nscore, int nsplit, int causal, int window,
+                                             int cols) {
     pdl_start();
     __shared__ float es[QT][ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
@@ -1286,23 +1336,15 @@ extern "C" __global__ void attn_values_tiled(const float* v, const float* sc, co
 #pragma unroll
     for (int j = 0; j < QT; j++) total[j] = block_sum_d(part[j], sh); // publishes es, ss too
     const size_t vstride = (size_t)Hkv * Dv;
-    for (int d = threadIdx.x; d < Dv; d += RBLOCK) {
-        const float* vd = v + (size_t)b * S * vstride + (size_t)kvh * Dv + d;
-        float acc[QT];
-#pragma unroll
-        for (int j = 0; j < QT; j++) acc[j] = 0.0f;
-        for (int o = olo; o < ohi; o++) {
-            const int s = ss[o];
-            if (s < 0) continue;
-            const float vv = vd[(size_t)s * vstride];
-#pragma unroll
-            for (int j = 0; j < QT; j++) {
-                const float e = es[j][o];
-                if (e != 0.0f) acc[j] = __fadd_rn(acc[j], __fmul_rn(e, vv));
-            }
-        }
-        for (int j = 0; j < nq; j++) pv[(((size_t)(bl0 + j) * Hq + h) * nsplit + blockIdx.z) * Dv + d] = acc[j];
-    }
+    const float* vb = v + (size_t)b * S * vstride + (size_t)kvh * Dv;
+    // Query j's partials for this split start at pvrow + j·pvq.
+    const size_t pvrow = (((size_t)bl0 * Hq + h) * nsplit + blockIdx.z) * Dv, pvq = (size_t)Hq * nsplit * Dv;
+    if (cols == 4)
+        tiled_value_sums<4>(vb, vstride, ss, es, olo, ohi, Dv, nq, pv, pvrow, pvq);
+    else if (cols == 2)
+        tiled_value_sums<2>(vb, vstride, ss, es, olo, ohi, Dv, nq, pv, pvrow, pvq);
+    else
+        tiled_value_sums<1>(vb, vstride, ss, es, olo, ohi, Dv, nq, pv, pvrow, pvq);
     if (threadIdx.x < nq) pe[((size_t)(bl0 + threadIdx.x) * Hq + h) * nsplit + blockIdx.z] = total[threadIdx.x];
 }
 
