@@ -87,7 +87,9 @@ extern "C" __global__ void stream_flat(const uint4* w, unsigned* sink, size_t n1
 // 128 bytes of each a warp step), in 2 KB runs (the same bytes a warp
 // step, laid out tile by tile), and flat, at its four blocks a
 // multiprocessor and at the eight its registers would otherwise allow.
-// Asserts nothing. On the H200 (eleventh session) the 31B products ran at
+// Split products are also timed without their finish (the last block of
+// each column group summing the splits' partials). Asserts nothing. On the
+// H200 (eleventh session) the 31B products ran at
 // 3.4-3.6 TB/s, their loads alone at 3.7-3.9, in 2 KB runs 3.9-4.0 and a
 // flat read at 4.0-4.4 (above the copy's 4.0); the E2B products took
 // 10.7-12 µs against 6.2-7.2 for their weights alone.
@@ -127,6 +129,16 @@ func TestWeightStreamSpeed(t *testing.T) {
 		grid := [3]uint32{uint32((s.N + 127) / 128), uint32(splits), 1}
 		line := fmt.Sprintf("%s (N=%d K=%d, %d splits of %d):  matmul_rows_wide %s", s.name, s.N, s.K, splits, chunk,
 			rate(deviceTime(t, g, 20, func() { g.MatMul(x, w) })))
+		if splits > 1 {
+			// The same launch without the finish (no counters: each split
+			// writes its partials and nothing sums them), for what the last
+			// blocks' sums and the count before them cost.
+			xs, part := g.splitParts(x, s.K), g.alloc(compute.F32, splits*s.N)
+			line += "  without its finish " + rate(deviceTime(t, g, 20, func() {
+				launch(g.k["matmul_rows_wide"], grid, 0, ptrOf(xs), ptrOf(w), ptrOf(part), ptrOf(part), nil, 1, s.N, s.K,
+					chunk, alignedRows(s.K, w, 0), segNone, segNone)
+			}))
+		}
 		for _, v := range []struct {
 			name   string
 			k      Kernel
