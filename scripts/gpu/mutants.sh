@@ -34,8 +34,8 @@ mutants=(
   # and lo swapped would be no fault: the product adds their sums first,
   # in either order the same)
   'emit4-planes|compute/cuda/kernels/ops.cu|p[0][e] = h, p[1][e] = m, p[2][e] =|p[1][e] = h, p[0][e] = m, p[2][e] =|^TestRMSNormCacheMatch$'
-  # the four-column value sums adding a key's third value to the fourth column
-  'cols4-lane|compute/cuda/kernels/ops.cu|a3 = __fadd_rn(a3, __fmul_rn(e, vv[u].w));|a3 = __fadd_rn(a3, __fmul_rn(e, vv[u].z));|^TestFusedAttentionMatches$'
+  # the four-column value sums adding every column's share from the first column's value
+  'cols4-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][w]));|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][0]));|^TestFusedAttentionMatches$'
   # the tiled value sums adding every column's share from the first column's value
   'tiled-cols-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[w]));|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[0]));|^TestBatchInvariance$'
   # matmul_rows_glu's up columns read from the gate rows

@@ -922,6 +922,65 @@ extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
+// ldv loads W adjacent floats (16- or 8-byte aligned for W = 4 or 2).
+__device__ __forceinline__ void ldv(float (&o)[1], const float* p) { o[0] = *p; }
+__device__ __forceinline__ void ldv(float (&o)[2], const float* p) {
+    const float2 t = *(const float2*)p;
+    o[0] = t.x, o[1] = t.y;
+}
+__device__ __forceinline__ void ldv(float (&o)[4], const float* p) {
+    const float4 t = *(const float4*)p;
+    o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+}
+
+// value_sums is values_pass's unpacked sums (finish(j, sum) takes column
+// j's): W adjacent columns a thread (W = 4 with ATTN_COLS4, value rows in
+// 16-byte chunks), each key's W values in one load, VB keys' loads ahead of
+// their sums. Every column sums its keys in position order, skipping the
+// keys without a slot or a weight, so W does not change the bits. The sums
+// were bound by issuing instructions (8.8 cycles an instruction, 3,300 a
+// warp for 128 keys, in Nsight Compute); four columns a thread take about
+// a third as many a column.
+template <int W, int VB, typename Finish>
+__device__ __forceinline__ void value_sums(const float* vb, size_t vstride, const int* ss, const float* es, int olo,
+                                           int ohi, int Dv, Finish finish) {
+    for (int j = W * threadIdx.x; j < Dv; j += W * RBLOCK) {
+        const float* vj = vb + j;
+        float acc[W];
+#pragma unroll
+        for (int w = 0; w < W; w++) acc[w] = 0.0f;
+        int o = olo;
+        for (; o + VB <= ohi; o += VB) {
+            float vv[VB][W];
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int s = ss[o + u];
+                if (s >= 0) {
+                    ldv(vv[u], vj + (size_t)s * vstride);
+                } else {
+#pragma unroll
+                    for (int w = 0; w < W; w++) vv[u][w] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < VB; u++)
+                if (ss[o + u] >= 0 && es[o + u] != 0.0f)
+#pragma unroll
+                    for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][w]));
+        }
+        for (; o < ohi; o++) {
+            const int s = ss[o];
+            if (s < 0 || es[o] == 0.0f) continue;
+            float v1[W];
+            ldv(v1, vj + (size_t)s * vstride);
+#pragma unroll
+            for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o], v1[w]));
+        }
+#pragma unroll
+        for (int w = 0; w < W; w++) finish(j + w, acc[w]);
+    }
+}
+
 // values_pass is split blockIdx.z of row blockIdx.y's values for head
 // blockIdx.x, from the scores scr[r] (r the offset from the row's first
 // position) and their maximum mx over all chunks. Split i covers the
@@ -1037,71 +1096,9 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
             if (two) finish(j + RBLOCK, a1);
         }
     } else if (cols4) {
-        // A thread's four columns j..j+3 (Dv a multiple of 4, rows 16-byte
-        // aligned): each key's four values in one load, and four sums, each
-        // column's in position order as below. The value sums were bound by
-        // issuing instructions (8.8 cycles an instruction, 3,300 a warp for
-        // 128 keys); this takes about a third as many a column.
-        for (int j = 4 * threadIdx.x; j < Dv; j += 4 * RBLOCK) {
-            const float* vj = vb + j;
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            int o = olo;
-            for (; o + VB <= ohi; o += VB) {
-                float4 vv[VB];
-#pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    const int s = ss[o + u];
-                    vv[u] = s >= 0 ? *(const float4*)(vj + (size_t)s * vstride) : f4(0.0f, 0.0f, 0.0f, 0.0f);
-                }
-#pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    const float e = es[o + u];
-                    if (ss[o + u] >= 0 && e != 0.0f) {
-                        a0 = __fadd_rn(a0, __fmul_rn(e, vv[u].x));
-                        a1 = __fadd_rn(a1, __fmul_rn(e, vv[u].y));
-                        a2 = __fadd_rn(a2, __fmul_rn(e, vv[u].z));
-                        a3 = __fadd_rn(a3, __fmul_rn(e, vv[u].w));
-                    }
-                }
-            }
-            for (; o < ohi; o++) {
-                const int s = ss[o];
-                const float e = es[o];
-                if (s < 0 || e == 0.0f) continue;
-                const float4 v4 = *(const float4*)(vj + (size_t)s * vstride);
-                a0 = __fadd_rn(a0, __fmul_rn(e, v4.x));
-                a1 = __fadd_rn(a1, __fmul_rn(e, v4.y));
-                a2 = __fadd_rn(a2, __fmul_rn(e, v4.z));
-                a3 = __fadd_rn(a3, __fmul_rn(e, v4.w));
-            }
-            finish(j, a0);
-            finish(j + 1, a1);
-            finish(j + 2, a2);
-            finish(j + 3, a3);
-        }
+        value_sums<4, VB>(vb, vstride, ss, es, olo, ohi, Dv, finish);
     } else {
-        for (int j = threadIdx.x; j < Dv; j += RBLOCK) {
-            const float* vj = vb + j;
-            float acc = 0.0f;
-            int o = olo;
-            for (; o + VB <= ohi; o += VB) {
-                float vv[VB];
-#pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    const int s = ss[o + u];
-                    vv[u] = s >= 0 ? vj[(size_t)s * vstride] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < VB; u++)
-                    if (ss[o + u] >= 0 && es[o + u] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(es[o + u], vv[u]));
-            }
-            for (; o < ohi; o++) {
-                const int s = ss[o];
-                if (s < 0 || es[o] == 0.0f) continue;
-                acc = __fadd_rn(acc, __fmul_rn(es[o], vj[(size_t)s * vstride]));
-            }
-            finish(j, acc);
-        }
+        value_sums<1, VB>(vb, vstride, ss, es, olo, ohi, Dv, finish);
     }
     if (!out && threadIdx.x == 0) pe[bh * nsplit + blockIdx.z] = total;
 }
@@ -1240,17 +1237,6 @@ extern "C" __global__ void attn_scores_tiled(const float* q, const float* k, flo
         for (int i = 1; i < RBLOCK / 32; i++) v = fmax_nan(v, shm[threadIdx.x][i]);
         cmax[((size_t)(bl0 + threadIdx.x) * Hq + h) * gridDim.z + blockIdx.z] = v;
     }
-}
-
-// ldv loads W adjacent floats (16- or 8-byte aligned for W = 4 or 2).
-__device__ __forceinline__ void ldv(float (&o)[1], const float* p) { o[0] = *p; }
-__device__ __forceinline__ void ldv(float (&o)[2], const float* p) {
-    const float2 t = *(const float2*)p;
-    o[0] = t.x, o[1] = t.y;
-}
-__device__ __forceinline__ void ldv(float (&o)[4], const float* p) {
-    const float4 t = *(const float4*)p;
-    o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
 }
 
 // tiled_value_sums is attn_values_tiled's value sums with W adjacent
