@@ -62,8 +62,8 @@ type Backend struct {
 	cols4N   int                               // attention passes that ask the untiled values kernels for four columns a thread (attnCols4)
 	gluN     int                               // matmul_rows_glu launches, likewise
 
-	// attn_values_tiled launches by columns a thread (attnTiledCols)
-	tiledColsN map[int]int
+	// attn_values_tiled launches by columns a thread (attnTiledCols: 1, 2, 4)
+	tiledColsN [5]int
 
 	bwOnce sync.Once
 	bw     float64
@@ -85,8 +85,7 @@ func New(ordinal int) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, pool: newPool(dev), stage: newStaging(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{},
-		tiledColsN: map[int]int{}}
+	b := &Backend{dev: dev, pool: newPool(dev), stage: newStaging(dev), k: map[string]Kernel{}, ropes: map[*compute.RoPE]*compute.Tensor{}}
 	b.tables.seed = maphash.MakeSeed()
 	if waveWarps == 0 {
 		waveWarps = 32 * dev.SMs // the rows kernels: four blocks of eight warps a multiprocessor

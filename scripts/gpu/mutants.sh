@@ -33,7 +33,7 @@ mutants=(
   # a chunked norm's split written with its hi and mid planes swapped (mid
   # and lo swapped would be no fault: the product adds their sums first,
   # in either order the same)
-  'emit4-planes|compute/cuda/kernels/ops.cu|p[0][e] = h, p[1][e] = m, p[2][e] =|p[1][e] = h, p[0][e] = m, p[2][e] =|^TestRMSNormCacheMatch$'
+  'emit4-planes|compute/cuda/kernels/ops.cu|for (int e = 0; e < 4; e++) split3(in[e], p[0][e], p[1][e], p[2][e]);|for (int e = 0; e < 4; e++) split3(in[e], p[1][e], p[0][e], p[2][e]);|^TestRMSNormCacheMatch$'
   # the four-column value sums adding every column's share from the first column's value
   'cols4-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][w]));|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][0]));|^TestFusedAttentionMatches$'
   # the tiled value sums adding every column's share from the first column's value

@@ -9,17 +9,21 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// emit writes the three bf16 parts of v (hi, mid, lo: split_bf16's
-// arithmetic) at index i of parts ([3][n]) when the caller asked for them:
-// a producer of a matmul's input saves the matmul its split.
+// split3 is v's three bf16 parts: hi = bf16(v), mid = bf16(v − hi),
+// lo = bf16(v − hi − mid) (the subtractions are exact).
+__device__ __forceinline__ void split3(float v, unsigned short& h, unsigned short& m, unsigned short& l) {
+    h = f32_to_bf16(v);
+    const float r = v - __uint_as_float(((unsigned)h) << 16);
+    m = f32_to_bf16(r);
+    l = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
+}
+
+// emit writes the three bf16 parts of v (split3, split_bf16's arithmetic)
+// at index i of parts ([3][n]) when the caller asked for them: a producer
+// of a matmul's input saves the matmul its split.
 __device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, float v) {
     if (!parts) return;
-    const unsigned short h = f32_to_bf16(v);
-    const float r = v - __uint_as_float(((unsigned)h) << 16);
-    const unsigned short m = f32_to_bf16(r);
-    parts[i] = h;
-    parts[n + i] = m;
-    parts[2 * n + i] = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
+    split3(v, parts[i], parts[n + i], parts[2 * n + i]);
 }
 
 #define SQRT_2_OVER_PI 0.7978845608028654

@@ -450,12 +450,7 @@ __device__ __forceinline__ void emit4(unsigned short* parts, size_t n, size_t i,
     const float in[4] = {v.x, v.y, v.z, v.w};
     unsigned short p[3][4];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const unsigned short h = f32_to_bf16(in[e]);
-        const float r = in[e] - __uint_as_float(((unsigned)h) << 16);
-        const unsigned short m = f32_to_bf16(r);
-        p[0][e] = h, p[1][e] = m, p[2][e] = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
-    }
+    for (int e = 0; e < 4; e++) split3(in[e], p[0][e], p[1][e], p[2][e]);
 #pragma unroll
     for (int k = 0; k < 3; k++)
         *(uint2*)(parts + k * n + i) = u2(p[k][0] | ((unsigned)p[k][1] << 16), p[k][2] | ((unsigned)p[k][3] << 16));
@@ -1009,7 +1004,8 @@ __device__ __forceinline__ void value_sums(const float* vb, size_t vstride, cons
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n, bool packed, bool cols4 = false) {
+                                            unsigned short* parts, size_t n, int flags) {
+    const bool packed = flags & ATTN_PACKED;
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
     __shared__ slot_weight se[ATTN_CHUNK];
@@ -1095,7 +1091,7 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
             finish(j, a0);
             if (two) finish(j + RBLOCK, a1);
         }
-    } else if (cols4) {
+    } else if (flags & ATTN_COLS4) {
         value_sums<4, VB>(vb, vstride, ss, es, olo, ohi, Dv, finish);
     } else {
         value_sums<1, VB>(vb, vstride, ss, es, olo, ohi, Dv, finish);
@@ -1114,7 +1110,7 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
     float mx = -__int_as_float(0x7f800000);
     for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
     values_pass(v, sc + bh * S, mx, pv, pe, slot_of, span, qpos, L, Hq, Hkv, S, Dv, nsplit, causal, window, out,
-                parts, n, flags & ATTN_PACKED, flags & ATTN_COLS4);
+                parts, n, flags);
 }
 
 // attn_fused: attn_scores and attn_values in one block, for passes whose
@@ -1147,8 +1143,7 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
         return;
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
-    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n,
-                flags & ATTN_PACKED, flags & ATTN_COLS4);
+    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n, flags);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
