@@ -61,6 +61,12 @@ type Backend struct {
 	fusedN   int                               // attn_fused launches, for the test that they happen
 	cols4N   int                               // attention passes that ask the untiled values kernels for four columns a thread (attnCols4)
 	gluN     int                               // matmul_rows_glu launches, likewise
+	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
+
+	// maxCluster is the most K splits a cluster-finish launch takes: 16
+	// where the kernels allow non-portable cluster sizes, 8 where not, 0
+	// where the device has no clusters.
+	maxCluster int
 
 	// attn_values_tiled launches by columns a thread (attnTiledCols: 1, 2, 4)
 	tiledColsN [5]int
@@ -76,7 +82,7 @@ var kernelNames = map[string][]string{
 		"random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
-		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"},
+		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -101,6 +107,15 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
+	if dev.Clusters() {
+		b.maxCluster = 16
+		for _, name := range clusterOf {
+			if err := dev.SetFuncAttribute(b.k[name], funcAttrNonPortableCluster, 1); err != nil {
+				slog.Debug("cuda: clusters of more than 8 blocks are not allowed", "kernel", name, "err", err)
+				b.maxCluster = 8
+			}
+		}
+	}
 	return b, nil
 }
 
@@ -271,6 +286,19 @@ func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) 
 	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, 0, args...); err != nil {
 		panic(err)
 	}
+}
+
+// launchCluster is launch with the blocks of each column (gridDim.y of
+// them) in one thread block cluster.
+func (b *Backend) launchCluster(name string, grid [3]uint32, threads int, args ...any) {
+	k, ok := b.k[name]
+	if !ok {
+		panic("cuda: kernel " + name + " not loaded")
+	}
+	if err := b.dev.LaunchClusterAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, [3]uint32{1, grid[1], 1}, args...); err != nil {
+		panic(err)
+	}
+	b.clusterN++
 }
 
 // grid1 sizes a grid-stride launch over n elements.
@@ -837,18 +865,26 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	}
 	al := alignedRows(K, w, 0)
 	y := b.alloc(compute.F32, append(append([]int(nil), x.Shape()[:x.Rank()-1]...), I)...)
+	name := "matmul_rows_glu"
+	if up != nil {
+		name = "matmul_rows_glu_by"
+	}
+	cluster := b.clusterKernel(name, splits)
 	part := y
-	if splits > 1 {
+	if splits > 1 && cluster == "" {
 		part = b.alloc(compute.F32, splits*M*N)
 	}
 	xs := b.splitParts(x, M*K)
 	parts, pp := b.emitParts(y)
 	args := []any{ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), M, I, K, chunk, al, pp}
-	name := "matmul_rows_glu"
 	if up != nil {
-		name, args = "matmul_rows_glu_by", append(args, ptrOf(up))
+		args = append(args, ptrOf(up))
 	}
-	b.launch(name, grid, 256, args...)
+	if cluster != "" {
+		b.launchCluster(cluster, grid, 256, args...)
+	} else {
+		b.launch(name, grid, 256, args...)
+	}
 	if parts != nil {
 		b.remember(y, parts)
 	}
@@ -1099,10 +1135,6 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	}
 	al := alignedRows(K, w, stride)
 	tiled := at == nil && M > 16 && tiledMatMul && al == 1
-	out := y
-	if splits > 1 {
-		out = b.alloc(compute.F32, splits*R*N)
-	}
 	lone := at != nil && M == 1 && R == 1
 	name, rows := mma1Kernel, false
 	switch {
@@ -1120,6 +1152,14 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 			name = e
 		}
 	}
+	cluster := "" // the cluster-finish variant, which needs no partials in memory
+	if rows && !sumSplitsOnly {
+		cluster = b.clusterKernel(name, splits)
+	}
+	out := y
+	if splits > 1 && cluster == "" {
+		out = b.alloc(compute.F32, splits*R*N)
+	}
 	xs := b.splitParts(x, M*K)
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
 	// the mma kernels the alignment flag too; grid (column groups of 64,
@@ -1136,7 +1176,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
-	separate := splits > 1 && (int(grid[0]*grid[2]) > splitCounters || sumSplitsOnly)
+	separate := splits > 1 && cluster == "" && (int(grid[0]*grid[2]) > splitCounters || sumSplitsOnly)
 	if separate { // more tiles than counters: sum the splits in a kernel of their own
 		yArg, counters = ptrOf(out), nil
 	}
@@ -1148,7 +1188,12 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		}
 		tail = append(tail, b1, b2)
 	}
-	b.launch(name, grid, 256, append([]any{ptrOf(xs), ptrOf(w), yArg, ptrOf(out), counters}, tail...)...)
+	args := append([]any{ptrOf(xs), ptrOf(w), yArg, ptrOf(out), counters}, tail...)
+	if cluster != "" {
+		b.launchCluster(cluster, grid, 256, args...)
+	} else {
+		b.launch(name, grid, 256, args...)
+	}
 	if separate {
 		b.launch("sum_splits", grid1(R*N), 256, ptrOf(y), ptrOf(out), R*N, splits)
 	}
@@ -1156,6 +1201,28 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		b.recycle(out)
 	}
 	return segmented
+}
+
+// clusterFinish runs split products of the rows kernels (and the GLU
+// kernels) as thread block clusters, one cluster a column group's K
+// splits, which sum their partials through each other's shared memory in
+// split order instead of through L2 after a count (the _cl kernels in
+// matmul.cu; TANDEM_CUDA_CLUSTER=1, live). The same bits. Written without
+// a GPU: off until measured.
+var clusterFinish bool // TANDEM_CUDA_CLUSTER, read by liveSettings
+
+// clusterOf names the kernels' cluster-finish variants.
+var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
+	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl"}
+
+// clusterKernel is the cluster-finish variant of kernel name for a product
+// in splits K splits, or "" where it takes none: the switch is off, the
+// product is not split, or its splits exceed the device's clusters.
+func (b *Backend) clusterKernel(name string, splits int) string {
+	if !clusterFinish || splits < 2 || splits > b.maxCluster {
+		return ""
+	}
+	return clusterOf[name]
 }
 
 // segNone is SEG_NONE in matmul.cu: no segments, the plain layout.

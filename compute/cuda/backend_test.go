@@ -441,7 +441,8 @@ func TestMatMulSpeed(t *testing.T) {
 		t.Skip("timing")
 	}
 	kernels := append([]string{"matmul_mma8", "matmul_mma8n"}, mma1Variants...)
-	for _, name := range append(kernels, rowsVariants...) {
+	for _, name := range append(append(kernels, rowsVariants...), "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl",
+		"matmul_rows_glu_by_cl") {
 		regs, err := g.dev.FuncAttribute(g.k[name], funcAttrNumRegs)
 		if err != nil {
 			t.Fatal(err)
@@ -672,10 +673,10 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm, so := splitFixed, splitMode, sumSplitsOnly
+	sf, sm, so, cl := splitFixed, splitMode, sumSplitsOnly, clusterFinish
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode, sumSplitsOnly = sf, sm, so
+		splitFixed, splitMode, sumSplitsOnly, clusterFinish = sf, sm, so, cl
 	}
 }
 
@@ -686,7 +687,9 @@ func restoreMatMul() func() {
 // gate alone, and so must the split each writes for the next product;
 // with K split or not (up to 16 ways), a partial column group (I = 37) and
 // K that is not a multiple of 8 (unaligned loads). They must run for
-// those rows and not for six.
+// those rows and not for six. The fused kernels' cluster finish
+// (clusterFinish) must give the same bits and run where the splits fit a
+// cluster.
 func TestGeluMatMulsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
@@ -700,28 +703,44 @@ func TestGeluMatMulsMatch(t *testing.T) {
 			for M := 1; M <= 6; M++ {
 				x := g.FromF32(randF32(r, M*s.K), M, s.K)
 				u := g.FromF32(randF32(r, M*s.I), M, s.I)
-				for _, by := range []bool{false, true} {
-					run := func(on bool) (y, product []float32, ran bool) {
+				for _, v := range []struct{ by, cluster bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+					by := v.by
+					run := func(on bool) (y, product []float32, ran, clustered bool) {
 						restore := restoreMatMul()
 						defer restore()
-						splitFixed, gluFused = splits, on
-						before := g.gluN
+						// The cluster finish (clusterFinish) in the fused
+						// kernel only: the reference is the counted one.
+						splitFixed, gluFused, clusterFinish = splits, on, on && v.cluster
+						before, clBefore := g.gluN, g.clusterN
 						var out *compute.Tensor
 						if by {
 							out = compute.GeluMatMulBy(g, x, gate, u)
 						} else {
 							out = compute.GeluMatMuls(g, x, gate, up)
 						}
-						ran = g.gluN > before
-						return g.ToF32(out), g.ToF32(g.MatMul(out, down)), ran
+						ran, clustered = g.gluN > before, g.clusterN > clBefore
+						return g.ToF32(out), g.ToF32(g.MatMul(out, down)), ran, clustered
 					}
 					// The fused run first: a buffer the reference freed
 					// could otherwise hold the right values already.
-					gotY, gotP, ran := run(true)
-					wantY, wantP, _ := run(false)
-					name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d, by a tensor %v", s.I, s.K, splits, M, by)
+					gotY, gotP, ran, clustered := run(true)
+					wantY, wantP, _, _ := run(false)
+					name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d, by a tensor %v, cluster finish %v", s.I, s.K, splits, M, by, v.cluster)
 					if ran != (M <= 5) {
 						t.Fatalf("%s: the fused kernel ran %v", name, ran)
+					}
+					sp := func() int { // the product's K splits
+						defer restoreMatMul()()
+						splitFixed = splits
+						n := 2 * s.I
+						if by {
+							n = s.I
+						}
+						sp, _ := splitK(n, s.K)
+						return sp
+					}()
+					if want := v.cluster && ran && sp > 1 && sp <= g.maxCluster; clustered != want {
+						t.Fatalf("%s: the cluster finish ran %v with %d splits, want %v", name, clustered, sp, want)
 					}
 					if err := sameBits(gotY, wantY); err != nil {
 						t.Fatalf("%s: %v", name, err)
@@ -744,6 +763,9 @@ func TestGeluMatMulsMatch(t *testing.T) {
 // (K = 5,376 takes 17 and 24 splits where 17 and 25 are asked).
 // Every kernel family finishes the same way, so comparing them with each
 // other, as TestMatMulVariantsMatch does, cannot see an order they share.
+// The rows kernels' cluster finish (clusterFinish) is held to it too, with
+// up to five rows, and must run for 2-16 splits (the largest cluster) and
+// fall back to the counted finish beyond.
 func TestSplitFinishMatchesSumSplits(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
@@ -751,21 +773,34 @@ func TestSplitFinishMatchesSumSplits(t *testing.T) {
 	const N, K = 300, 5376
 	w := weight(g, compute.BF16, randF32(r, N*K), N, K)
 	for _, c := range []struct {
-		M      int
-		kernel string // the rows kernel, for M ≤ 5
-		tiled  bool   // M > 16: matmul_tiled, else the streaming mma8
-	}{{1, "matmul_rows", false}, {1, "matmul_rows_wide", false}, {4, "matmul_rows_wide", false}, {8, "auto", false},
-		{40, "auto", true}, {40, "auto", false}} {
+		M       int
+		kernel  string // the rows kernel, for M ≤ 5
+		tiled   bool   // M > 16: matmul_tiled, else the streaming mma8
+		cluster bool   // the rows kernels' cluster finish (clusterFinish), where the splits fit a cluster
+	}{{1, "matmul_rows", false, false}, {1, "matmul_rows_wide", false, false}, {4, "matmul_rows_wide", false, false},
+		{8, "auto", false, false}, {40, "auto", true, false}, {40, "auto", false, false},
+		{1, "matmul_rows", false, true}, {5, "matmul_rows", false, true}, {1, "matmul_rows_wide", false, true},
+		{4, "matmul_rows_wide", false, true}} {
+		if c.cluster && g.maxCluster == 0 {
+			t.Logf("M=%d %s: no thread block clusters on this device", c.M, c.kernel)
+			continue
+		}
 		x := g.FromF32(randF32(r, c.M*K), c.M, K)
 		for _, splits := range []int{2, 3, 7, 12, 16, 17, 25} {
 			restore := restoreMatMul()
-			rowsKernel, splitFixed, tiledMatMul = c.kernel, splits, c.tiled
+			rowsKernel, splitFixed, tiledMatMul, clusterFinish = c.kernel, splits, c.tiled, c.cluster
+			before := g.clusterN
 			got := g.ToF32(g.MatMul(x, w))
+			clustered := g.clusterN > before
 			sumSplitsOnly = true
 			want := g.ToF32(g.MatMul(x, w))
 			restore()
+			name := fmt.Sprintf("M=%d %s (tiled %v, cluster %v), %d splits", c.M, c.kernel, c.tiled, c.cluster, splits)
+			if wantCl := c.cluster && splits <= g.maxCluster; clustered != wantCl {
+				t.Fatalf("%s: the cluster finish ran %v, want %v", name, clustered, wantCl)
+			}
 			if err := sameBits(got, want); err != nil {
-				t.Fatalf("M=%d %s (tiled %v), %d splits: the kernel's finish differs from sum_splits: %v", c.M, c.kernel, c.tiled, splits, err)
+				t.Fatalf("%s: the kernel's finish differs from sum_splits: %v", name, err)
 			}
 		}
 	}

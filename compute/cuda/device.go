@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -256,6 +257,23 @@ const funcAttrNumRegs = 4
 // local memory per thread, where its register spills go.
 const funcAttrLocalBytes = 3
 
+// funcAttrNonPortableCluster is
+// CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: set to 1, clusters
+// of up to 16 blocks instead of 8.
+const funcAttrNonPortableCluster = 14
+
+// SetFuncAttribute sets one of k's CUfunction_attribute values.
+func (dev *Device) SetFuncAttribute(k Kernel, attr, v int32) error {
+	if dev.d.cuFuncSetAttribute == nil {
+		return errors.New("cuda: the driver library lacks cuFuncSetAttribute")
+	}
+	return dev.do(func() error { return dev.d.check("cuFuncSetAttribute", dev.d.cuFuncSetAttribute(k.fn, attr, v)) })
+}
+
+// Clusters reports whether kernels can be launched as thread block
+// clusters: sm_90 or later, and a driver with cuLaunchKernelEx.
+func (dev *Device) Clusters() bool { return dev.Arch >= 90 && dev.d.launchExFn != 0 }
+
 // FuncAttribute reads one of k's CUfunction_attribute values.
 func (dev *Device) FuncAttribute(k Kernel, attr int32) (int, error) {
 	var v int32
@@ -312,7 +330,7 @@ func (dev *Device) load(cubin []byte, name string, kernels []string) (map[string
 // Launch runs k over grid × block threads. Arguments may be Buffers,
 // int (passed as int32), int32, uint32, float32 or float64 (as float32).
 func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
-	f, err := dev.launcher(k, grid, block, shmem, args)
+	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, args)
 	if err != nil {
 		return err
 	}
@@ -323,7 +341,21 @@ func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ..
 // it; a failure is reported by the next Sync. Launches and copies run in
 // the order they are issued.
 func (dev *Device) LaunchAsync(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
-	f, err := dev.launcher(k, grid, block, shmem, args)
+	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, args)
+	if err != nil {
+		return err
+	}
+	dev.post(f)
+	return nil
+}
+
+// LaunchClusterAsync is LaunchAsync with the grid's blocks in thread block
+// clusters of the given dimensions (Clusters must report true).
+func (dev *Device) LaunchClusterAsync(k Kernel, grid, block, cluster [3]uint32, args ...any) error {
+	if !dev.Clusters() {
+		return fmt.Errorf("cuda: %s: this device cannot launch thread block clusters", k.name)
+	}
+	f, err := dev.launcher(k, grid, block, 0, cluster, args)
 	if err != nil {
 		return err
 	}
@@ -442,7 +474,19 @@ const fnvOffset = 14695981039346656037
 // programmaticStreamSerializationAllowed = 1.
 var pdlAttr = launchAttr{id: 6, value: [64]byte{1}}
 
-func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args []any) (func() error, error) {
+// clusterAttr is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (4) with the
+// cluster's x, y and z.
+func clusterAttr(c [3]uint32) launchAttr {
+	a := launchAttr{id: 4}
+	for i, v := range c {
+		binary.LittleEndian.PutUint32(a.value[4*i:], v)
+	}
+	return a
+}
+
+// launcher returns the call that launches k; a cluster of zeros launches
+// plain blocks.
+func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, cluster [3]uint32, args []any) (func() error, error) {
 	// One 8-byte slot per argument and one array of pointers to the slots,
 	// two allocations per launch. Go's collector does not move heap
 	// objects, and the closure keeps both alive until the driver has
@@ -476,6 +520,9 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 	// A recording's launches are compared step to step (graph.go).
 	sum := mixSig(mixSig(mixSig(fnvOffset, uint64(k.fn)), uint64(grid[0])|uint64(grid[1])<<32),
 		uint64(grid[2])|uint64(block[0])<<32|uint64(shmem)<<48)
+	if cluster != [3]uint32{} {
+		sum = mixSig(sum, uint64(cluster[0])|uint64(cluster[1])<<21|uint64(cluster[2])<<42)
+	}
 	for _, v := range vals {
 		sum = mixSig(sum, v)
 	}
@@ -484,6 +531,8 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 	// turns programmaticLaunch on for a few launches and off again would
 	// otherwise race with the batched posts (and its launches run plain).
 	pdl := programmaticLaunch
+	clustered, clAttr := cluster != [3]uint32{}, clusterAttr(cluster)
+	var attrs [2]launchAttr // PDL's and the cluster's, as asked
 	return func() error {
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
@@ -500,10 +549,19 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, args 
 		if dev.prof != nil && !dev.prof.graphs {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
-		if (pdl || dev.pdlRec) && dev.d.launchExFn != 0 {
-			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
+		if clustered || (pdl || dev.pdlRec) && dev.d.launchExFn != 0 {
+			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &attrs[0]}
+			if pdl || dev.pdlRec {
+				attrs[cfg.nattrs] = pdlAttr
+				cfg.nattrs++
+			}
+			if clustered {
+				attrs[cfg.nattrs] = clAttr
+				cfg.nattrs++
+			}
 			r, _, _ := purego.SyscallN(dev.d.launchExFn, uintptr(unsafe.Pointer(cfg)), k.fn, pp, 0)
 			runtime.KeepAlive(cfg)
+			runtime.KeepAlive(&attrs)
 			runtime.KeepAlive(vals)
 			runtime.KeepAlive(params)
 			return dev.d.check("cuLaunchKernelEx", result(int32(r)))

@@ -38,6 +38,7 @@ type driverAPI struct {
 	cuLaunchKernel           func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra unsafe.Pointer) result
 	cuGetErrorString         func(r result, s **byte) result
 	cuFuncGetAttribute       func(v *int32, attrib int32, fn uintptr) result
+	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result // optional: nil where the driver lacks it
 	cuEventCreate            func(ev *uintptr, flags uint32) result
 	cuEventRecord            func(ev, stream uintptr) result
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
@@ -115,6 +116,9 @@ func loadDriver() (*driverAPI, error) {
 				continue
 			}
 			purego.RegisterLibFunc(fn, h, name)
+		}
+		if _, err := purego.Dlsym(h, "cuFuncSetAttribute"); err == nil {
+			purego.RegisterLibFunc(&d.cuFuncSetAttribute, h, "cuFuncSetAttribute")
 		}
 		// Newer drivers export the timing call with a _v2 suffix as well.
 		for _, name := range []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"} {

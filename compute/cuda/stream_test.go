@@ -88,7 +88,8 @@ extern "C" __global__ void stream_flat(const uint4* w, unsigned* sink, size_t n1
 // step, laid out tile by tile), and flat, at its four blocks a
 // multiprocessor and at the eight its registers would otherwise allow.
 // Split products are also timed without their finish (the last block of
-// each column group summing the splits' partials). Asserts nothing. On the
+// each column group summing the splits' partials), and with the cluster
+// finish (TANDEM_CUDA_CLUSTER) instead. Asserts nothing. On the
 // H200 (eleventh session) the 31B products ran at
 // 3.4-3.6 TB/s, their loads alone at 3.7-3.9, in 2 KB runs 3.9-4.0 and a
 // flat read at 4.0-4.4 (above the copy's 4.0); the E2B products took
@@ -138,6 +139,11 @@ func TestWeightStreamSpeed(t *testing.T) {
 				launch(g.k["matmul_rows_wide"], grid, 0, ptrOf(xs), ptrOf(w), ptrOf(part), ptrOf(part), nil, 1, s.N, s.K,
 					chunk, alignedRows(s.K, w, 0), segNone, segNone)
 			}))
+			if splits <= g.maxCluster {
+				clusterFinish = true
+				line += "  with the cluster finish " + rate(deviceTime(t, g, 20, func() { g.MatMul(x, w) }))
+				clusterFinish = false
+			}
 		}
 		for _, v := range []struct {
 			name   string

@@ -35,7 +35,7 @@ mutants=(
   # in either order the same)
   'emit4-planes|compute/cuda/kernels/ops.cu|for (int e = 0; e < 4; e++) split3(in[e], p[0][e], p[1][e], p[2][e]);|for (int e = 0; e < 4; e++) split3(in[e], p[1][e], p[0][e], p[2][e]);|^TestRMSNormCacheMatch$'
   # the four-column value sums adding every column's share from the first column's value
-  'cols4-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][w]));|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(es[o + u], vv[u][0]));|^TestFusedAttentionMatches$'
+  'cols4-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(e, vv[u][w]));|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(e, vv[u][0]));|^TestFusedAttentionMatches$'
   # the tiled value sums adding every column's share from the first column's value
   'tiled-cols-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[w]));|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[0]));|^TestBatchInvariance$'
   # matmul_rows_glu's up columns read from the gate rows
@@ -55,7 +55,13 @@ mutants=(
         wide_mma<G, U>(c, q, x, kb, k1, t, al);|        wide_mma<G, U>(c, q, x, kb, k1, t, al);
         pdl_start_for(xs, out);|^TestEarlyWeightsWaitForActivations$'
   # matmul_rows_wide storing its first column group for both.
-  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);|^TestMatMulVariantsMatch$'
+  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2);|^TestMatMulVariantsMatch$'
+  # the cluster finish adding the split partials rotated by one (split 1 first, split 0 last)
+  'cluster-order|compute/cuda/kernels/matmul.cu|v[u] = j0 + u < S ? cluster_ld(p, j0 + u) : 0.0f;|v[u] = j0 + u < S ? cluster_ld(p, (j0 + u + 1) % S) : 0.0f;|^TestSplitFinishMatchesSumSplits$'
+  # the wide cluster kernel'"'"'s partial tile rows laid out at one column group'"'"'s width: the rows overlap
+  'cluster-tile|compute/cuda/kernels/matmul.cu|const int ldo = Local ? 64 * G : N,|const int ldo = Local ? 64 : N,|^TestSplitFinishMatchesSumSplits$'
+  # the GLU cluster finish summing the gate partials for the up values too
+  'cluster-glu-up|compute/cuda/kernels/matmul.cu|cluster_sum(p + 64, S)|cluster_sum(p, S)|^TestGeluMatMulsMatch$'
   # a segment's rows laid out at the stack's width instead of their own.
   'seg-stride|compute/cuda/kernels/matmul.cu|return (size_t)lo * M + (size_t)r * (hi - lo) + (n - lo);|return (size_t)lo * M + (size_t)r * N + (n - lo);|^TestMatMulsStacked$'
   # the wide kernel's K-split partials written in the segments' layout, then summed as plain ones.

@@ -418,6 +418,72 @@ __device__ __forceinline__ void finish_splits(float* y, const float* part, int* 
     finish_group(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);
 }
 
+// smem_addr is p's address in the block's shared memory window.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
+// The cluster finish (the _cl kernels, TANDEM_CUDA_CLUSTER=1): the K splits
+// of one column group run as one thread block cluster (sm_90; cluster dims
+// (1, gridDim.y, 1), so a block's rank in its cluster is blockIdx.y). Each
+// block keeps its partial tile in its own shared memory; after a cluster
+// barrier every block reads a share of the outputs' partials from all the
+// splits' blocks (distributed shared memory) and adds them in split order,
+// split_sum's order, so the bits are the counted finish's. What it saves:
+// the counted finish's fence, count and L2 round trips at the end of every
+// split product (TestWeightStreamSpeed: 3.6 µs of a 31B MLP product's 65,
+// 1.9 of an E2B one's 11).
+#define CL_ROWS 5 // the rows kernels' most rows
+
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
+// cluster_ld reads the float at p, an address in this block's shared
+// memory, from the block of cluster rank r.
+__device__ __forceinline__ float cluster_ld(const float* p, unsigned r) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned a;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(r));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+#endif
+    return v;
+}
+
+// cluster_sum is the S splits' partials at p, added in split order as
+// split_sum adds them (all loaded before the first addition).
+__device__ __forceinline__ float cluster_sum(const float* p, int S) {
+    float s = 0.0f;
+    for (int j0 = 0; j0 < S; j0 += FB) {
+        float v[FB];
+#pragma unroll
+        for (int u = 0; u < FB; u++) v[u] = j0 + u < S ? cluster_ld(p, j0 + u) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < FB; u++)
+            if (j0 + u < S) s = j0 + u == 0 ? v[u] : __fadd_rn(s, v[u]);
+    }
+    return s;
+}
+
+// cluster_finish is finish_group for a _cl kernel whose block covers COLS
+// columns: output (r, c0 + j)'s partial is tile[r·COLS + j] in every
+// split's block. Every thread of the cluster calls it.
+template <int COLS>
+__device__ __forceinline__ void cluster_finish(float* y, const float* tile, int M, int N, int b1, int b2) {
+    cluster_sync(); // every split's tile is written
+    const int S = gridDim.y, c0 = blockIdx.x * COLS;
+    for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < M * COLS; e += S * blockDim.x) {
+        const int r = e / COLS, n = c0 + e % COLS;
+        if (n < N) y[seg_at(r, n, M, N, b1, b2)] = cluster_sum(tile + e, S);
+    }
+    cluster_sync(); // no block leaves while another reads its tile
+}
+
 // The kernels take y, the split partials' buffer part (y itself without a
 // K split) and the column groups' counters.
 #define MMA_KERNEL(name, MT, U, NC)                                                                        \
@@ -524,7 +590,7 @@ __device__ __forceinline__ void rows_mma(float c[4], const uint4 q[U], const row
 // in the same order: the bits are the plain kernel's. (Asking L2 for the
 // next 4 or 16 steps' weights before the wait too lost on the H200: E2B
 // decode 206 → 181 tok/s, 31B 43.9 → 41.8.)
-template <int U, bool NC, bool Tok, bool Early = false>
+template <int U, bool NC, bool Tok, bool Early = false, bool Local = false>
 __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w, float* __restrict__ out,
                             int M, int N, int K, int kchunk, int aligned, int xdiv = 1, int b1 = SEG_NONE,
                             int b2 = SEG_NONE) {
@@ -555,6 +621,8 @@ __device__ void matmul_rows(const unsigned short* __restrict__ xs, const unsigne
     }
     if (Tok)
         rows_store(&tile[wid][0][0], c, g, t, lane, out + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * N, 1, N, n0);
+    else if (Local) // a _cl kernel's partial tile, in its block's shared memory
+        rows_store(&tile[wid][0][0], c, g, t, lane, out, M, 64, n0 - blockIdx.x * 64);
     else if (gridDim.y == 1) // out is the result itself: its layout may be segments
         rows_store(&tile[wid][0][0], c, g, t, lane, out, M, N, n0, b1, b2);
     else
@@ -581,6 +649,16 @@ ROWS_KERNEL(matmul_rows, 4, true, 4, false)
 ROWS_KERNEL(matmul_rows_plain, 4, false, 4, false) // plain loads, for comparison
 ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
 
+// matmul_rows_cl: matmul_rows with the cluster finish (launched as
+// clusters of its gridDim.y K splits).
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_cl(const unsigned short* xs, const unsigned short* w,
+        float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {
+    __shared__ float ct[CL_ROWS * 64];
+    pdl_start();
+    matmul_rows<4, true, false, false, true>(xs, w, ct, M, N, K, kchunk, aligned, 1, b1, b2);
+    cluster_finish<64>(y, ct, M, N, b1, b2);
+}
+
 // matmul_rows_wide: matmul_rows with 8·G columns a warp, G groups of 8
 // sharing every activation load, and U weight chunks a group per K step.
 // A verify's rows load 1.5 activation chunks per weight chunk in
@@ -598,7 +676,7 @@ ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
 // Its K step is matmul_rows' (wide_mma); matmul_rows keeps a body of its
 // own for the token-routed variant (Tok) and its one column group, at 64
 // registers, the most its four blocks a multiprocessor allow.
-template <int G, int U, bool NC, bool Early>
+template <int G, int U, bool NC, bool Early, bool Local = false>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
                                  int b2) {
@@ -637,12 +715,14 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
         wide_mma<G, U>(c, q, x, kb, k1, t, al);
     }
-    float* o = out + (size_t)blockIdx.y * M * N;
+    // Local: a _cl kernel's partial tile ([M][64·G]), in shared memory.
+    float* o = Local ? out : out + (size_t)blockIdx.y * M * N;
+    const int ldo = Local ? 64 * G : N, c0 = Local ? blockIdx.x * 64 * G : 0;
     if (gridDim.y > 1) b1 = b2 = SEG_NONE; // partials keep the plain layout
 #pragma unroll
     for (int i = 0; i < G; i++) {
         if (i > 0) __syncwarp(); // the next group reuses the tile
-        rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, N, n0 + 8 * i, b1, b2);
+        rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2);
     }
 }
 
@@ -656,6 +736,16 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
     }
 WIDE_KERNEL(matmul_rows_wide, 2, 2, 4, false)
 WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
+
+// matmul_rows_wide_cl: matmul_rows_wide with the cluster finish.
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_wide_cl(const unsigned short* xs,
+        const unsigned short* w, float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned,
+        int b1, int b2) {
+    __shared__ float ct[CL_ROWS * 128];
+    pdl_start();
+    matmul_rows_wide<2, 2, true, false, true>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);
+    cluster_finish<128>(y, ct, M, N, b1, b2);
+}
 
 // matmul_rows_glu: y = GeluTanh(x·gateᵀ)·(x·upᵀ), [M, I], for M ≤ 5 rows
 // and a stacked weight w = gate|up ([2I, K]), with y's split emitted to
@@ -678,10 +768,13 @@ __device__ __forceinline__ void glu_store(float* y, unsigned short* parts, int M
     emit(parts, (size_t)M * I, (size_t)r * I + n, v);
 }
 
-template <bool By>
+// With Cl (the _cl kernels) a split's partials stay in the block's shared
+// memory, ct ([M][G·64]: gate columns, then up's), and the cluster finish
+// sums them.
+template <bool By, bool Cl = false>
 __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigned short* w, float* y, float* part,
                                          int* counters, int M, int I, int K, int kchunk, int aligned,
-                                         unsigned short* parts, const float* up) {
+                                         unsigned short* parts, const float* up, float* ct = 0) {
     constexpr int G = By ? 1 : 2; // column groups a warp: gate (and up)
     __shared__ float tile[8][G][16][9];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
@@ -728,7 +821,10 @@ __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigne
                 const float* tl = &tile[wid][i][0][0];
                 s[i] = __fadd_rn(__fadd_rn(tl[(3 * r + 2) * 9 + j], tl[(3 * r + 1) * 9 + j]), tl[(3 * r) * 9 + j]);
             }
-            if (split) {
+            if (split && Cl) {
+#pragma unroll
+                for (int i = 0; i < G; i++) ct[(r * G + i) * 64 + n0 - blockIdx.x * 64 + j] = s[i];
+            } else if (split) {
 #pragma unroll
                 for (int i = 0; i < G; i++) o[(size_t)r * N + i * I + n0 + j] = s[i];
             } else {
@@ -736,9 +832,21 @@ __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigne
             }
         }
     }
+    const int c0 = blockIdx.x * 64;
+    if (split && Cl) {
+        cluster_sync(); // every split's tile is written
+        const int S = gridDim.y;
+        for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < M * 64; e += S * blockDim.x) {
+            const int r = e / 64, n = c0 + e % 64;
+            if (n >= I) continue;
+            const float* p = ct + r * G * 64 + e % 64;
+            glu_store(y, parts, M, I, r, n, cluster_sum(p, S), By ? up[(size_t)r * I + n] : cluster_sum(p + 64, S));
+        }
+        cluster_sync(); // no block leaves while another reads its tile
+        return;
+    }
     if (!split || !last_split(counters, blockIdx.x)) return;
     const size_t MN = (size_t)M * N;
-    const int c0 = blockIdx.x * 64;
     for (int e = threadIdx.x; e < M * 64; e += blockDim.x) {
         const int r = e / 64, n = c0 + e % 64;
         if (n >= I) continue;
@@ -764,6 +872,24 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_by(const un
                                                                         const float* up) {
     pdl_start();
     rows_glu<true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, up);
+}
+
+// matmul_rows_glu_cl and matmul_rows_glu_by_cl: the two with the cluster
+// finish.
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_cl(const unsigned short* xs,
+        const unsigned short* w, float* y, float* part, int* counters, int M, int I, int K, int kchunk, int aligned,
+        unsigned short* parts) {
+    __shared__ float ct[CL_ROWS * 2 * 64];
+    pdl_start();
+    rows_glu<false, true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, 0, ct);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_by_cl(const unsigned short* xs,
+        const unsigned short* w, float* y, float* part, int* counters, int M, int I, int K, int kchunk, int aligned,
+        unsigned short* parts, const float* up) {
+    __shared__ float ct[CL_ROWS * 64];
+    pdl_start();
+    rows_glu<true, true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, up, ct);
 }
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
@@ -809,12 +935,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_tokens(const un
 // accumulators a thread, ran 5-25% slower on the H200.)
 #define TBM 64
 #define TBN 64
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (unsigned)a;
-}
 
 // cp16 copies 16 bytes from global to shared memory asynchronously, or
 // writes zeros when !ok (src is then not read).
