@@ -59,6 +59,18 @@ const attnFlagPacked = 2
 // from 20.34 to 20.13.
 var attnCols4 = true // read by liveSettings
 
+// attnCols4Min is the narrowest value row that takes four columns a
+// thread: rows up to a block's 256 threads keep one column a thread, which
+// on the H200 (thirteenth session) ran a 256-wide sliding layer's
+// attn_fused in 16.4 µs against 18.4 with four (the four-column threads
+// leave three quarters of the block idle), where a 512-wide global layer
+// took 23.3 against 25.8. TANDEM_CUDA_ATTN_COLS4=all takes four at every
+// width.
+var attnCols4Min = attnCols4Wide // read by liveSettings
+
+// attnCols4Wide is attnCols4Min's default: wider than RBLOCK.
+const attnCols4Wide = 257
+
 // attnFlagCols4 is ATTN_COLS4 in ops.cu.
 const attnFlagCols4 = 4
 
@@ -219,7 +231,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	if attnPacked {
 		flags |= attnFlagPacked
 	}
-	if attnCols4 && Dv%4 == 0 && ptrOf(v).ptr%16 == 0 {
+	if attnCols4 && Dv >= attnCols4Min && Dv%4 == 0 && ptrOf(v).ptr%16 == 0 {
 		flags |= attnFlagCols4
 		b.cols4N++
 	}

@@ -65,8 +65,11 @@ type Backend struct {
 
 	// maxCluster is the most K splits a cluster-finish launch takes: 16
 	// where the kernels allow non-portable cluster sizes, 8 where not, 0
-	// where the device has no clusters.
+	// where the device has no clusters. clusterFit[k][s] is how many
+	// clusters of s blocks of the cluster-finish kernel k the device holds
+	// at once.
 	maxCluster int
+	clusterFit map[string][17]int
 
 	// attn_values_tiled launches by columns a thread (attnTiledCols: 1, 2, 4)
 	tiledColsN [5]int
@@ -114,6 +117,18 @@ func New(ordinal int) (*Backend, error) {
 				slog.Debug("cuda: clusters of more than 8 blocks are not allowed", "kernel", name, "err", err)
 				b.maxCluster = 8
 			}
+		}
+		b.clusterFit = map[string][17]int{}
+		for _, name := range clusterOf {
+			var fit [17]int
+			for s := 2; s <= b.maxCluster; s++ {
+				n, err := dev.MaxActiveClusters(b.k[name], [3]uint32{256, 1, 1}, [3]uint32{1, uint32(s), 1})
+				if err != nil {
+					slog.Debug("cuda: cluster occupancy", "kernel", name, "blocks", s, "err", err)
+				}
+				fit[s] = n
+			}
+			b.clusterFit[name] = fit
 		}
 	}
 	return b, nil
@@ -869,7 +884,7 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	if up != nil {
 		name = "matmul_rows_glu_by"
 	}
-	cluster := b.clusterKernel(name, splits)
+	cluster := b.clusterKernel(name, splits, int(grid[0]))
 	part := y
 	if splits > 1 && cluster == "" {
 		part = b.alloc(compute.F32, splits*M*N)
@@ -1154,7 +1169,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	}
 	cluster := "" // the cluster-finish variant, which needs no partials in memory
 	if rows && !sumSplitsOnly {
-		cluster = b.clusterKernel(name, splits)
+		cluster = b.clusterKernel(name, splits, (N+blockColsOf(name)-1)/blockColsOf(name))
 	}
 	out := y
 	if splits > 1 && cluster == "" {
@@ -1216,14 +1231,24 @@ var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_
 	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl"}
 
 // clusterKernel is the cluster-finish variant of kernel name for a product
-// in splits K splits, or "" where it takes none: the switch is off, the
-// product is not split, or its splits exceed the device's clusters.
-func (b *Backend) clusterKernel(name string, splits int) string {
-	if !clusterFinish || splits < 2 || splits > b.maxCluster {
+// of groups column groups in splits K splits, or "" where it takes none:
+// the switch is off, the product is not split, its splits exceed the
+// device's clusters, or its clusters would not all fit on the device at
+// once (a cluster's blocks start together, so the device holds fewer
+// blocks as clusters than plainly; on the H200 the 31B MLP products, 504
+// blocks that fit one wave as plain blocks, took 80-87 µs as clusters
+// against 66).
+func (b *Backend) clusterKernel(name string, splits, groups int) string {
+	cl := clusterOf[name]
+	if !clusterFinish || splits < 2 || splits > b.maxCluster || cl == "" || groups > b.clusterFit[cl][splits] && !clusterAlways {
 		return ""
 	}
-	return clusterOf[name]
+	return cl
 }
+
+// clusterAlways takes the cluster finish however many clusters the device
+// holds at once (tests, and TestWeightStreamSpeed's comparison).
+var clusterAlways bool
 
 // segNone is SEG_NONE in matmul.cu: no segments, the plain layout.
 const segNone = 0x7fffffff

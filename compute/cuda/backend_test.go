@@ -515,10 +515,11 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk, c4 bool) {
-		fusedAttention, combineInValuesOn, attnPacked, attnCols4 = on, comb, pk, c4
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4)
+	defer func(on, comb, pk, c4 bool, c4min int) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min = on, comb, pk, c4, c4min
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min)
 	combineInValuesOn = true
+	attnCols4Min = 0 // "+cols4" takes four columns at every width
 	type variant struct {
 		name                 string
 		fused, packed, cols4 bool
@@ -673,10 +674,10 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm, so, cl := splitFixed, splitMode, sumSplitsOnly, clusterFinish
+	sf, sm, so, cl, ca := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode, sumSplitsOnly, clusterFinish = sf, sm, so, cl
+		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways = sf, sm, so, cl, ca
 	}
 }
 
@@ -710,7 +711,7 @@ func TestGeluMatMulsMatch(t *testing.T) {
 						defer restore()
 						// The cluster finish (clusterFinish) in the fused
 						// kernel only: the reference is the counted one.
-						splitFixed, gluFused, clusterFinish = splits, on, on && v.cluster
+						splitFixed, gluFused, clusterFinish, clusterAlways = splits, on, on && v.cluster, true
 						before, clBefore := g.gluN, g.clusterN
 						var out *compute.Tensor
 						if by {
@@ -788,7 +789,7 @@ func TestSplitFinishMatchesSumSplits(t *testing.T) {
 		x := g.FromF32(randF32(r, c.M*K), c.M, K)
 		for _, splits := range []int{2, 3, 7, 12, 16, 17, 25} {
 			restore := restoreMatMul()
-			rowsKernel, splitFixed, tiledMatMul, clusterFinish = c.kernel, splits, c.tiled, c.cluster
+			rowsKernel, splitFixed, tiledMatMul, clusterFinish, clusterAlways = c.kernel, splits, c.tiled, c.cluster, true
 			before := g.clusterN
 			got := g.ToF32(g.MatMul(x, w))
 			clustered := g.clusterN > before
@@ -1091,10 +1092,31 @@ func TestMatMulForProfiler(t *testing.T) {
 // the fused kernel.
 func TestFusedAttentionMatches(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(on, comb, pk, c4 bool) {
-		fusedAttention, combineInValuesOn, attnPacked, attnCols4 = on, comb, pk, c4
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4)
+	// By default only value rows wider than a block's threads take four
+	// columns a thread (attnCols4Min): a sliding layer's 256 keep one.
+	defer func(c4 bool, c4min int) { attnCols4, attnCols4Min = c4, c4min }(attnCols4, attnCols4Min)
+	attnCols4, attnCols4Min = true, attnCols4Wide
+	for _, c := range []struct {
+		D    int
+		want bool
+	}{{256, false}, {300, true}, {512, true}} {
+		before := g.cols4N
+		attnCase("", 1, 1, 4, 2, 100, c.D, c.D, full(1, 1, 100, compute.Causal, 0)).run(g, rand.New(rand.NewPCG(1, 2)))
+		if took := g.cols4N > before; took != c.want {
+			t.Errorf("value rows of %d: four columns a thread %v, want %v", c.D, took, c.want)
+		}
+	}
+	fusedAttentionVariants(t, g)
+}
+
+// fusedAttentionVariants is TestFusedAttentionMatches' comparison of the
+// variants, four columns a thread taken at every width.
+func fusedAttentionVariants(t *testing.T, g *Backend) {
+	defer func(on, comb, pk, c4 bool, c4min int) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min = on, comb, pk, c4, c4min
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
+	attnCols4Min = 0         // four columns at every width the rows allow, when asked
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
 	type variant struct{ fused, packed, cols4 bool }

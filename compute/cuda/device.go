@@ -270,6 +270,23 @@ func (dev *Device) SetFuncAttribute(k Kernel, attr, v int32) error {
 	return dev.do(func() error { return dev.d.check("cuFuncSetAttribute", dev.d.cuFuncSetAttribute(k.fn, attr, v)) })
 }
 
+// MaxActiveClusters is how many clusters of the given dimensions, of k's
+// blocks of block threads, the device holds at once.
+func (dev *Device) MaxActiveClusters(k Kernel, block, cluster [3]uint32) (int, error) {
+	if dev.d.cuOccupancyMaxActiveClusters == nil {
+		return 0, errors.New("cuda: the driver library lacks cuOccupancyMaxActiveClusters")
+	}
+	attr := clusterAttr(cluster)
+	cfg := &launchConfig{grid: cluster, block: block, stream: dev.stream, attrs: &attr, nattrs: 1}
+	var n int32
+	err := dev.do(func() error {
+		return dev.d.check("cuOccupancyMaxActiveClusters", dev.d.cuOccupancyMaxActiveClusters(&n, k.fn, unsafe.Pointer(cfg)))
+	})
+	runtime.KeepAlive(cfg)
+	runtime.KeepAlive(&attr)
+	return int(n), err
+}
+
 // Clusters reports whether kernels can be launched as thread block
 // clusters: sm_90 or later, and a driver with cuLaunchKernelEx.
 func (dev *Device) Clusters() bool { return dev.Arch >= 90 && dev.d.launchExFn != 0 }

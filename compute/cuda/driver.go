@@ -39,6 +39,8 @@ type driverAPI struct {
 	cuGetErrorString         func(r result, s **byte) result
 	cuFuncGetAttribute       func(v *int32, attrib int32, fn uintptr) result
 	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result // optional: nil where the driver lacks it
+	// optional: nil where the driver lacks it (CUDA 12+)
+	cuOccupancyMaxActiveClusters func(n *int32, fn uintptr, cfg unsafe.Pointer) result
 	cuEventCreate            func(ev *uintptr, flags uint32) result
 	cuEventRecord            func(ev, stream uintptr) result
 	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
@@ -117,8 +119,11 @@ func loadDriver() (*driverAPI, error) {
 			}
 			purego.RegisterLibFunc(fn, h, name)
 		}
-		if _, err := purego.Dlsym(h, "cuFuncSetAttribute"); err == nil {
-			purego.RegisterLibFunc(&d.cuFuncSetAttribute, h, "cuFuncSetAttribute")
+		for name, fn := range map[string]any{"cuFuncSetAttribute": &d.cuFuncSetAttribute,
+			"cuOccupancyMaxActiveClusters": &d.cuOccupancyMaxActiveClusters} {
+			if _, err := purego.Dlsym(h, name); err == nil {
+				purego.RegisterLibFunc(fn, h, name)
+			}
 		}
 		// Newer drivers export the timing call with a _v2 suffix as well.
 		for _, name := range []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"} {

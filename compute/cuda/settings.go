@@ -29,7 +29,12 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
 	{"TANDEM_CUDA_ATTN_FUSED", func(v string) { fusedAttention = v != "0" }},
 	{"TANDEM_CUDA_ATTN_PACKED", func(v string) { attnPacked = v == "1" }},
-	{"TANDEM_CUDA_ATTN_COLS4", func(v string) { attnCols4 = v != "0" }},
+	{"TANDEM_CUDA_ATTN_COLS4", func(v string) {
+		attnCols4, attnCols4Min = v != "0", attnCols4Wide
+		if v == "all" {
+			attnCols4Min = 0
+		}
+	}},
 	{"TANDEM_CUDA_ATTN_TILED_COLS", func(string) { attnTiledCols = envInt("TANDEM_CUDA_ATTN_TILED_COLS", 2, 1, 4) }},
 	{"TANDEM_CUDA_GLU", func(v string) { gluFused = v != "0" }},
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v == "1" }},

@@ -140,9 +140,22 @@ func TestWeightStreamSpeed(t *testing.T) {
 					chunk, alignedRows(s.K, w, 0), segNone, segNone)
 			}))
 			if splits <= g.maxCluster {
-				clusterFinish = true
-				line += "  with the cluster finish " + rate(deviceTime(t, g, 20, func() { g.MatMul(x, w) }))
-				clusterFinish = false
+				clusterFinish, clusterAlways = true, true
+				line += fmt.Sprintf("  with the cluster finish (%d clusters, %d fit) %s", grid[0],
+					g.clusterFit["matmul_rows_wide_cl"][splits], rate(deviceTime(t, g, 20, func() { g.MatMul(x, w) })))
+				if s.N*s.K < wideMin { // the kernel these products get: matmul_rows
+					rowsKernel = "matmul_rows" // its split is the narrow kernel's
+					ns, _ := splitK(s.N, s.K)
+					line += fmt.Sprintf("  matmul_rows (%d splits) %s, with the cluster finish (%d clusters, %d fit) ", ns,
+						rate(deviceTime(t, g, 20, func() {
+							clusterFinish = false
+							g.MatMul(x, w)
+						})), (s.N+63)/64, g.clusterFit["matmul_rows_cl"][min(ns, 16)])
+					clusterFinish = true
+					line += rate(deviceTime(t, g, 20, func() { g.MatMul(x, w) }))
+					rowsKernel = "matmul_rows_wide"
+				}
+				clusterFinish, clusterAlways = false, false
 			}
 		}
 		for _, v := range []struct {
