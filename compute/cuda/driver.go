@@ -41,11 +41,11 @@ type driverAPI struct {
 	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result // optional: nil where the driver lacks it
 	// optional: nil where the driver lacks it (CUDA 12+)
 	cuOccupancyMaxActiveClusters func(n *int32, fn uintptr, cfg unsafe.Pointer) result
-	cuEventCreate            func(ev *uintptr, flags uint32) result
-	cuEventRecord            func(ev, stream uintptr) result
-	cuEventElapsedTime       func(ms *float32, start, end uintptr) result
-	cuEventDestroy           func(ev uintptr) result
-	cuEventSynchronize       func(ev uintptr) result
+	cuEventCreate                func(ev *uintptr, flags uint32) result
+	cuEventRecord                func(ev, stream uintptr) result
+	cuEventElapsedTime           func(ms *float32, start, end uintptr) result
+	cuEventDestroy               func(ev uintptr) result
+	cuEventSynchronize           func(ev uintptr) result
 	// Graphs (optional: nil when the driver lacks them).
 	cuStreamCreate              func(s *uintptr, flags uint32) result
 	cuStreamBeginCapture        func(s uintptr, mode int32) result
