@@ -1222,9 +1222,13 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 // kernels) as thread block clusters, one cluster a column group's K
 // splits, which sum their partials through each other's shared memory in
 // split order instead of through L2 after a count (the _cl kernels in
-// matmul.cu; TANDEM_CUDA_CLUSTER=1, live). The same bits. Written without
-// a GPU: off until measured.
-var clusterFinish bool // TANDEM_CUDA_CLUSTER, read by liveSettings
+// matmul.cu; TANDEM_CUDA_CLUSTER=0 turns it off, live). The same bits. On
+// the H200 (thirteenth session) the E2B step went from 3.69-3.72 to 3.51-3.53 ms
+// (269-271 → 284-285 tok/s; 170 → 176 at 4k), though a product timed
+// alone took as long either way (E2B MLP down 11.5 against 11.6 µs); the
+// 31B products' clusters do not all fit at once, so they keep the counted
+// finish (50.4 tok/s either way).
+var clusterFinish = true // TANDEM_CUDA_CLUSTER, read by liveSettings
 
 // clusterOf names the kernels' cluster-finish variants.
 var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
