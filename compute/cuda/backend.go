@@ -110,12 +110,9 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
-	for _, st := range []int{3, 4} {
-		name := tiledNames[st]
-		if err := dev.SetFuncAttribute(b.k[name], funcAttrMaxDynamicShared, int32(tiledShmem(st))); err != nil {
-			slog.Debug("cuda: a tiled kernel cannot have its shared memory; fewer stages instead", "kernel", name, "err", err)
-			delete(b.k, name)
-		}
+	if err := dev.SetFuncAttribute(b.k["matmul_tiled4"], funcAttrMaxDynamicShared, tiled4Shmem); err != nil {
+		slog.Debug("cuda: matmul_tiled4 cannot have its shared memory; three stages instead", "err", err)
+		delete(b.k, "matmul_tiled4")
 	}
 	if dev.Clusters() {
 		b.maxCluster = 16
@@ -1225,8 +1222,8 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	switch {
 	case cluster != "":
 		b.launchCluster(cluster, grid, 256, args...)
-	case tiled && name != "matmul_tiled": // the stages in dynamic shared memory
-		b.launchShared(name, grid, 256, tiledShmem(tiledStagesOf(name)), args...)
+	case name == "matmul_tiled4":
+		b.launchShared(name, grid, 256, tiled4Shmem, args...)
 	default:
 		b.launch(name, grid, 256, args...)
 	}
@@ -1241,38 +1238,25 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 
 // tiledStages is how many shared-memory stages of K blocks the tiled
 // kernel (prefill) keeps: 2 (matmul_tiled, double-buffered), 3 or 4
-// (matmul_tiled3, matmul_tiled4, in dynamic shared memory: two or three
-// copies in flight while a block is multiplied). TANDEM_CUDA_TILED_STAGES,
-// live. The same K blocks and mmas, so the same bits. Written without a
-// GPU: 2 until measured.
+// (matmul_tiled3, matmul_tiled4: two or three copies in flight while a block
+// is multiplied). TANDEM_CUDA_TILED_STAGES, live. The same K blocks and mmas,
+// so the same bits. Written without a GPU: 2 until measured.
 var tiledStages = 2 // read by liveSettings
 
-// tiledShmem is TILED_SHMEM(stages) in matmul.cu: matmul_tiled3's and
-// matmul_tiled4's dynamic shared memory, 16 KiB a stage.
-func tiledShmem(stages int) int { return stages * 4 * 64 * 32 * 2 }
-
-// tiledNames are the tiled kernels by stages.
-var tiledNames = map[int]string{2: "matmul_tiled", 3: "matmul_tiled3", 4: "matmul_tiled4"}
-
-// tiledStagesOf is the stages of the tiled kernel name.
-func tiledStagesOf(name string) int {
-	for st, n := range tiledNames {
-		if n == name {
-			return st
-		}
-	}
-	return 0
-}
+// tiled4Shmem is TILED4_SHMEM in matmul.cu: matmul_tiled4's dynamic shared
+// memory, four stages of 16 KiB.
+const tiled4Shmem = 4 * 4 * 64 * 32 * 2
 
 // funcAttrMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 const funcAttrMaxDynamicShared = 8
 
 // tiledKernel is the tiled kernel for tiledStages.
 func (b *Backend) tiledKernel() string {
-	for st := tiledStages; st > 2; st-- {
-		if b.k[tiledNames[st]].fn != 0 {
-			return tiledNames[st]
-		}
+	switch {
+	case tiledStages >= 4 && b.k["matmul_tiled4"].fn != 0:
+		return "matmul_tiled4"
+	case tiledStages >= 3:
+		return "matmul_tiled3"
 	}
 	return "matmul_tiled"
 }

@@ -1081,28 +1081,23 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
     tiled_tile<2>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
 }
 
-// matmul_tiled3 and matmul_tiled4: matmul_tiled with three and four stages
-// (TANDEM_CUDA_TILED_STAGES), in dynamic shared memory (TILED_SHMEM(ST)
-// bytes: three stages are 48 KiB, past the static limit with the finish's
-// flag).
-#define TILED_SHMEM(ST) ((ST) * 4 * TBM * 32 * 2) // a stage: three activation parts and the weights
-template <int ST>
-__device__ __forceinline__ void tiled_staged(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                             float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    extern __shared__ __align__(16) unsigned short tiled_smem[];
-    unsigned short(*as)[3][TBM][32] = reinterpret_cast<unsigned short(*)[3][TBM][32]>(tiled_smem);
-    unsigned short(*bs)[TBN][32] = reinterpret_cast<unsigned short(*)[TBN][32]>(tiled_smem + ST * 3 * TBM * 32);
-    tiled_tile<ST>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
-}
-
+// matmul_tiled3 and matmul_tiled4: matmul_tiled with three stages (48 KiB
+// of static shared memory) and four (64 KiB, dynamic: the launch asks for
+// TILED4_SHMEM bytes), TANDEM_CUDA_TILED_STAGES.
 extern "C" __global__ void matmul_tiled3(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                          float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    tiled_staged<3>(xs, w, y, part, counters, M, N, K, kchunk);
+    __shared__ __align__(16) unsigned short as[3][3][TBM][32];
+    __shared__ __align__(16) unsigned short bs[3][TBN][32];
+    tiled_tile<3>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
 }
 
+#define TILED4_SHMEM (4 * 4 * TBM * 32 * 2) // four stages of three activation parts and the weights
 extern "C" __global__ void matmul_tiled4(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                          float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    tiled_staged<4>(xs, w, y, part, counters, M, N, K, kchunk);
+    extern __shared__ __align__(16) unsigned short tiled_smem[];
+    unsigned short(*as)[3][TBM][32] = reinterpret_cast<unsigned short(*)[3][TBM][32]>(tiled_smem);
+    unsigned short(*bs)[TBN][32] = reinterpret_cast<unsigned short(*)[TBN][32]>(tiled_smem + 4 * 3 * TBM * 32);
+    tiled_tile<4>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
 }
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order. It keeps its own loop
