@@ -85,7 +85,7 @@ var kernelNames = map[string][]string{
 		"random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
-		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl", "matmul_tiled3", "matmul_tiled4"},
+		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -110,10 +110,6 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
-	if err := dev.SetFuncAttribute(b.k["matmul_tiled4"], funcAttrMaxDynamicShared, tiled4Shmem); err != nil {
-		slog.Debug("cuda: matmul_tiled4 cannot have its shared memory; three stages instead", "err", err)
-		delete(b.k, "matmul_tiled4")
-	}
 	if dev.Clusters() {
 		b.maxCluster = 16
 		for _, name := range clusterOf {
@@ -303,17 +299,6 @@ func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) 
 		panic("cuda: kernel " + name + " not loaded")
 	}
 	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, 0, args...); err != nil {
-		panic(err)
-	}
-}
-
-// launchShared is launch with shmem bytes of dynamic shared memory.
-func (b *Backend) launchShared(name string, grid [3]uint32, threads, shmem int, args ...any) {
-	k, ok := b.k[name]
-	if !ok {
-		panic("cuda: kernel " + name + " not loaded")
-	}
-	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, uint32(shmem), args...); err != nil {
 		panic(err)
 	}
 }
@@ -1203,7 +1188,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	case at != nil: // a block of the third dimension an output row
 		grid[2], tail = uint32(R), append(tail, at.sel, at.step, at.off, at.stride, at.xdiv)
 	case tiled:
-		name, grid[2], tail = b.tiledKernel(), uint32((M+63)/64), tail[:4]
+		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
 	separate := splits > 1 && cluster == "" && (int(grid[0]*grid[2]) > splitCounters || sumSplitsOnly)
@@ -1219,12 +1204,9 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		tail = append(tail, b1, b2)
 	}
 	args := append([]any{ptrOf(xs), ptrOf(w), yArg, ptrOf(out), counters}, tail...)
-	switch {
-	case cluster != "":
+	if cluster != "" {
 		b.launchCluster(cluster, grid, 256, args...)
-	case name == "matmul_tiled4":
-		b.launchShared(name, grid, 256, tiled4Shmem, args...)
-	default:
+	} else {
 		b.launch(name, grid, 256, args...)
 	}
 	if separate {
@@ -1234,31 +1216,6 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		b.recycle(out)
 	}
 	return segmented
-}
-
-// tiledStages is how many shared-memory stages of K blocks the tiled
-// kernel (prefill) keeps: 2 (matmul_tiled, double-buffered), 3 or 4
-// (matmul_tiled3, matmul_tiled4: two or three copies in flight while a block
-// is multiplied). TANDEM_CUDA_TILED_STAGES, live. The same K blocks and mmas,
-// so the same bits. Written without a GPU: 2 until measured.
-var tiledStages = 2 // read by liveSettings
-
-// tiled4Shmem is TILED4_SHMEM in matmul.cu: matmul_tiled4's dynamic shared
-// memory, four stages of 16 KiB.
-const tiled4Shmem = 4 * 4 * 64 * 32 * 2
-
-// funcAttrMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-const funcAttrMaxDynamicShared = 8
-
-// tiledKernel is the tiled kernel for tiledStages.
-func (b *Backend) tiledKernel() string {
-	switch {
-	case tiledStages >= 4 && b.k["matmul_tiled4"].fn != 0:
-		return "matmul_tiled4"
-	case tiledStages >= 3:
-		return "matmul_tiled3"
-	}
-	return "matmul_tiled"
 }
 
 // clusterFinish runs split products of the rows kernels (and the GLU

@@ -459,8 +459,7 @@ func TestMatMulSpeed(t *testing.T) {
 	}
 	variants := []variant{{"warp", func() { warpMatMul = true }}, {"mma8", func() { mma8Kernel, tiledMatMul = "matmul_mma8", false }},
 		{"mma8n", func() { mma8Kernel, tiledMatMul = "matmul_mma8n", false }},
-		{"mma8tiled", func() { tiledMatMul = true }}, {"mma8tiled3", func() { tiledMatMul, tiledStages = true, 3 }},
-		{"mma8tiled4", func() { tiledMatMul, tiledStages = true, 4 }}}
+		{"mma8tiled", func() { tiledMatMul = true }}}
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
 	}
@@ -485,7 +484,7 @@ func TestMatMulSpeed(t *testing.T) {
 			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
 			for _, v := range variants {
 				if M > 16 != strings.HasPrefix(v.name, "mma8") && v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") ||
-					M > 128 && !strings.HasPrefix(v.name, "mma8tiled") {
+					M > 128 && v.name != "mma8tiled" {
 					continue
 				}
 				restore := restoreMatMul()
@@ -675,10 +674,10 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm, so, cl, ca, ts := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, tiledStages
+	sf, sm, so, cl, ca := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, tiledStages = sf, sm, so, cl, ca, ts
+		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways = sf, sm, so, cl, ca
 	}
 }
 
@@ -812,9 +811,8 @@ func TestSplitFinishMatchesSumSplits(t *testing.T) {
 // accumulators per row, four weight chunks per step, plain loads): the
 // rows kernel (three tile rows per activation row) for M up to 5, the
 // streaming mma1 up to 16 rows, and the streaming
-// mma8 and the shared-memory tiled kernel beyond, with two, three and four
-// stages (partial row and column tiles included); odd K, K splits, K
-// ranges shorter than the stages and unaligned activations included.
+// mma8 and the shared-memory tiled kernel beyond (partial row and column
+// tiles included); odd K, K splits and unaligned activations included.
 func TestMatMulVariantsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
@@ -832,22 +830,17 @@ func TestMatMulVariantsMatch(t *testing.T) {
 				case M <= 5:
 					variants = append(variants, rowsVariants...)
 				case M > 16:
-					variants = []string{"matmul_mma8n", "matmul_tiled", "matmul_tiled3", "matmul_tiled4"}
+					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
 				for _, v := range variants {
-					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul, tiledStages = 0, "", v, v, false, 2
+					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, false
 					switch {
 					case strings.HasPrefix(v, "matmul_rows"):
 						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
-					case strings.HasPrefix(v, "matmul_tiled"):
-						// The tiled kernels are chosen by their switches;
-						// shapes they cannot take (odd K) fall back to
-						// matmul_mma8n.
+					case v == "matmul_tiled":
+						// The tiled kernel is chosen by its switch; shapes
+						// it cannot take (odd K) fall back to matmul_mma8n.
 						mma1Kernel, mma8Kernel, tiledMatMul = "matmul_mma1", "matmul_mma8n", true
-						tiledStages = map[string]int{"matmul_tiled": 2, "matmul_tiled3": 3, "matmul_tiled4": 4}[v]
-						if g.tiledKernel() != v {
-							t.Fatalf("%d stages asked: %s runs, not %s", tiledStages, g.tiledKernel(), v)
-						}
 					}
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {

@@ -38,7 +38,6 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ATTN_TILED_COLS", func(string) { attnTiledCols = envInt("TANDEM_CUDA_ATTN_TILED_COLS", 2, 1, 4) }},
 	{"TANDEM_CUDA_GLU", func(v string) { gluFused = v != "0" }},
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v != "0" }},
-	{"TANDEM_CUDA_TILED_STAGES", func(string) { tiledStages = envInt("TANDEM_CUDA_TILED_STAGES", 2, 2, 4) }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
 }
 

@@ -31,7 +31,6 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ATTN_TILED_COLS", "4", func() bool { return attnTiledCols == 4 }, func() bool { return attnTiledCols == 2 }},
 		{"TANDEM_CUDA_GLU", "0", func() bool { return !gluFused }, func() bool { return gluFused }},
 		{"TANDEM_CUDA_CLUSTER", "0", func() bool { return !clusterFinish }, func() bool { return clusterFinish }},
-		{"TANDEM_CUDA_TILED_STAGES", "4", func() bool { return tiledStages == 4 }, func() bool { return tiledStages == 2 }},
 		{"TANDEM_CUDA_POOL_GC", "0", func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 },
 			func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 }},
 	}

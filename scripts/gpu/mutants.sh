@@ -60,8 +60,6 @@ mutants=(
   'cluster-order|compute/cuda/kernels/matmul.cu|v[u] = j0 + u < S ? cluster_ld(p, j0 + u) : 0.0f;|v[u] = j0 + u < S ? cluster_ld(p, (j0 + u + 1) % S) : 0.0f;|^TestSplitFinishMatchesSumSplits$'
   # the wide cluster kernel'"'"'s partial tile rows laid out at one column group'"'"'s width: the rows overlap
   'cluster-tile|compute/cuda/kernels/matmul.cu|const int ldo = Local ? 64 * G : N,|const int ldo = Local ? 64 : N,|^TestSplitFinishMatchesSumSplits$'
-  # the multistage tiled kernel multiplying the stage after the one that landed
-  'tiled-stage|compute/cuda/kernels/matmul.cu|tiled_step(as[i % ST], bs[i % ST], acc, wm, wn, g, t);|tiled_step(as[(i + 1) % ST], bs[(i + 1) % ST], acc, wm, wn, g, t);|^TestMatMulVariantsMatch$'
   # the GLU cluster finish summing the gate partials for the up values too
   'cluster-glu-up|compute/cuda/kernels/matmul.cu|cluster_sum(p + 64, S)|cluster_sum(p, S)|^TestGeluMatMulsMatch$'
   # a segment's rows laid out at the stack's width instead of their own.

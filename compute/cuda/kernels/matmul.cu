@@ -943,36 +943,10 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
                  : "memory");
 }
 
-// tiled_step accumulates one 32-wide K block of the block's tile from the
-// shared tiles a (three parts) and b: each warp's 32 × 16 sub-tile, part
-// by part, in the rows kernels' mma order.
-__device__ __forceinline__ void tiled_step(const unsigned short (*a)[TBM][32], const unsigned short (*b)[32],
-                                           float acc[3][2][2][4], int wm, int wn, int g, int t) {
-    uint4 q[2];
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++) q[nt] = *(const uint4*)&b[wn * 16 + nt * 8 + g][8 * t];
-#pragma unroll
-    for (int p = 0; p < 3; p++) {
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            const int r = wm * 32 + mt * 16 + g;
-            const uint4 a0 = *(const uint4*)&a[p][r][8 * t];
-            const uint4 a1 = *(const uint4*)&a[p][r + 8][8 * t];
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) mma_part(acc[p][mt][nt], q[nt], a0, a1);
-        }
-    }
-}
-
 // tiled_range runs the block's 64 × 64 tile of the product over K range
 // [k0, k1) and returns each output's three parts summed (lo + mid) + hi in
 // c: what matmul_tiled writes as a split's partial. as and bs are the
-// block's ST shared stages of the tiles; every thread of the block calls
-// it. With ST = 2 (matmul_tiled) a K block's copy is issued before the wait
-// for the one before; with more stages (matmul_tiled3, matmul_tiled4) ST - 1
-// copies are in flight while a block is multiplied. The K blocks and their
-// mmas are the same either way, so the bits are too.
-template <int ST>
+// block's double-buffered shared tiles; every thread of the block calls it.
 __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ xs,
                                             const unsigned short* __restrict__ w, int M, int N, int K, int k0, int k1,
                                             int n0, int m0, unsigned short (*as)[3][TBM][32],
@@ -980,21 +954,18 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
     const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·16..
     const size_t MK = (size_t)M * K;
-    // Copies the K block at kb into stage s (none past k1: an empty group):
-    // 768 activation chunks (three parts of 64 rows × 4) and 256 weight
-    // chunks, 16 bytes each.
+    // Copies the K block at kb into buffer s: 768 activation chunks (three
+    // parts of 64 rows × 4) and 256 weight chunks, 16 bytes each.
     auto load = [&](int s, int kb) {
-        if (kb < k1) {
 #pragma unroll
-            for (int i = 0; i < 3; i++) {
-                const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
-                const bool ok = m0 + row < M && kb + kc < k1;
-                cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
-            }
-            const int col = tid >> 2, kc = (tid & 3) * 8;
-            const bool ok = n0 + col < N && kb + kc < k1;
-            cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
+        for (int i = 0; i < 3; i++) {
+            const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
+            const bool ok = m0 + row < M && kb + kc < k1;
+            cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
         }
+        const int col = tid >> 2, kc = (tid & 3) * 8;
+        const bool ok = n0 + col < N && kb + kc < k1;
+        cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
     float acc[3][2][2][4];
@@ -1005,32 +976,31 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
 #pragma unroll
             for (int j = 0; j < 2; j++) acc[p][i][j][0] = acc[p][i][j][1] = acc[p][i][j][2] = acc[p][i][j][3] = 0.0f;
     const int nk = (k1 - k0 + 31) / 32;
-    if (ST == 2) {
-        if (nk > 0) load(0, k0);
-        for (int i = 0; i < nk; i++) {
-            const int s = i & 1;
-            if (i + 1 < nk) {
-                load(s ^ 1, k0 + 32 * (i + 1));
-                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-            } else {
-                asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-            }
-            __syncthreads();
-            tiled_step(as[s], bs[s], acc, wm, wn, g, t);
-            __syncthreads(); // the next iteration's copy overwrites this buffer
+    if (nk > 0) load(0, k0);
+    for (int i = 0; i < nk; i++) {
+        const int s = i & 1;
+        if (i + 1 < nk) {
+            load(s ^ 1, k0 + 32 * (i + 1));
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
-    } else {
+        __syncthreads();
+        uint4 q[2];
 #pragma unroll
-        for (int s = 0; s < ST - 1; s++) load(s, k0 + 32 * s);
-        for (int i = 0; i < nk; i++) {
-            // Block i's group is complete when at most ST - 2 of the
-            // groups committed after it are pending.
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 2) : "memory");
-            __syncthreads(); // block i is everyone's; block i - 1's stage is free
-            load((i + ST - 1) % ST, k0 + 32 * (i + ST - 1));
-            tiled_step(as[i % ST], bs[i % ST], acc, wm, wn, g, t);
+        for (int nt = 0; nt < 2; nt++) q[nt] = *(const uint4*)&bs[s][wn * 16 + nt * 8 + g][8 * t];
+#pragma unroll
+        for (int p = 0; p < 3; p++) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = wm * 32 + mt * 16 + g;
+                const uint4 a0 = *(const uint4*)&as[s][p][r][8 * t];
+                const uint4 a1 = *(const uint4*)&as[s][p][r + 8][8 * t];
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) mma_part(acc[p][mt][nt], q[nt], a0, a1);
+            }
         }
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads(); // the next iteration's copy overwrites this buffer
     }
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
@@ -1060,44 +1030,17 @@ __device__ __forceinline__ void store_tile(float* o, const float c[2][2][4], int
         }
 }
 
-// tiled_tile is matmul_tiled's body on ST shared stages.
-template <int ST>
-__device__ __forceinline__ void tiled_tile(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                           float* y, float* part, int* counters, int M, int N, int K, int kchunk,
-                                           unsigned short (*as)[3][TBM][32], unsigned short (*bs)[TBN][32]) {
+extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                        float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
     pdl_start();
+    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
     const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     float c[2][2][4];
-    tiled_range<ST>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
+    tiled_range(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
     store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
-}
-
-extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                        float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
-    __shared__ __align__(16) unsigned short bs[2][TBN][32];
-    tiled_tile<2>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
-}
-
-// matmul_tiled3 and matmul_tiled4: matmul_tiled with three stages (48 KiB
-// of static shared memory) and four (64 KiB, dynamic: the launch asks for
-// TILED4_SHMEM bytes), TANDEM_CUDA_TILED_STAGES.
-extern "C" __global__ void matmul_tiled3(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                         float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    __shared__ __align__(16) unsigned short as[3][3][TBM][32];
-    __shared__ __align__(16) unsigned short bs[3][TBN][32];
-    tiled_tile<3>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
-}
-
-#define TILED4_SHMEM (4 * 4 * TBM * 32 * 2) // four stages of three activation parts and the weights
-extern "C" __global__ void matmul_tiled4(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                         float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
-    extern __shared__ __align__(16) unsigned short tiled_smem[];
-    unsigned short(*as)[3][TBM][32] = reinterpret_cast<unsigned short(*)[3][TBM][32]>(tiled_smem);
-    unsigned short(*bs)[TBN][32] = reinterpret_cast<unsigned short(*)[TBN][32]>(tiled_smem + 4 * 3 * TBM * 32);
-    tiled_tile<4>(xs, w, y, part, counters, M, N, K, kchunk, as, bs);
 }
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order. It keeps its own loop
