@@ -1167,9 +1167,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 			name = e
 		}
 	}
+	cols := blockColsOf(name)
 	cluster := "" // the cluster-finish variant, which needs no partials in memory
 	if rows && !sumSplitsOnly {
-		cluster = b.clusterKernel(name, splits, (N+blockColsOf(name)-1)/blockColsOf(name))
+		cluster = b.clusterKernel(name, splits, (N+cols-1)/cols)
 	}
 	out := y
 	if splits > 1 && cluster == "" {
@@ -1179,7 +1180,6 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	// Every kernel takes (xs, w, y, part, counters, M, N, K, kchunk) and
 	// the mma kernels the alignment flag too; grid (column groups of 64,
 	// splits, row tiles of 64 for the tiled kernel).
-	cols := blockColsOf(name)
 	grid := [3]uint32{uint32((N + cols - 1) / cols), uint32(splits), 1}
 	tail := []any{M, N, K, chunk, al}
 	switch {

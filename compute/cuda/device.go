@@ -548,8 +548,13 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 	// turns programmaticLaunch on for a few launches and off again would
 	// otherwise race with the batched posts (and its launches run plain).
 	pdl := programmaticLaunch
-	clustered, clAttr := cluster != [3]uint32{}, clusterAttr(cluster)
-	var attrs [2]launchAttr // PDL's and the cluster's, as asked
+	// A cluster launch's attributes, without and with PDL's (made only for
+	// cluster launches: plain ones, nearly all, allocate nothing more).
+	var clAttrs, clPDLAttrs []launchAttr
+	clustered := cluster != [3]uint32{}
+	if clustered {
+		clAttrs, clPDLAttrs = []launchAttr{clusterAttr(cluster)}, []launchAttr{pdlAttr, clusterAttr(cluster)}
+	}
 	return func() error {
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
@@ -567,18 +572,17 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
 		if clustered || (pdl || dev.pdlRec) && dev.d.launchExFn != 0 {
-			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &attrs[0]}
-			if pdl || dev.pdlRec {
-				attrs[cfg.nattrs] = pdlAttr
-				cfg.nattrs++
-			}
-			if clustered {
-				attrs[cfg.nattrs] = clAttr
-				cfg.nattrs++
+			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
+			switch {
+			case clustered && (pdl || dev.pdlRec):
+				cfg.attrs, cfg.nattrs = &clPDLAttrs[0], 2
+			case clustered:
+				cfg.attrs = &clAttrs[0]
 			}
 			r, _, _ := purego.SyscallN(dev.d.launchExFn, uintptr(unsafe.Pointer(cfg)), k.fn, pp, 0)
 			runtime.KeepAlive(cfg)
-			runtime.KeepAlive(&attrs)
+			runtime.KeepAlive(clAttrs)
+			runtime.KeepAlive(clPDLAttrs)
 			runtime.KeepAlive(vals)
 			runtime.KeepAlive(params)
 			return dev.d.check("cuLaunchKernelEx", result(int32(r)))
