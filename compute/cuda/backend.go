@@ -112,16 +112,14 @@ func New(ordinal int) (*Backend, error) {
 	b.counters = b.Zeros(compute.I32, splitCounters)
 	if dev.Clusters() {
 		b.maxCluster = 16
+		b.clusterFit = map[string][17]int{}
 		for _, name := range clusterOf {
 			if err := dev.SetFuncAttribute(b.k[name], funcAttrNonPortableCluster, 1); err != nil {
 				slog.Debug("cuda: clusters of more than 8 blocks are not allowed", "kernel", name, "err", err)
 				b.maxCluster = 8
 			}
-		}
-		b.clusterFit = map[string][17]int{}
-		for _, name := range clusterOf {
-			var fit [17]int
-			for s := 2; s <= b.maxCluster; s++ {
+			var fit [17]int // past maxCluster never read
+			for s := 2; s <= 16; s++ {
 				n, err := dev.MaxActiveClusters(b.k[name], [3]uint32{256, 1, 1}, [3]uint32{1, uint32(s), 1})
 				if err != nil {
 					slog.Debug("cuda: cluster occupancy", "kernel", name, "blocks", s, "err", err)
