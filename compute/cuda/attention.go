@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 
@@ -97,6 +98,75 @@ func tiledCols(v *compute.Tensor, Dv int) int {
 	return w
 }
 
+// attnClusterBlocks is the most blocks of a thread block cluster that share
+// each (head, row) of a pass attn_fused would take: attn_cluster, the same
+// bits (TANDEM_CUDA_ATTN_CLUSTER=0 keeps attn_fused; live). attn_fused
+// runs a head on one multiprocessor, a quarter of the H200's at the 31B
+// shape's 32 heads and 6% at E2B's 8, and its loads of a head's keys and
+// values are 16-32 round trips in a row; attn_cluster's blocks each copy a
+// share of them in one. A pass takes as many blocks a cluster as leave one
+// block a multiprocessor, up to this many.
+//
+// On the H200 (fourteenth session), at 128 keys: an E2B sliding layer's
+// call 16.0 → 14.0 µs (22.7 → 14.6 with L2 flushed first, as in a step),
+// a 512-wide global one 25.4 → 15.6 (39.1 → 16.5); the E2B step 3.50 →
+// 3.25 ms (284 → 305 tok/s). The 31B shape's 32 heads take 4 blocks a
+// cluster, and its step moved within the noise (19.9-20.0 ms either way).
+var attnClusterBlocks = 8 // read by liveSettings
+
+// attnClusterSmemMax is the dynamic shared memory attn_cluster's blocks may
+// ask for: most of an sm_90 multiprocessor's 227 KiB, beside the kernel's
+// 3 KiB of static shared memory.
+const attnClusterSmemMax = 200 << 10
+
+// clusterAttn is attn_cluster's launch shape: C blocks a cluster, shared
+// memory laid out for nk key offsets (a multiple of 32), kpb keys a block,
+// W value columns a block (a multiple of 4), smem bytes in all.
+type clusterAttn struct{ C, nk, kpb, W, smem int }
+
+// attnClusterPlan is attn_cluster's shape for a fused pass of clusters
+// (head, row) pairs whose rows have at most keys key offsets, ok false
+// where it takes attn_fused: fewer than two blocks a cluster would leave
+// one a multiprocessor, the device has no clusters of C blocks, the rows
+// are not in 16-byte chunks, a block's share would not fit its shared
+// memory, or the clusters would not all fit the device at once. On the
+// H200 a 31B verify's four queries (128 clusters of 8) took 37.8 µs a
+// sliding layer against attn_fused's 16.6, and a 1,000-key row at 16
+// blocks a cluster (142 KiB each) 93-230 µs against 78-80.
+func (b *Backend) attnClusterPlan(k, v *compute.Tensor, D, Dv, keys, clusters int) (p clusterAttn, ok bool) {
+	C := min(attnClusterBlocks, b.dev.SMs/max(1, clusters))
+	if C < 2 || C > b.attnClusterMax || keys == 0 || D%4 != 0 || Dv%4 != 0 || ptrOf(k).ptr%16 != 0 || ptrOf(v).ptr%16 != 0 {
+		return p, false
+	}
+	p.C, p.nk = C, (keys+31)&^31
+	p.kpb, p.W = (p.nk+C-1)/C, ((Dv+C-1)/C+3)&^3
+	p.smem = 4 * (D + 3*p.nk + p.kpb*(D+4) + p.nk*p.W)
+	return p, p.smem <= b.attnClusterSmem && clusters <= b.attnClustersHeld(C, p.smem)
+}
+
+// attnClustersHeld is how many clusters of C attn_cluster blocks with smem
+// bytes of shared memory the device holds at once, asked once a shape.
+func (b *Backend) attnClustersHeld(C, smem int) int {
+	key := [2]int{C, smem}
+	b.mu.Lock()
+	n, ok := b.attnClusterFit[key]
+	b.mu.Unlock()
+	if ok {
+		return n
+	}
+	n, err := b.dev.MaxActiveClusters(b.k["attn_cluster"], [3]uint32{256, 1, 1}, [3]uint32{uint32(C), 1, 1}, uint32(smem))
+	if err != nil {
+		slog.Debug("cuda: attn_cluster occupancy", "blocks", C, "shared", smem, "err", err)
+	}
+	b.mu.Lock()
+	if b.attnClusterFit == nil {
+		b.attnClusterFit = map[[2]int]int{}
+	}
+	b.attnClusterFit[key] = n
+	b.mu.Unlock()
+	return n
+}
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -147,7 +217,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	tab := make([]int32, B*S+2*B+len(opt.QueryPos))
 	slotOf, span := tab[:B*S], tab[B*S:B*S+2*B]
 	copy(tab[B*S+2*B:], opt.QueryPos)
-	nsplit := 1
+	nsplit, keys := 1, 0 // keys: the most key offsets a row spans, up to a chunk
 	for bi := range B {
 		n := S
 		if opt.KeyLen != nil {
@@ -179,6 +249,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			panic(fmt.Sprintf("cuda: Attention key positions %d..%d span more than the %d slots", lo, hi, S))
 		}
 		span[2*bi], span[2*bi+1] = lo, hi
+		keys = max(keys, min(int(hi-lo)+1, S, attnChunk))
 		for s := range n {
 			kp := int32(s)
 			if opt.KeyPos != nil {
@@ -267,6 +338,16 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		if fused {
 			b.fusedN++
+			if p, ok := b.attnClusterPlan(k, v, D, Dv, keys, Hq*B*n); ok {
+				b.attnClN++
+				err := b.dev.LaunchClusterAsync(b.k["attn_cluster"], [3]uint32{uint32(Hq * p.C), uint32(B * n), 1},
+					[3]uint32{256, 1, 1}, [3]uint32{uint32(p.C), 1, 1}, uint32(p.smem), ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
+					n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), p.C, p.nk, p.kpb, p.W)
+				if err != nil {
+					panic(err)
+				}
+				continue
+			}
 			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
 				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags)
 			continue
@@ -308,3 +389,4 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	}
 	return out
 }
+

@@ -62,6 +62,13 @@ type Backend struct {
 	cols4N   int                               // attention passes that ask the untiled values kernels for four columns a thread (attnCols4)
 	gluN     int                               // matmul_rows_glu launches, likewise
 	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
+	attnClN  int                               // attn_cluster launches, likewise
+
+	// attnClusterSmem is the most dynamic shared memory an attn_cluster
+	// block may take and attnClusterMax its most blocks a cluster (0: the
+	// kernel cannot be launched as a cluster).
+	attnClusterSmem, attnClusterMax int
+	attnClusterFit                  map[[2]int]int // clusters of attn_cluster held at once, by blocks a cluster and shared memory
 
 	// maxCluster is the most K splits a cluster-finish launch takes: 16
 	// where the kernels allow non-portable cluster sizes, 8 where not, 0
@@ -82,7 +89,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
-		"random_uniform"},
+		"attn_cluster", "random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl"},
@@ -120,13 +127,24 @@ func New(ordinal int) (*Backend, error) {
 			}
 			var fit [17]int // past maxCluster never read
 			for s := 2; s <= 16; s++ {
-				n, err := dev.MaxActiveClusters(b.k[name], [3]uint32{256, 1, 1}, [3]uint32{1, uint32(s), 1})
+				n, err := dev.MaxActiveClusters(b.k[name], [3]uint32{256, 1, 1}, [3]uint32{1, uint32(s), 1}, 0)
 				if err != nil {
 					slog.Debug("cuda: cluster occupancy", "kernel", name, "blocks", s, "err", err)
 				}
 				fit[s] = n
 			}
 			b.clusterFit[name] = fit
+		}
+		// attn_cluster's blocks hold a head's keys and value columns:
+		// allow them most of a multiprocessor's shared memory.
+		k := b.k["attn_cluster"]
+		if err := dev.SetFuncAttribute(k, funcAttrMaxDynamicShared, attnClusterSmemMax); err != nil {
+			slog.Debug("cuda: attn_cluster's shared memory", "err", err)
+		} else {
+			b.attnClusterSmem, b.attnClusterMax = attnClusterSmemMax, 8
+			if dev.SetFuncAttribute(k, funcAttrNonPortableCluster, 1) == nil {
+				b.attnClusterMax = 16
+			}
 		}
 	}
 	return b, nil
@@ -308,7 +326,7 @@ func (b *Backend) launchCluster(name string, grid [3]uint32, threads int, args .
 	if !ok {
 		panic("cuda: kernel " + name + " not loaded")
 	}
-	if err := b.dev.LaunchClusterAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, [3]uint32{1, grid[1], 1}, args...); err != nil {
+	if err := b.dev.LaunchClusterAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, [3]uint32{1, grid[1], 1}, 0, args...); err != nil {
 		panic(err)
 	}
 	b.clusterN++

@@ -515,17 +515,19 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk, c4 bool, c4min int) {
-		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min = on, comb, pk, c4, c4min
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min)
+	defer func(on, comb, pk, c4 bool, c4min, cl int) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks = on, comb, pk, c4, c4min, cl
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks)
 	combineInValuesOn = true
 	attnCols4Min = 0 // "+cols4" takes four columns at every width
 	type variant struct {
 		name                 string
 		fused, packed, cols4 bool
+		cluster              int // attn_cluster's blocks a cluster
 	}
-	variants := []variant{{"fused", true, false, false}, {"fused+packed", true, true, false}, {"fused+cols4", true, false, true},
-		{"two", false, false, false}, {"two+packed", false, true, false}}
+	variants := []variant{{"fused", true, false, false, 0}, {"cluster8", true, false, false, 8}, {"cluster16", true, false, false, 16},
+		{"fused+cols4", true, false, true, 0}, {"cluster4", true, false, false, 4}, {"fused+packed", true, true, false, 0},
+		{"two", false, false, false, 0}, {"two+packed", false, true, false, 0}}
 	// Builds of attn_fused that stop part way (ATTN_STOP), swapped in for
 	// the kernel: what the scores take, and the scores with their maximum.
 	fusedK := g.k["attn_fused"]
@@ -539,6 +541,9 @@ func TestAttentionSpeed(t *testing.T) {
 		stops[[]string{"", "scores only", "scores+max"}[n]] = ks["attn_fused"]
 	}
 	defer func(c int) { attnTiledCols = c }(attnTiledCols)
+	regs, _ := g.dev.FuncAttribute(g.k["attn_cluster"], funcAttrNumRegs)
+	local, _ := g.dev.FuncAttribute(g.k["attn_cluster"], funcAttrLocalBytes)
+	t.Logf("attn_cluster: %d registers, %d bytes of local memory a thread", regs, local)
 	flush := l2Flusher(t, g)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, s := range []struct {
@@ -548,21 +553,28 @@ func TestAttentionSpeed(t *testing.T) {
 	}{{"31B sliding", 32, 16, 256, 1024}, {"31B global", 32, 4, 512, 4096}, {"E2B sliding", 8, 1, 256, 1024}, {"E2B global", 8, 1, 512, 4096}} {
 		k := g.FromF32(randF32(r, s.S*s.Hkv*s.D), 1, s.S, s.Hkv, s.D)
 		v := g.FromF32(randF32(r, s.S*s.Hkv*s.D), 1, s.S, s.Hkv, s.D)
-		for _, L := range []int{1, 4} {
+		for _, c := range []struct{ L, keys int }{{1, 128}, {4, 128}, {1, 1000}} { // 1000: a sliding window at 4k
+			L := c.L
 			q := g.FromF32(randF32(r, L*s.Hq*s.D), 1, L, s.Hq, s.D)
-			opt := prefix(L, 128)(r)
-			line := fmt.Sprintf("%s, %d queries:", s.name, L)
+			opt := prefix(L, c.keys)(r)
+			line := fmt.Sprintf("%s, %d queries over %d keys:", s.name, L, c.keys)
 			for _, vr := range variants {
-				fusedAttention, attnPacked, attnCols4 = vr.fused, vr.packed, vr.cols4
+				fusedAttention, attnPacked, attnCols4, attnClusterBlocks = vr.fused, vr.packed, vr.cols4, vr.cluster
+				before := g.attnClN
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
+				if vr.cluster > 0 {
+					if p, ok := g.attnClusterPlan(k, v, s.D, s.D, c.keys, s.Hq*L); g.attnClN == before {
+						line += fmt.Sprintf(" (attn_fused: %d KiB, %d of %d clusters fit, ok %v)", p.smem>>10, g.attnClustersHeld(p.C, p.smem), s.Hq*L, ok)
+					}
+				}
 			}
-			for _, vr := range variants[:3] { // operands from memory, as in a step
-				fusedAttention, attnPacked, attnCols4 = vr.fused, vr.packed, vr.cols4
+			for _, vr := range variants[:4] { // operands from memory, as in a step
+				fusedAttention, attnPacked, attnCols4, attnClusterBlocks = vr.fused, vr.packed, vr.cols4, vr.cluster
 				d := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s, L2 flushed %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			fusedAttention, attnPacked, attnCols4 = true, false, false
+			fusedAttention, attnPacked, attnCols4, attnClusterBlocks = true, false, false, 0
 			for _, name := range []string{"scores only", "scores+max"} {
 				g.k["attn_fused"] = stops[name]
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
@@ -1112,19 +1124,30 @@ func TestFusedAttentionMatches(t *testing.T) {
 // fusedAttentionVariants is TestFusedAttentionMatches' comparison of the
 // variants, four columns a thread taken at every width.
 func fusedAttentionVariants(t *testing.T, g *Backend) {
-	defer func(on, comb, pk, c4 bool, c4min int) {
-		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min = on, comb, pk, c4, c4min
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min)
+	defer func(on, comb, pk, c4 bool, c4min, cl int) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks = on, comb, pk, c4, c4min, cl
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	attnCols4Min = 0         // four columns at every width the rows allow, when asked
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
-	type variant struct{ fused, packed, cols4 bool }
-	variants := []variant{{true, false, false}, {true, true, false}, {false, true, false}, {true, false, true}, {false, false, true}}
-	check := func(name string, tc opCase, seed uint64, fusable bool) {
+	// cluster: attn_cluster's most blocks a cluster in place of attn_fused
+	// (0: attn_fused), at the default 8, at 16, and at 3, which leaves the
+	// last block of a 64-wide value row without columns.
+	type variant struct {
+		fused, packed, cols4 bool
+		cluster              int
+	}
+	variants := []variant{{true, false, false, 0}, {true, true, false, 0}, {false, true, false, 0}, {true, false, true, 0},
+		{false, false, true, 0}, {true, false, false, 8}, {true, false, false, 16}, {true, false, false, 3}}
+	clRuns := map[int]int{} // attn_cluster's passes by blocks a cluster
+	// fits: rows of at most 100 keys, whose blocks' shares (up to 69 KiB,
+	// three blocks a multiprocessor) at 8 blocks a cluster leave room on the
+	// device for the cases' 16 clusters at once, heads up to 512.
+	check := func(name string, tc opCase, seed uint64, fusable, fits bool) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
-			fusedAttention, attnPacked, attnCols4 = v.fused, v.packed, v.cols4
+			fusedAttention, attnPacked, attnCols4, attnClusterBlocks = v.fused, v.packed, v.cols4, v.cluster
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1137,10 +1160,18 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			t.Fatalf("%s: output %d is NaN: a zero weight's infinite value was summed", name, i)
 		}
 		for _, v := range variants {
-			before, cols4Before := g.fusedN, g.cols4N
+			before, cols4Before, clBefore := g.fusedN, g.cols4N, g.attnClN
 			gotA, gotP := run(v)
 			if fused := g.fusedN > before; fused != (v.fused && fusable) {
 				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
+			}
+			allowed := v.fused && fusable && v.cluster >= 2 && v.cluster <= g.attnClusterMax
+			cl := g.attnClN > clBefore
+			if cl && !allowed || !cl && allowed && fits && v.cluster == 8 {
+				t.Fatalf("%s %+v: attn_cluster ran %v (allowed %v)", name, v, cl, allowed)
+			}
+			if cl {
+				clRuns[v.cluster]++
 			}
 			// The cases below the table's have value rows in 16-byte chunks.
 			if v.cols4 && !strings.HasPrefix(name, "Attention/") && g.cols4N == cols4Before {
@@ -1156,7 +1187,7 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 	}
 	for _, tc := range opCases {
 		if strings.HasPrefix(tc.name, "Attention/") {
-			check(tc.name, tc, 1, !strings.Contains(tc.name, "multi-split") && !strings.Contains(tc.name, "short-of-capacity"))
+			check(tc.name, tc, 1, !strings.Contains(tc.name, "multi-split") && !strings.Contains(tc.name, "short-of-capacity"), true)
 		}
 	}
 	for _, L := range []int{1, 4} {
@@ -1166,20 +1197,25 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			}
 			for _, d := range []int{32, 64, 100, 256, 512} { // 32: one chunk of a key; 100: not in chunks
 				check(fmt.Sprintf("%d queries, %d keys, head %d", L, keys, d),
-					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L), true)
+					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L), true, keys <= 100)
 			}
 		}
 		check(fmt.Sprintf("%d queries, rows of 100, 0 and 700 keys in 2,600 slots", L),
-			attnCase("", 3, L, 4, 2, 2600, 64, 64, prefix(L, 100, 0, 700)), uint64(L+3), true)
+			attnCase("", 3, L, 4, 2, 2600, 64, 64, prefix(L, 100, 0, 700)), uint64(L+3), true, false)
 		check(fmt.Sprintf("%d queries, a sliding ring across a chunk boundary", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false)
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false, false)
 		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true)
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true, false)
 		for _, d := range []int{64, 512} { // 512: both of a thread's columns skip the infinite value
-			check(fmt.Sprintf("%d queries, head %d, peaked: most weights round to zero", L, d), peakedAttention(L, 300, d), uint64(L+d), true)
+			check(fmt.Sprintf("%d queries, head %d, peaked: most weights round to zero", L, d), peakedAttention(L, 300, d), uint64(L+d), true, false)
 		}
 		check(fmt.Sprintf("%d queries, values 300 wide: some threads take a second column", L),
-			attnCase("", 1, L, 4, 2, 200, 64, 300, full(1, L, 200, compute.Causal, 0)), uint64(L+300), true)
+			attnCase("", 1, L, 4, 2, 200, 64, 300, full(1, L, 200, compute.Causal, 0)), uint64(L+300), true, true)
+	}
+	for _, v := range variants {
+		if v.cluster > 0 && v.cluster <= g.attnClusterMax && clRuns[v.cluster] == 0 {
+			t.Errorf("attn_cluster never ran with %d blocks a cluster", v.cluster)
+		}
 	}
 }
 

@@ -262,6 +262,11 @@ const funcAttrLocalBytes = 3
 // of up to 16 blocks instead of 8.
 const funcAttrNonPortableCluster = 14
 
+// funcAttrMaxDynamicShared is
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the most dynamic shared
+// memory a launch of the kernel may ask for (48 KiB unless raised).
+const funcAttrMaxDynamicShared = 8
+
 // SetFuncAttribute sets one of k's CUfunction_attribute values.
 func (dev *Device) SetFuncAttribute(k Kernel, attr, v int32) error {
 	if dev.d.cuFuncSetAttribute == nil {
@@ -271,13 +276,14 @@ func (dev *Device) SetFuncAttribute(k Kernel, attr, v int32) error {
 }
 
 // MaxActiveClusters is how many clusters of the given dimensions, of k's
-// blocks of block threads, the device holds at once.
-func (dev *Device) MaxActiveClusters(k Kernel, block, cluster [3]uint32) (int, error) {
+// blocks of block threads with shmem bytes of dynamic shared memory, the
+// device holds at once.
+func (dev *Device) MaxActiveClusters(k Kernel, block, cluster [3]uint32, shmem uint32) (int, error) {
 	if dev.d.cuOccupancyMaxActiveClusters == nil {
 		return 0, errors.New("cuda: the driver library lacks cuOccupancyMaxActiveClusters")
 	}
 	attr := clusterAttr(cluster)
-	cfg := &launchConfig{grid: cluster, block: block, stream: dev.stream, attrs: &attr, nattrs: 1}
+	cfg := &launchConfig{grid: cluster, block: block, shmem: shmem, stream: dev.stream, attrs: &attr, nattrs: 1}
 	var n int32
 	err := dev.do(func() error {
 		return dev.d.check("cuOccupancyMaxActiveClusters", dev.d.cuOccupancyMaxActiveClusters(&n, k.fn, unsafe.Pointer(cfg)))
@@ -368,11 +374,11 @@ func (dev *Device) LaunchAsync(k Kernel, grid, block [3]uint32, shmem uint32, ar
 
 // LaunchClusterAsync is LaunchAsync with the grid's blocks in thread block
 // clusters of the given dimensions (Clusters must report true).
-func (dev *Device) LaunchClusterAsync(k Kernel, grid, block, cluster [3]uint32, args ...any) error {
+func (dev *Device) LaunchClusterAsync(k Kernel, grid, block, cluster [3]uint32, shmem uint32, args ...any) error {
 	if !dev.Clusters() {
 		return fmt.Errorf("cuda: %s: this device cannot launch thread block clusters", k.name)
 	}
-	f, err := dev.launcher(k, grid, block, 0, cluster, args)
+	f, err := dev.launcher(k, grid, block, shmem, cluster, args)
 	if err != nil {
 		return err
 	}
@@ -571,10 +577,11 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 		if dev.prof != nil && !dev.prof.graphs {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
-		if clustered || (pdl || dev.pdlRec) && dev.d.launchExFn != 0 {
+		withPDL := pdl || dev.pdlRec
+		if clustered || withPDL && dev.d.launchExFn != 0 {
 			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
 			switch {
-			case clustered && (pdl || dev.pdlRec):
+			case clustered && withPDL:
 				cfg.attrs, cfg.nattrs = &clPDLAttrs[0], 2
 			case clustered:
 				cfg.attrs = &clAttrs[0]

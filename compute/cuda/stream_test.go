@@ -212,3 +212,39 @@ func l2Flusher(t *testing.T, g *Backend) func() {
 		}
 	}
 }
+
+// TestClusterSplitSpeed says whether a split count chosen for the cluster
+// finish would pay on the 31B shape, whose products' clusters do not all
+// fit the device at fillSplit's counts (the MLP down product's 42 clusters
+// of 12, with room for 37): each product at every split count from 2 to
+// 16, with the counted finish and with the cluster finish, beside how many
+// of its clusters fit. Asserts nothing.
+func TestClusterSplitSpeed(t *testing.T) {
+	g := backendOrSkip(t)
+	if testing.Short() || g.maxCluster == 0 {
+		t.Skip("timing; clusters")
+	}
+	defer restoreMatMul()()
+	rowsKernel = "matmul_rows_wide"
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, s := range []struct {
+		name string
+		N, K int
+	}{{"31B MLP down", 5376, 21504}, {"31B q|k|v", 16384, 5376}, {"31B o", 5376, 8192}} {
+		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
+		x := g.FromF32(randF32(r, s.K), 1, s.K)
+		splitFixed = 0
+		def, _ := splitK(s.N, s.K)
+		line := fmt.Sprintf("%s (N=%d K=%d, %d splits by default):", s.name, s.N, s.K, def)
+		for n := 2; n <= g.maxCluster; n++ {
+			splitFixed = n
+			clusterFinish, clusterAlways = false, false
+			counted := deviceTime(t, g, 20, func() { g.MatMul(x, w) })
+			clusterFinish, clusterAlways = true, true
+			cl := deviceTime(t, g, 20, func() { g.MatMul(x, w) })
+			line += fmt.Sprintf("  %d: %v, cluster %v (%d of %d fit)", n, counted.Round(100*time.Nanosecond),
+				cl.Round(100*time.Nanosecond), g.clusterFit["matmul_rows_wide_cl"][n], (s.N+127)/128)
+		}
+		t.Log(line)
+	}
+}

@@ -14,6 +14,7 @@
 typedef unsigned long size_t;
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
 __device__ static inline int min(int a, int b) { return a < b ? a : b; }
+__device__ static inline int max(int a, int b) { return a > b ? a : b; }
 __device__ static inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ static inline float fmaf(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 __device__ static inline void __syncwarp(unsigned mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }

@@ -32,3 +32,31 @@ __device__ __forceinline__ float gelu(float v) {
     const double x = v;
     return (float)(0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
 }
+
+// smem_addr is p's address in the block's shared memory window.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
+// cluster_sync is a barrier of every thread of the block's cluster
+// (sm_90), with the cluster's shared-memory writes before it visible after.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
+// cluster_ld reads the float at p, an address in this block's shared
+// memory, from the block of cluster rank r.
+__device__ __forceinline__ float cluster_ld(const float* p, unsigned r) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned a;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(r));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+#endif
+    return v;
+}
+

@@ -418,13 +418,6 @@ __device__ __forceinline__ void finish_splits(float* y, const float* part, int* 
     finish_group(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);
 }
 
-// smem_addr is p's address in the block's shared memory window.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (unsigned)a;
-}
-
 // The cluster finish (the _cl kernels, TANDEM_CUDA_CLUSTER=1): the K splits
 // of one column group run as one thread block cluster (sm_90; cluster dims
 // (1, gridDim.y, 1), so a block's rank in its cluster is blockIdx.y). Each
@@ -436,24 +429,6 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // split product (TestWeightStreamSpeed: 3.6 µs of a 31B MLP product's 65,
 // 1.9 of an E2B one's 11).
 #define CL_ROWS 5 // the rows kernels' most rows
-
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-
-// cluster_ld reads the float at p, an address in this block's shared
-// memory, from the block of cluster rank r.
-__device__ __forceinline__ float cluster_ld(const float* p, unsigned r) {
-    float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned a;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(r));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-#endif
-    return v;
-}
 
 // cluster_sum is the S splits' partials at p, added in split order as
 // split_sum adds them (all loaded before the first addition).

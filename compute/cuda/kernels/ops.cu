@@ -1152,6 +1152,168 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
     values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n, flags);
 }
 
+// cp_async16 copies 16 bytes from global to shared memory without a
+// register (sm_80); cp_async_commit closes a group of copies and
+// cp_async_wait<N> waits until at most N of the thread's groups are in
+// flight.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// cluster_arrive and cluster_wait are cluster_sync's halves: a block may
+// work between telling the cluster it is done with their shared memory and
+// waiting for the others to be done with its own.
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// attn_cluster is attn_fused with a (head, row)'s work spread over a
+// thread block cluster of C blocks (grid (Hq·C, B·L), cluster (C, 1, 1);
+// TANDEM_CUDA_ATTN_CLUSTER). attn_fused runs a head on one multiprocessor,
+// and its threads load their key 32 elements and their values 16 keys at a
+// time, each load waiting for the sums before it: 16-32 memory round trips
+// in a row. Here block c copies the keys [c·kpb, (c+1)·kpb) whole and
+// columns [c·W, (c+1)·W) of every key's value row into shared memory, all
+// at once (cp.async), and the cluster's blocks share the scores through
+// distributed shared memory. The arithmetic is attn_fused's, op for op: a
+// key's score is the same fma chain in element order; every block takes
+// the maximum and Σ e over all the row's scores with attn_fused's thread
+// assignment and trees; and each column sums its keys in position order.
+// So the bits are attn_fused's.
+//
+// Dynamic shared memory, in floats: the query (D), the scores, the keys'
+// slots (−1: not summed) and weights (nkmax each, indexed by offset r), the
+// block's keys (kpbmax rows of D + 4: a thread reading its key's row in
+// 16-byte steps hits other banks than its neighbours), and its value
+// columns (nkmax rows of W). D, Dv, nkmax and W are multiples of 4 and the
+// rows of k and v start on 16 bytes (checked by the host).
+extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
+    attn_cluster(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
+                 int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
+                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W) {
+    extern __shared__ float4 dyn4[];
+    __shared__ float shm[RBLOCK];
+    __shared__ double sh[RBLOCK];
+    pdl_start();
+    float* qs = (float*)dyn4;
+    float* scs = qs + D;
+    int* sslot = (int*)(scs + nkmax);
+    float* es = (float*)(sslot + nkmax);
+    float* kst = es + nkmax;
+    float* vst = kst + (size_t)kpbmax * (D + 4);
+    const int c = blockIdx.x % C, h = blockIdx.x / C, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
+    const size_t bh = (size_t)bl * Hq + h;
+    const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
+    // The offsets scores_pass visits (its chunk 0): r < nk.
+    const int nk = max(0, min(min(ATTN_CHUNK, S), span[2 * b + 1] - mp + 1));
+    for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
+    for (int r = threadIdx.x; r < nk; r += RBLOCK) {
+        const int s = slot_of[(size_t)b * S + r];
+        sslot[r] = s >= 0 && visible(mp + r, qp, causal, window) ? s : -1;
+    }
+    __syncthreads();
+    // This block's keys, then its value columns of every key, each a group
+    // of copies: the scores wait for the first only.
+    const int kpb = (nk + C - 1) / C, k0 = min(nk, c * kpb), k1 = min(nk, k0 + kpb), D4 = D / 4;
+    for (int i = threadIdx.x; i < (k1 - k0) * D4; i += RBLOCK) {
+        const int kr = i / D4, j = i - kr * D4, s = sslot[k0 + kr];
+        if (s >= 0) cp_async16(kst + (size_t)kr * (D + 4) + 4 * j, k + (((size_t)b * S + s) * Hkv + kvh) * D + 4 * j);
+    }
+    cp_async_commit();
+    const int c0 = c * W, w = max(0, min(W, Dv - c0)), W4 = w / 4;
+    const size_t vstride = (size_t)Hkv * Dv;
+    const float* vb = v + (size_t)b * S * vstride + (size_t)kvh * Dv + c0;
+    for (int i = threadIdx.x; i < nk * W4; i += RBLOCK) {
+        const int r = i / W4, j = i - r * W4, s = sslot[r];
+        if (s >= 0) cp_async16(vst + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads(); // the block's keys are in
+    for (int kr = threadIdx.x; kr < k1 - k0; kr += RBLOCK) {
+        if (sslot[k0 + kr] < 0) continue;
+        const float* kp = kst + (size_t)kr * (D + 4);
+        float dot = 0.0f;
+        for (int j = 0; j < D; j += 4) {
+            const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
+            dot = fmaf(qq.x, kk.x, dot);
+            dot = fmaf(qq.y, kk.y, dot);
+            dot = fmaf(qq.z, kk.z, dot);
+            dot = fmaf(qq.w, kk.w, dot);
+        }
+        scs[k0 + kr] = __fmul_rn(dot, scale);
+    }
+    cluster_sync(); // every block's scores are written
+    for (int r = threadIdx.x; r < nk; r += RBLOCK) {
+        const int owner = r / kpb;
+        if (owner != c && sslot[r] >= 0) scs[r] = cluster_ld(scs + r, owner);
+    }
+    cluster_arrive(); // done with the other blocks' shared memory
+    __syncthreads();
+    // scores_pass's maximum: thread t over offsets t + u·RBLOCK, then the tree.
+    float m = -__int_as_float(0x7f800000);
+    for (int r = threadIdx.x; r < nk; r += RBLOCK)
+        if (sslot[r] >= 0) m = fmax_nan(m, scs[r]);
+    m = block_tree0(m, shm, max_nan());
+    if (threadIdx.x == 0) shm[0] = m;
+    __syncthreads();
+    const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
+    // values_pass's weights and Σ e (split 0): thread t over the chunk's
+    // offsets o = t + u·RBLOCK, position p0 + o being offset r from mp.
+    const int p0 = (mp >> 10) << 10, off = mp - p0;
+    const int ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
+    double part = 0;
+    for (int o = threadIdx.x; o < ohi; o += RBLOCK) {
+        const int r = o - off;
+        if (r < 0 || r >= nk) continue;
+        float e = 0.0f;
+        if (sslot[r] >= 0) {
+            const double ed = exp((double)scs[r] - (double)mx);
+            part += ed;
+            e = (float)ed;
+        }
+        es[r] = e;
+    }
+    const double total = block_sum_d(part, sh); // publishes es too
+    cp_async_wait<0>();
+    __syncthreads(); // the value columns are in
+    const int nv = min(ohi - off, nk); // the offsets values_pass sums, from olo = off
+    for (int j = threadIdx.x; j < w; j += RBLOCK) {
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int r = 0; r < nv; r++) {
+            const float e = es[r];
+            if (sslot[r] >= 0 && e != 0.0f) acc = __fadd_rn(acc, __fmul_rn(e, vst[(size_t)r * W + j]));
+        }
+        // values_pass's finish with out: attn_combine of one split.
+        const double e = 0.0 + total;
+        const float a = __fadd_rn(0.0f, acc), res = e > 0 ? (float)((double)a / e) : 0.0f;
+        out[bh * Dv + c0 + j] = res;
+        emit(parts, n, bh * Dv + c0 + j, res);
+    }
+    cluster_wait(); // no block leaves while another reads its scores
+}
+
 // Query-tiled variants for passes with many queries per row (prefill): a
 // block serves QT consecutive queries of one batch row and one head, so each
 // key and value row is read once per QT queries instead of once per query.
