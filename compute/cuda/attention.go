@@ -389,4 +389,3 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	}
 	return out
 }
-
