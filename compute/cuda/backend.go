@@ -92,7 +92,8 @@ var kernelNames = map[string][]string{
 		"attn_cluster", "random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
-		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl"},
+		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
+		"matmul_rows_early_cl", "matmul_rows_wide_early_cl"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -1248,7 +1249,8 @@ var clusterFinish = true // TANDEM_CUDA_CLUSTER, read by liveSettings
 
 // clusterOf names the kernels' cluster-finish variants.
 var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
-	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl"}
+	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl",
+	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl"}
 
 // clusterKernel is the cluster-finish variant of kernel name for a product
 // of groups column groups in splits K splits, or "" where it takes none:

@@ -793,7 +793,7 @@ func TestSplitFinishMatchesSumSplits(t *testing.T) {
 	}{{1, "matmul_rows", false, false}, {1, "matmul_rows_wide", false, false}, {4, "matmul_rows_wide", false, false},
 		{8, "auto", false, false}, {40, "auto", true, false}, {40, "auto", false, false},
 		{1, "matmul_rows", false, true}, {5, "matmul_rows", false, true}, {1, "matmul_rows_wide", false, true},
-		{4, "matmul_rows_wide", false, true}} {
+		{4, "matmul_rows_wide", false, true}, {1, "matmul_rows_early", false, true}, {4, "matmul_rows_wide_early", false, true}} {
 		if c.cluster && g.maxCluster == 0 {
 			t.Logf("M=%d %s: no thread block clusters on this device", c.M, c.kernel)
 			continue

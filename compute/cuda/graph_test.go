@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"tandem/compute"
@@ -275,12 +276,14 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cols := 64
-			if c, ok := blockCols[kernel]; ok {
-				cols = c
+			base, cl := strings.CutSuffix(kernel, "_cl") // a cluster-finish variant
+			grid := [3]uint32{uint32((N + blockColsOf(base) - 1) / blockColsOf(base)), uint32(splits), 1}
+			args := []any{xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1, segNone, segNone}
+			err := dev.LaunchAsync(b.k[kernel], grid, [3]uint32{256, 1, 1}, 0, args...)
+			if cl {
+				err = dev.LaunchClusterAsync(b.k[kernel], grid, [3]uint32{256, 1, 1}, [3]uint32{1, grid[1], 1}, 0, args...)
 			}
-			if err := dev.LaunchAsync(b.k[kernel], [3]uint32{uint32((N + cols - 1) / cols), uint32(splits), 1}, [3]uint32{256, 1, 1}, 0,
-				xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1, segNone, segNone); err != nil {
+			if err != nil {
 				t.Fatal(err)
 			}
 			programmaticLaunch = false
@@ -290,7 +293,11 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 		if slices.Equal(want, make([]float32, N)) {
 			t.Fatalf("N=%d K=%d: the reference product is all zeros", N, K)
 		}
-		for _, kernel := range []string{"matmul_rows_wide_early", "matmul_rows_early"} {
+		kernels := []string{"matmul_rows_wide_early", "matmul_rows_early"}
+		if splits > 1 && splits <= b.maxCluster {
+			kernels = append(kernels, "matmul_rows_wide_early_cl", "matmul_rows_early_cl")
+		}
+		for _, kernel := range kernels {
 			for trial := range 4 {
 				if err := sameBits(product(kernel, true), want); err != nil {
 					t.Fatalf("%s, N=%d K=%d, trial %d: the product differs from the one computed after a sync (it read its activations before they were written): %v",

@@ -625,14 +625,18 @@ ROWS_KERNEL(matmul_rows_plain, 4, false, 4, false) // plain loads, for compariso
 ROWS_KERNEL(matmul_rows_early, 4, true, 4, true)
 
 // matmul_rows_cl: matmul_rows with the cluster finish (launched as
-// clusters of its gridDim.y K splits).
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_cl(const unsigned short* xs, const unsigned short* w,
-        float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {
-    __shared__ float ct[CL_ROWS * 64];
-    pdl_start();
-    matmul_rows<4, true, false, false, true>(xs, w, ct, M, N, K, kchunk, aligned, 1, b1, b2);
-    cluster_finish<64>(y, ct, M, N, b1, b2);
-}
+// clusters of its gridDim.y K splits); matmul_rows_early_cl with early
+// weights too.
+#define ROWS_CL_KERNEL(name, EARLY)                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w,   \
+            float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {  \
+        __shared__ float ct[CL_ROWS * 64];                                                                       \
+        if (!EARLY) pdl_start();                                                                                 \
+        matmul_rows<4, true, false, EARLY, true>(xs, w, ct, M, N, K, kchunk, aligned, 1, b1, b2);                \
+        cluster_finish<64>(y, ct, M, N, b1, b2);                                                                 \
+    }
+ROWS_CL_KERNEL(matmul_rows_cl, false)
+ROWS_CL_KERNEL(matmul_rows_early_cl, true)
 
 // matmul_rows_wide: matmul_rows with 8·G columns a warp, G groups of 8
 // sharing every activation load, and U weight chunks a group per K step.
@@ -712,15 +716,18 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
 WIDE_KERNEL(matmul_rows_wide, 2, 2, 4, false)
 WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
 
-// matmul_rows_wide_cl: matmul_rows_wide with the cluster finish.
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_wide_cl(const unsigned short* xs,
-        const unsigned short* w, float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned,
-        int b1, int b2) {
-    __shared__ float ct[CL_ROWS * 128];
-    pdl_start();
-    matmul_rows_wide<2, 2, true, false, true>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);
-    cluster_finish<128>(y, ct, M, N, b1, b2);
-}
+// matmul_rows_wide_cl: matmul_rows_wide with the cluster finish;
+// matmul_rows_wide_early_cl with early weights too.
+#define WIDE_CL_KERNEL(name, EARLY)                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w,   \
+            float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {  \
+        __shared__ float ct[CL_ROWS * 128];                                                                      \
+        if (!EARLY) pdl_start();                                                                                 \
+        matmul_rows_wide<2, 2, true, EARLY, true>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);                  \
+        cluster_finish<128>(y, ct, M, N, b1, b2);                                                                \
+    }
+WIDE_CL_KERNEL(matmul_rows_wide_cl, false)
+WIDE_CL_KERNEL(matmul_rows_wide_early_cl, true)
 
 // matmul_rows_glu: y = GeluTanh(x·gateᵀ)·(x·upᵀ), [M, I], for M ≤ 5 rows
 // and a stacked weight w = gate|up ([2I, K]), with y's split emitted to
