@@ -63,6 +63,7 @@ type Backend struct {
 	gluN     int                               // matmul_rows_glu launches, likewise
 	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
 	attnClN  int                               // attn_cluster launches, likewise
+	earlyN   int                               // products run by an _early kernel (earlyWeights), likewise
 
 	// attnClusterSmem is the most dynamic shared memory an attn_cluster
 	// block may take and attnClusterMax its most blocks a cluster (0: the
@@ -93,7 +94,8 @@ var kernelNames = map[string][]string{
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
-		"matmul_rows_early_cl", "matmul_rows_wide_early_cl"},
+		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
+		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -901,6 +903,10 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	if up != nil {
 		name = "matmul_rows_glu_by"
 	}
+	if earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
+		name = earlyOf[name]
+		b.earlyN++
+	}
 	cluster := b.clusterKernel(name, splits, int(grid[0]))
 	part := y
 	if splits > 1 && cluster == "" {
@@ -908,10 +914,11 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	}
 	xs := b.splitParts(x, M*K)
 	parts, pp := b.emitParts(y)
-	args := []any{ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), M, I, K, chunk, al, pp}
+	var upArg any // every GLU kernel takes up, null but for matmul_rows_glu_by
 	if up != nil {
-		args = append(args, ptrOf(up))
+		upArg = ptrOf(up)
 	}
+	args := []any{ptrOf(xs), ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), M, I, K, chunk, al, pp, upArg}
 	if cluster != "" {
 		b.launchCluster(cluster, grid, 256, args...)
 	} else {
@@ -1025,7 +1032,8 @@ var (
 var earlyWeights bool // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 
 // earlyOf names the rows kernels' _early variants.
-var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early"}
+var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",
+	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early"}
 
 // envInt reads a whole number in [lo, hi] from the environment variable
 // name: def when it is unset, and def with a warning when it is not such a
@@ -1182,6 +1190,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	if rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
 		if e, ok := earlyOf[name]; ok {
 			name = e
+			b.earlyN++
 		}
 	}
 	cols := blockColsOf(name)
@@ -1250,7 +1259,8 @@ var clusterFinish = true // TANDEM_CUDA_CLUSTER, read by liveSettings
 // clusterOf names the kernels' cluster-finish variants.
 var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
 	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl",
-	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl"}
+	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl",
+	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl"}
 
 // clusterKernel is the cluster-finish variant of kernel name for a product
 // of groups column groups in splits K splits, or "" where it takes none:

@@ -686,10 +686,10 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm, so, cl, ca := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways
+	sf, sm, so, cl, ca, ew := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, earlyWeights
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways = sf, sm, so, cl, ca
+		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, earlyWeights = sf, sm, so, cl, ca, ew
 	}
 }
 
@@ -716,15 +716,18 @@ func TestGeluMatMulsMatch(t *testing.T) {
 			for M := 1; M <= 6; M++ {
 				x := g.FromF32(randF32(r, M*s.K), M, s.K)
 				u := g.FromF32(randF32(r, M*s.I), M, s.I)
-				for _, v := range []struct{ by, cluster bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+				for _, v := range []struct{ by, cluster, early bool }{{false, false, false}, {true, false, false}, {false, true, false},
+					{true, true, false}, {false, false, true}, {true, true, true}} {
 					by := v.by
 					run := func(on bool) (y, product []float32, ran, clustered bool) {
 						restore := restoreMatMul()
 						defer restore()
-						// The cluster finish (clusterFinish) in the fused
-						// kernel only: the reference is the counted one.
+						// The cluster finish (clusterFinish) and early
+						// weights in the fused kernel only: the reference is
+						// the counted finish of the plain kernels.
 						splitFixed, gluFused, clusterFinish, clusterAlways = splits, on, on && v.cluster, true
-						before, clBefore := g.gluN, g.clusterN
+						earlyWeights = on && v.early
+						before, clBefore, earlyBefore := g.gluN, g.clusterN, g.earlyN
 						var out *compute.Tensor
 						if by {
 							out = compute.GeluMatMulBy(g, x, gate, u)
@@ -732,13 +735,17 @@ func TestGeluMatMulsMatch(t *testing.T) {
 							out = compute.GeluMatMuls(g, x, gate, up)
 						}
 						ran, clustered = g.gluN > before, g.clusterN > clBefore
+						if early := g.earlyN > earlyBefore; on && ran && early != v.early {
+							t.Fatalf("early weights ran %v, want %v", early, v.early)
+						}
+						earlyWeights = false // the product of the output below: its own bits either way
 						return g.ToF32(out), g.ToF32(g.MatMul(out, down)), ran, clustered
 					}
 					// The fused run first: a buffer the reference freed
 					// could otherwise hold the right values already.
 					gotY, gotP, ran, clustered := run(true)
 					wantY, wantP, _, _ := run(false)
-					name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d, by a tensor %v, cluster finish %v", s.I, s.K, splits, M, by, v.cluster)
+					name := fmt.Sprintf("I=%d K=%d, %d splits, M=%d, by a tensor %v, cluster finish %v, early weights %v", s.I, s.K, splits, M, by, v.cluster, v.early)
 					if ran != (M <= 5) {
 						t.Fatalf("%s: the fused kernel ran %v", name, ran)
 					}

@@ -279,9 +279,15 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 			base, cl := strings.CutSuffix(kernel, "_cl") // a cluster-finish variant
 			grid := [3]uint32{uint32((N + blockColsOf(base) - 1) / blockColsOf(base)), uint32(splits), 1}
 			args := []any{xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1, segNone, segNone}
-			err := dev.LaunchAsync(b.k[kernel], grid, [3]uint32{256, 1, 1}, 0, args...)
+			if strings.Contains(kernel, "glu") { // w as gate|up: N/2 outputs, the split's parts and up not asked for
+				grid[0] = uint32((N/2 + 63) / 64)
+				args = []any{xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N / 2, K, chunk, 1, nil, nil}
+			}
+			var err error
 			if cl {
 				err = dev.LaunchClusterAsync(b.k[kernel], grid, [3]uint32{256, 1, 1}, [3]uint32{1, grid[1], 1}, 0, args...)
+			} else {
+				err = dev.LaunchAsync(b.k[kernel], grid, [3]uint32{256, 1, 1}, 0, args...)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -293,11 +299,16 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 		if slices.Equal(want, make([]float32, N)) {
 			t.Fatalf("N=%d K=%d: the reference product is all zeros", N, K)
 		}
-		kernels := []string{"matmul_rows_wide_early", "matmul_rows_early"}
+		wantGLU := product("matmul_rows_glu", false)
+		kernels := []string{"matmul_rows_wide_early", "matmul_rows_early", "matmul_rows_glu_early"}
 		if splits > 1 && splits <= b.maxCluster {
-			kernels = append(kernels, "matmul_rows_wide_early_cl", "matmul_rows_early_cl")
+			kernels = append(kernels, "matmul_rows_wide_early_cl", "matmul_rows_early_cl", "matmul_rows_glu_early_cl")
 		}
 		for _, kernel := range kernels {
+			want := want
+			if strings.Contains(kernel, "glu") {
+				want = wantGLU
+			}
 			for trial := range 4 {
 				if err := sameBits(product(kernel, true), want); err != nil {
 					t.Fatalf("%s, N=%d K=%d, trial %d: the product differs from the one computed after a sync (it read its activations before they were written): %v",

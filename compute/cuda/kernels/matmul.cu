@@ -752,8 +752,9 @@ __device__ __forceinline__ void glu_store(float* y, unsigned short* parts, int M
 
 // With Cl (the _cl kernels) a split's partials stay in the block's shared
 // memory, ct ([M][G·64]: gate columns, then up's), and the cluster finish
-// sums them.
-template <bool By, bool Cl = false>
+// sums them. With Early (the _early kernels) the first K step's weights
+// are loaded before the wait for the kernel before, as matmul_rows does.
+template <bool By, bool Cl = false, bool Early = false>
 __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigned short* w, float* y, float* part,
                                          int* counters, int M, int I, int K, int kchunk, int aligned,
                                          unsigned short* parts, const float* up, float* ct = 0) {
@@ -776,7 +777,16 @@ __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigne
         float c[G][4];
 #pragma unroll
         for (int i = 0; i < G; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
-        for (int kb = k0; kb < k1; kb += 64) {
+        int kb = k0;
+        if (Early) {
+            uint4 q[G][2];
+#pragma unroll
+            for (int i = 0; i < G; i++) wload_step<2, true>(q[i], wr[i], kb, t, k1, oks[i], al);
+            pdl_start();
+            wide_mma<G, 2>(c, q, x, kb, k1, t, al);
+            kb += 64;
+        }
+        for (; kb < k1; kb += 64) {
             uint4 q[G][2];
 #pragma unroll
             for (int i = 0; i < G; i++) wload_step<2, true>(q[i], wr[i], kb, t, k1, oks[i], al);
@@ -813,6 +823,8 @@ __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigne
                 glu_store(y, parts, M, I, r, n0 + j, s[0], By ? up[(size_t)r * I + n0 + j] : s[G - 1]);
             }
         }
+    } else if (Early) {
+        pdl_start();
     }
     const int c0 = blockIdx.x * 64;
     if (split && Cl) {
@@ -839,40 +851,25 @@ __device__ __forceinline__ void rows_glu(const unsigned short* xs, const unsigne
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu(const unsigned short* xs, const unsigned short* w,
-                                                                     float* y, float* part, int* counters, int M,
-                                                                     int I, int K, int kchunk, int aligned,
-                                                                     unsigned short* parts) {
-    pdl_start();
-    rows_glu<false>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, 0);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_by(const unsigned short* xs,
-                                                                        const unsigned short* w, float* y, float* part,
-                                                                        int* counters, int M, int I, int K, int kchunk,
-                                                                        int aligned, unsigned short* parts,
-                                                                        const float* up) {
-    pdl_start();
-    rows_glu<true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, up);
-}
-
-// matmul_rows_glu_cl and matmul_rows_glu_by_cl: the two with the cluster
-// finish.
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_cl(const unsigned short* xs,
-        const unsigned short* w, float* y, float* part, int* counters, int M, int I, int K, int kchunk, int aligned,
-        unsigned short* parts) {
-    __shared__ float ct[CL_ROWS * 2 * 64];
-    pdl_start();
-    rows_glu<false, true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, 0, ct);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_glu_by_cl(const unsigned short* xs,
-        const unsigned short* w, float* y, float* part, int* counters, int M, int I, int K, int kchunk, int aligned,
-        unsigned short* parts, const float* up) {
-    __shared__ float ct[CL_ROWS * 64];
-    pdl_start();
-    rows_glu<true, true>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, up, ct);
-}
+// The GLU kernels: matmul_rows_glu (By: matmul_rows_glu_by, which reads up;
+// the others take it as a null pointer), with the cluster finish (_cl)
+// and early weights (_early) or not.
+#define GLU_KERNEL(name, BY, CL, EARLY)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w,   \
+            float* y, float* part, int* counters, int M, int I, int K, int kchunk, int aligned,                    \
+            unsigned short* parts, const float* up) {                                                             \
+        __shared__ float ct[CL ? CL_ROWS * (BY ? 1 : 2) * 64 : 1];                                                \
+        if (!EARLY) pdl_start();                                                                                  \
+        rows_glu<BY, CL, EARLY>(xs, w, y, part, counters, M, I, K, kchunk, aligned, parts, up, ct);               \
+    }
+GLU_KERNEL(matmul_rows_glu, false, false, false)
+GLU_KERNEL(matmul_rows_glu_by, true, false, false)
+GLU_KERNEL(matmul_rows_glu_cl, false, true, false)
+GLU_KERNEL(matmul_rows_glu_by_cl, true, true, false)
+GLU_KERNEL(matmul_rows_glu_early, false, false, true)
+GLU_KERNEL(matmul_rows_glu_by_early, true, false, true)
+GLU_KERNEL(matmul_rows_glu_early_cl, false, true, true)
+GLU_KERNEL(matmul_rows_glu_by_early_cl, true, true, true)
 
 // matmul_rows_at: matmul_rows on the weights of expert sel[slot] of a
 // stacked [E][…] weight, w + sel[slot]·stride elements: a mixture-of-experts
