@@ -1021,15 +1021,17 @@ var (
 	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128}
 )
 
-// earlyWeights runs the rows kernels' _early variants for products with a
-// model weight (TANDEM_CUDA_EARLY_WEIGHTS=1): their first weight loads go
-// out before griddepcontrol.wait, so under programmatic launch (plain
-// decode steps) a product's weights start streaming while the kernel
-// before it still finishes. Only a weight qualifies: no kernel writes one,
-// so reading it early cannot see a stale value. The same bits. Off: on the
-// H200 it moved decode within the noise (31B 43.9 → 44.1 tok/s, E2B 206 →
-// 212 in one run each).
-var earlyWeights bool // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
+// earlyWeights runs the rows and GLU kernels' _early variants for products
+// with a model weight (TANDEM_CUDA_EARLY_WEIGHTS=0 turns it off; live):
+// their first weight loads go out before griddepcontrol.wait, so under
+// programmatic launch (plain decode steps) a product's weights start
+// streaming while the kernel before it still finishes. Only a weight
+// qualifies: no kernel writes one, so reading it early cannot see a stale
+// value. The same bits. In the ninth session it moved decode within the
+// noise (31B 43.9 → 44.1 tok/s, E2B 206 → 212); with the cluster finish
+// and the shorter steps of the fourteenth, the E2B step went 3.30 → 3.19-3.20
+// ms and the 31B step 19.98-20.01 → 19.72-19.73, in two alternations each.
+var earlyWeights = true // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 
 // earlyOf names the rows kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",

@@ -73,6 +73,14 @@ mutants=(
   'packed-skip|compute/cuda/kernels/ops.cu|se[o] = slot_weight{e != 0.0f ? s : -1, e};|se[o] = slot_weight{s, e};|^TestFusedAttentionMatches$'
   # a 512-wide head'"'"'s second column written with the first'"'"'s sum
   'packed-col2|compute/cuda/kernels/ops.cu|if (two) finish(j + RBLOCK, a1);|if (two) finish(j + RBLOCK, a0);|^TestFusedAttentionMatches$'
+  # attn_cluster taking another block'"'"'s scores from its own shared memory
+  'cluster-attn-owner|compute/cuda/kernels/ops.cu|scs[r] = cluster_ld(scs + r, owner);|scs[r] = cluster_ld(scs + r, c);|^TestFusedAttentionMatches$'
+  # attn_cluster'"'"'s value sums fused into one rounding (fma): the same keys, other bits
+  'cluster-attn-fma|compute/cuda/kernels/ops.cu|acc = __fadd_rn(acc, __fmul_rn(e, vst[(size_t)r * W + j]));|acc = __fmaf_rn(e, vst[(size_t)r * W + j], acc);|^TestFusedAttentionMatches$'
+  # the early GLU kernels reading their activations before the wait
+  'glu-early-wait|compute/cuda/kernels/matmul.cu|            pdl_start();
+            wide_mma<G, 2>(c, q, x, kb, k1, t, al);|            wide_mma<G, 2>(c, q, x, kb, k1, t, al);
+            pdl_start();|^TestEarlyWeightsWaitForActivations$'
   # every choice's gate/up product from the wrong token'"'"'s input
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1
