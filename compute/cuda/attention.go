@@ -156,27 +156,36 @@ func (b *Backend) attnClusterPlan(k, v *compute.Tensor, D, Dv, keys, clusters in
 	}
 }
 
+// attnSmemUnit is the step of attn_cluster's occupancy table: a block's
+// shared memory is rounded up to it, which can only underestimate how many
+// clusters fit.
+const attnSmemUnit = 8 << 10
+
 // attnClustersHeld is how many clusters of C attn_cluster blocks with smem
-// bytes of shared memory the device holds at once, asked once a shape.
+// bytes of shared memory each the device holds at once (0 past the table).
 func (b *Backend) attnClustersHeld(C, smem int) int {
-	key := [2]int{C, smem}
-	b.mu.Lock()
-	n, ok := b.attnClusterFit[key]
-	b.mu.Unlock()
-	if ok {
-		return n
+	u := (smem + attnSmemUnit - 1) / attnSmemUnit
+	if C < 0 || C >= len(b.attnClusterFit) || u >= len(b.attnClusterFit[C]) {
+		return 0
 	}
-	n, err := b.dev.MaxActiveClusters(b.k["attn_cluster"], [3]uint32{256, 1, 1}, [3]uint32{uint32(C), 1, 1}, uint32(smem))
-	if err != nil {
-		slog.Debug("cuda: attn_cluster occupancy", "blocks", C, "shared", smem, "err", err)
+	return b.attnClusterFit[C][u]
+}
+
+// askAttnClusterFit fills attnClustersHeld's table, once at start-up: an
+// occupancy query inside Attention would end a recording in progress (a
+// query runs on the device thread through do), and the shared memory of a
+// pass changes every 32 keys.
+func (b *Backend) askAttnClusterFit() {
+	k := b.k["attn_cluster"]
+	for C := 2; C <= b.attnClusterMax; C++ {
+		for u := 1; u < len(b.attnClusterFit[C]); u++ {
+			n, err := b.dev.MaxActiveClusters(k, [3]uint32{256, 1, 1}, [3]uint32{uint32(C), 1, 1}, uint32(u*attnSmemUnit))
+			if err != nil {
+				slog.Debug("cuda: attn_cluster occupancy", "blocks", C, "shared", u*attnSmemUnit, "err", err)
+			}
+			b.attnClusterFit[C][u] = n
+		}
 	}
-	b.mu.Lock()
-	if b.attnClusterFit == nil {
-		b.attnClusterFit = map[[2]int]int{}
-	}
-	b.attnClusterFit[key] = n
-	b.mu.Unlock()
-	return n
 }
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a

@@ -69,7 +69,7 @@ type Backend struct {
 	// block may take and attnClusterMax its most blocks a cluster (0: the
 	// kernel cannot be launched as a cluster).
 	attnClusterSmem, attnClusterMax int
-	attnClusterFit                  map[[2]int]int // clusters of attn_cluster held at once, by blocks a cluster and shared memory
+	attnClusterFit                  [17][attnClusterSmemMax/attnSmemUnit + 1]int // attnClustersHeld's table: by blocks a cluster and units of shared memory
 
 	// maxCluster is the most K splits a cluster-finish launch takes: 16
 	// where the kernels allow non-portable cluster sizes, 8 where not, 0
@@ -148,6 +148,7 @@ func New(ordinal int) (*Backend, error) {
 			if dev.SetFuncAttribute(k, funcAttrNonPortableCluster, 1) == nil {
 				b.attnClusterMax = 16
 			}
+			b.askAttnClusterFit()
 		}
 	}
 	return b, nil

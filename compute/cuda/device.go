@@ -511,9 +511,15 @@ func clusterAttr(c [3]uint32) launchAttr {
 // plain blocks.
 func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, cluster [3]uint32, args []any) (func() error, error) {
 	// One 8-byte slot per argument and one array of pointers to the slots,
-	// two allocations per launch. Go's collector does not move heap
-	// objects, and the closure keeps both alive until the driver has
-	// copied the arguments, so no pinning is needed for the raw call.
+	// two allocations per launch, both made here so that the closure holds
+	// them on the heap: Go's collector does not move heap objects, and the
+	// closure keeps both alive until the driver has copied the arguments,
+	// so no pinning is needed for the raw call. (The pointer array used to
+	// be made inside the closure, where the compiler kept a short one on
+	// the device thread's stack; a stack that grew or shrank before the
+	// call left the driver reading the argument pointers from freed
+	// memory: a SIGSEGV inside cuLaunchKernelEx, once in about twenty
+	// engine suite runs on the H200.)
 	vals := make([]uint64, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -549,6 +555,13 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 	for _, v := range vals {
 		sum = mixSig(sum, v)
 	}
+	var params []uintptr
+	if len(vals) > 0 {
+		params = make([]uintptr, len(vals))
+		for i := range vals {
+			params[i] = uintptr(unsafe.Pointer(&vals[i]))
+		}
+	}
 	sig := launchSig{k.name, sum}
 	// Read at issue, not when the device thread runs the call: a test that
 	// turns programmaticLaunch on for a few launches and off again would
@@ -565,13 +578,8 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
 		}
-		var pp uintptr
-		var params []uintptr
-		if len(vals) > 0 {
-			params = make([]uintptr, len(vals))
-			for i := range vals {
-				params[i] = uintptr(unsafe.Pointer(&vals[i]))
-			}
+		var pp uintptr // the heap array's address: stable, unlike a stack slot's
+		if len(params) > 0 {
 			pp = uintptr(unsafe.Pointer(&params[0]))
 		}
 		if dev.prof != nil && !dev.prof.graphs {
