@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -464,11 +465,19 @@ var programmaticLaunch = os.Getenv("TANDEM_CUDA_PDL") == "1"
 // path. On the H200: decode E2B +4.5%, 26B-A4B +4.7%, 31B +0.8%.
 var pdlDecode = os.Getenv("TANDEM_CUDA_PDL") != "0" && os.Getenv("TANDEM_CUDA_PDL") != "1"
 
+// pdlVerify adds a speculative round's verify (its parts too) to the sites
+// pdlFor takes (TANDEM_CUDA_PDL=verify), for measuring: in the fourteenth
+// session PDL for every kernel took the 31B round's median from 23.50 to
+// 23.23 ms, where in the sixth it had cost 2 ms.
+var pdlVerify = os.Getenv("TANDEM_CUDA_PDL") == "verify"
+
 // pdlFor reports whether the kernels recorded for site are launched with
 // programmatic stream serialization under TANDEM_CUDA_PDL=decode: the
 // plain decode step (generation's "decode"), not a round's drafts or
-// verify, nor an engine step.
-func pdlFor(site string) bool { return site == "decode" }
+// verify, nor an engine step; with pdlVerify the verify as well.
+func pdlFor(site string) bool {
+	return site == "decode" || pdlVerify && strings.HasPrefix(site, "verify")
+}
 
 // launchConfig is CUlaunchConfig (cuda.h), launchAttr CUlaunchAttribute: an
 // id and a 64-byte value union.

@@ -322,14 +322,18 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 // TestPDLForDecodeOnly protects TANDEM_CUDA_PDL=decode's rule: plain decode
 // steps launch with programmatic serialization, a speculative round's
 // drafts and verify (whose graphs start on an idle device) and engine
-// steps do not.
+// steps do not; and =verify's, which adds the verify and its parts.
 func TestPDLForDecodeOnly(t *testing.T) {
-	for site, want := range map[string]bool{
-		"decode": true, "verify-at4": false, "draft-at0": false, "draft-at1": false, "verify4": false,
-		"draft1": false, "step,1,1": false, "decode/1": false,
-	} {
-		if got := pdlFor(site); got != want {
-			t.Errorf("pdlFor(%q) = %v, want %v", site, got, want)
+	defer func(v bool) { pdlVerify = v }(pdlVerify)
+	for _, verify := range []bool{false, true} {
+		pdlVerify = verify
+		for site, want := range map[string]bool{
+			"decode": true, "verify-at4": verify, "draft-at0": false, "draft-at1": false, "verify4": verify,
+			"verify4/2": verify, "draft1": false, "step,1,1": false, "decode/1": false,
+		} {
+			if got := pdlFor(site); got != want {
+				t.Errorf("verify %v: pdlFor(%q) = %v, want %v", verify, site, got, want)
+			}
 		}
 	}
 }
