@@ -114,6 +114,16 @@ func tiledCols(v *compute.Tensor, Dv int) int {
 // cluster, and its step moved within the noise (19.9-20.0 ms either way).
 var attnClusterBlocks = 8 // read by liveSettings
 
+// attnClusterSplits lets attn_cluster take rows whose keys straddle
+// position chunks, up to a chunk's span (TANDEM_CUDA_ATTN_CLUSTER_SPLITS=1;
+// live, off): a sliding window past a multiple of 1,024 positions, which
+// otherwise takes the three kernels of the split path (attn_scores,
+// attn_values, attn_combine). At a 4k context every E2B sliding layer's
+// window of 512 straddles for half the positions, and a 31B one's of 1,024
+// almost always. Written after the fourteenth session's device time ran
+// out: not yet run on a GPU.
+var attnClusterSplits bool // read by liveSettings
+
 // attnClusterSmemMax is the dynamic shared memory attn_cluster's blocks may
 // ask for: most of an sm_90 multiprocessor's 227 KiB, beside the kernel's
 // 3 KiB of static shared memory.
@@ -238,7 +248,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	tab := make([]int32, B*S+2*B+len(opt.QueryPos))
 	slotOf, span := tab[:B*S], tab[B*S:B*S+2*B]
 	copy(tab[B*S+2*B:], opt.QueryPos)
-	nsplit, keys := 1, 0 // keys: the most key offsets a row spans, up to a chunk
+	nsplit, keys := 1, 0 // keys: the most positions a row's keys span
 	for bi := range B {
 		n := S
 		if opt.KeyLen != nil {
@@ -270,7 +280,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			panic(fmt.Sprintf("cuda: Attention key positions %d..%d span more than the %d slots", lo, hi, S))
 		}
 		span[2*bi], span[2*bi+1] = lo, hi
-		keys = max(keys, min(int(hi-lo)+1, S, attnChunk))
+		keys = max(keys, int(hi-lo)+1)
 		for s := range n {
 			kp := int32(s)
 			if opt.KeyPos != nil {
@@ -319,6 +329,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	// attn_fused can keep a row's scores in shared memory (never tiled: at
 	// most attnTileMin-1 queries a row).
 	fused := fusedAttention && combineInValues && L < attnTileMin
+	// attn_cluster takes the passes attn_fused would and, with
+	// attnClusterSplits, those whose rows straddle position chunks but span
+	// at most one chunk's worth (sliding windows): the split path's bits.
+	var cl clusterAttn
+	useCl := false
+	if fusedAttention && L < attnTileMin && G == L && keys <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
+		cl, useCl = b.attnClusterPlan(k, v, D, Dv, keys, Hq*B*L)
+	}
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
 		flags |= attnFlagPacked
@@ -328,13 +346,13 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		b.cols4N++
 	}
 	var sc, cmax *compute.Tensor
-	if !fused {
+	if !fused && !useCl {
 		sc = b.alloc(compute.F32, B*G*Hq*S)
 		cmax = b.alloc(compute.F32, B*G*Hq*nscore)
 	}
 	var pv, pe *compute.Tensor
 	var pvArg, peArg any
-	if !combineInValues || (tiledAttention && G >= attnTileMin) {
+	if !useCl && (!combineInValues || (tiledAttention && G >= attnTileMin)) {
 		pv = b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
 		pe = b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
 		pvArg, peArg = ptrOf(pv), ptrOf(pe)
@@ -357,18 +375,21 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				pg = Buffer{ptr: buf.ptr + uintptr(off), Size: buf.Size - off}
 			}
 		}
+		if useCl {
+			if fused {
+				b.fusedN++
+			}
+			b.attnClN++
+			err := b.dev.LaunchClusterAsync(b.k["attn_cluster"], [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
+				[3]uint32{256, 1, 1}, [3]uint32{uint32(cl.C), 1, 1}, uint32(cl.smem), ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
+				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), cl.C, cl.nk, cl.kpb, cl.W, nsplit)
+			if err != nil {
+				panic(err)
+			}
+			continue
+		}
 		if fused {
 			b.fusedN++
-			if p, ok := b.attnClusterPlan(k, v, D, Dv, keys, Hq*B*n); ok {
-				b.attnClN++
-				err := b.dev.LaunchClusterAsync(b.k["attn_cluster"], [3]uint32{uint32(Hq * p.C), uint32(B * n), 1},
-					[3]uint32{256, 1, 1}, [3]uint32{uint32(p.C), 1, 1}, uint32(p.smem), ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
-					n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), p.C, p.nk, p.kpb, p.W)
-				if err != nil {
-					panic(err)
-				}
-				continue
-			}
 			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
 				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags)
 			continue

@@ -1131,30 +1131,35 @@ func TestFusedAttentionMatches(t *testing.T) {
 // fusedAttentionVariants is TestFusedAttentionMatches' comparison of the
 // variants, four columns a thread taken at every width.
 func fusedAttentionVariants(t *testing.T, g *Backend) {
-	defer func(on, comb, pk, c4 bool, c4min, cl int) {
-		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks = on, comb, pk, c4, c4min, cl
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks)
+	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool) {
+		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits = on, comb, pk, c4, c4min, cl, sp
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	attnCols4Min = 0         // four columns at every width the rows allow, when asked
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
 	// cluster: attn_cluster's most blocks a cluster in place of attn_fused
 	// (0: attn_fused), at the default 8, at 16, and at 3, which leaves the
-	// last block of a 64-wide value row without columns.
+	// last block of a 64-wide value row without columns; splits: it takes
+	// rows that straddle position chunks too (attnClusterSplits).
 	type variant struct {
 		fused, packed, cols4 bool
 		cluster              int
+		splits               bool
 	}
-	variants := []variant{{true, false, false, 0}, {true, true, false, 0}, {false, true, false, 0}, {true, false, true, 0},
-		{false, false, true, 0}, {true, false, false, 8}, {true, false, false, 16}, {true, false, false, 3}}
+	variants := []variant{{true, false, false, 0, false}, {true, true, false, 0, false}, {false, true, false, 0, false},
+		{true, false, true, 0, false}, {false, false, true, 0, false}, {true, false, false, 8, false},
+		{true, false, false, 16, false}, {true, false, false, 3, false}, {true, false, false, 8, true}}
 	clRuns := map[int]int{} // attn_cluster's passes by blocks a cluster
 	// fits: rows of at most 100 keys, whose blocks' shares (up to 69 KiB,
 	// three blocks a multiprocessor) at 8 blocks a cluster leave room on the
-	// device for the cases' 16 clusters at once, heads up to 512.
-	check := func(name string, tc opCase, seed uint64, fusable, fits bool) {
+	// device for the cases' 16 clusters at once, heads up to 512. spans: rows
+	// that straddle position chunks within one chunk's span, which
+	// attn_cluster may take with splits.
+	check := func(name string, tc opCase, seed uint64, fusable, fits, spans bool) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
-			fusedAttention, attnPacked, attnCols4, attnClusterBlocks = v.fused, v.packed, v.cols4, v.cluster
+			fusedAttention, attnPacked, attnCols4, attnClusterBlocks, attnClusterSplits = v.fused, v.packed, v.cols4, v.cluster, v.splits
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1172,13 +1177,16 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			if fused := g.fusedN > before; fused != (v.fused && fusable) {
 				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
 			}
-			allowed := v.fused && fusable && v.cluster >= 2 && v.cluster <= g.attnClusterMax
+			allowed := v.fused && (fusable || v.splits && spans) && v.cluster >= 2 && v.cluster <= g.attnClusterMax
 			cl := g.attnClN > clBefore
 			if cl && !allowed || !cl && allowed && fits && v.cluster == 8 {
 				t.Fatalf("%s %+v: attn_cluster ran %v (allowed %v)", name, v, cl, allowed)
 			}
 			if cl {
 				clRuns[v.cluster]++
+				if !fusable {
+					clRuns[-1]++ // a pass of several splits
+				}
 			}
 			// The cases below the table's have value rows in 16-byte chunks.
 			if v.cols4 && !strings.HasPrefix(name, "Attention/") && g.cols4N == cols4Before {
@@ -1194,7 +1202,7 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 	}
 	for _, tc := range opCases {
 		if strings.HasPrefix(tc.name, "Attention/") {
-			check(tc.name, tc, 1, !strings.Contains(tc.name, "multi-split") && !strings.Contains(tc.name, "short-of-capacity"), true)
+			check(tc.name, tc, 1, !strings.Contains(tc.name, "multi-split") && !strings.Contains(tc.name, "short-of-capacity"), true, false)
 		}
 	}
 	for _, L := range []int{1, 4} {
@@ -1204,25 +1212,28 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			}
 			for _, d := range []int{32, 64, 100, 256, 512} { // 32: one chunk of a key; 100: not in chunks
 				check(fmt.Sprintf("%d queries, %d keys, head %d", L, keys, d),
-					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L), true, keys <= 100)
+					attnCase("", 1, L, 4, 2, keys, d, d, full(1, L, keys, compute.Causal, 0)), uint64(keys*d+L), true, keys <= 100, false)
 			}
 		}
 		check(fmt.Sprintf("%d queries, rows of 100, 0 and 700 keys in 2,600 slots", L),
-			attnCase("", 3, L, 4, 2, 2600, 64, 64, prefix(L, 100, 0, 700)), uint64(L+3), true, false)
+			attnCase("", 3, L, 4, 2, 2600, 64, 64, prefix(L, 100, 0, 700)), uint64(L+3), true, false, false)
 		check(fmt.Sprintf("%d queries, a sliding ring across a chunk boundary", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false, false)
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false, false, true)
 		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true, false)
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true, false, false)
 		for _, d := range []int{64, 512} { // 512: both of a thread's columns skip the infinite value
-			check(fmt.Sprintf("%d queries, head %d, peaked: most weights round to zero", L, d), peakedAttention(L, 300, d), uint64(L+d), true, false)
+			check(fmt.Sprintf("%d queries, head %d, peaked: most weights round to zero", L, d), peakedAttention(L, 300, d), uint64(L+d), true, false, false)
 		}
 		check(fmt.Sprintf("%d queries, values 300 wide: some threads take a second column", L),
-			attnCase("", 1, L, 4, 2, 200, 64, 300, full(1, L, 200, compute.Causal, 0)), uint64(L+300), true, true)
+			attnCase("", 1, L, 4, 2, 200, 64, 300, full(1, L, 200, compute.Causal, 0)), uint64(L+300), true, true, false)
 	}
 	for _, v := range variants {
 		if v.cluster > 0 && v.cluster <= g.attnClusterMax && clRuns[v.cluster] == 0 {
 			t.Errorf("attn_cluster never ran with %d blocks a cluster", v.cluster)
 		}
+	}
+	if g.attnClusterMax > 0 && clRuns[-1] == 0 {
+		t.Error("attn_cluster never took a pass whose rows straddle position chunks")
 	}
 }
 

@@ -76,7 +76,9 @@ mutants=(
   # attn_cluster taking another block'"'"'s scores from its own shared memory
   'cluster-attn-owner|compute/cuda/kernels/ops.cu|scs[r] = cluster_ld(scs + r, owner);|scs[r] = cluster_ld(scs + r, c);|^TestFusedAttentionMatches$'
   # attn_cluster'"'"'s value sums fused into one rounding (fma): the same keys, other bits
-  'cluster-attn-fma|compute/cuda/kernels/ops.cu|acc = __fadd_rn(acc, __fmul_rn(e, vst[(size_t)r * W + j]));|acc = __fmaf_rn(e, vst[(size_t)r * W + j], acc);|^TestFusedAttentionMatches$'
+  'cluster-attn-fma|compute/cuda/kernels/ops.cu|a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));|a = __fmaf_rn(ef, vst[(size_t)r * W + j], a);|^TestFusedAttentionMatches$'
+  # attn_cluster summing every key of the row in each split (a straddling row counted twice)
+  'cluster-attn-split-range|compute/cuda/kernels/ops.cu|r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);|r1 = nk;|^TestFusedAttentionMatches$'
   # the early GLU kernels reading their activations before the wait
   'glu-early-wait|compute/cuda/kernels/matmul.cu|            pdl_start();
             wide_mma<G, 2>(c, q, x, kb, k1, t, al);|            wide_mma<G, 2>(c, q, x, kb, k1, t, al);

@@ -1201,6 +1201,14 @@ __device__ __forceinline__ void cluster_wait() {
 // assignment and trees; and each column sums its keys in position order.
 // So the bits are attn_fused's.
 //
+// Rows whose keys straddle position chunks (a sliding window past a
+// multiple of 1,024; TANDEM_CUDA_ATTN_CLUSTER_SPLITS) are the split path's
+// work: attn_scores, attn_values a split (chunk of positions) and
+// attn_combine. With nsplit of them, each block takes every split's Σ e
+// and value sums as attn_values does and adds the splits in order as
+// attn_combine does, so the bits are that path's. With one split the
+// combine's arithmetic is attn_fused's finish.
+//
 // Dynamic shared memory, in floats: the query (D), the scores, the keys'
 // slots (−1: not summed) and weights (nkmax each, indexed by offset r), the
 // block's keys (kpbmax rows of D + 4: a thread reading its key's row in
@@ -1210,7 +1218,7 @@ __device__ __forceinline__ void cluster_wait() {
 extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
     attn_cluster(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
                  int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
-                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W) {
+                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W, int nsplit) {
     extern __shared__ float4 dyn4[];
     __shared__ float shm[RBLOCK];
     __shared__ double sh[RBLOCK];
@@ -1224,8 +1232,9 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
     const int c = blockIdx.x % C, h = blockIdx.x / C, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
-    // The offsets scores_pass visits (its chunk 0): r < nk.
-    const int nk = max(0, min(min(ATTN_CHUNK, S), span[2 * b + 1] - mp + 1));
+    // The row's key offsets, r < nk (at most nkmax: the host takes rows of
+    // up to ATTN_CHUNK positions).
+    const int nk = max(0, min(S, span[2 * b + 1] - mp + 1));
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
     for (int r = threadIdx.x; r < nk; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
@@ -1278,36 +1287,46 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
     if (threadIdx.x == 0) shm[0] = m;
     __syncthreads();
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
-    // values_pass's weights and Σ e (split 0): thread t over the chunk's
-    // offsets o = t + u·RBLOCK, position p0 + o being offset r from mp.
-    const int p0 = (mp >> 10) << 10, off = mp - p0;
-    const int ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
-    double part = 0;
-    for (int o = threadIdx.x; o < ohi; o += RBLOCK) {
-        const int r = o - off;
-        if (r < 0 || r >= nk) continue;
-        float e = 0.0f;
-        if (sslot[r] >= 0) {
-            const double ed = exp((double)scs[r] - (double)mx);
-            part += ed;
-            e = (float)ed;
+    // values_pass's weights and Σ e, split by split: split i covers the
+    // positions [p0, p0 + ATTN_CHUNK), p0 = ((mp >> 10) + i) << 10, and
+    // thread t its offsets o = t + u·RBLOCK, position p0 + o being offset
+    // r from mp. attn_combine adds the splits' Σ e in split order.
+    double e = 0;
+    for (int i = 0; i < nsplit; i++) {
+        const int p0 = ((mp >> 10) + i) << 10;
+        const int ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
+        double part = 0;
+        for (int o = threadIdx.x; o < ohi; o += RBLOCK) {
+            const int r = p0 + o - mp;
+            if (r < 0 || r >= nk) continue;
+            float ef = 0.0f;
+            if (sslot[r] >= 0) {
+                const double ed = exp((double)scs[r] - (double)mx);
+                part += ed;
+                ef = (float)ed;
+            }
+            es[r] = ef;
         }
-        es[r] = e;
+        e += block_sum_d(part, sh); // publishes es too
     }
-    const double total = block_sum_d(part, sh); // publishes es too
     cp_async_wait<0>();
     __syncthreads(); // the value columns are in
-    const int nv = min(ohi - off, nk); // the offsets values_pass sums, from olo = off
     for (int j = threadIdx.x; j < w; j += RBLOCK) {
+        // Each split's sum over its keys in position order (values_pass),
+        // then the splits added in order from zero (attn_combine).
         float acc = 0.0f;
+        for (int i = 0; i < nsplit; i++) {
+            const int p0 = ((mp >> 10) + i) << 10;
+            const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);
+            float a = 0.0f;
 #pragma unroll 8
-        for (int r = 0; r < nv; r++) {
-            const float e = es[r];
-            if (sslot[r] >= 0 && e != 0.0f) acc = __fadd_rn(acc, __fmul_rn(e, vst[(size_t)r * W + j]));
+            for (int r = r0; r < r1; r++) {
+                const float ef = es[r];
+                if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
+            }
+            acc = __fadd_rn(acc, a);
         }
-        // values_pass's finish with out: attn_combine of one split.
-        const double e = 0.0 + total;
-        const float a = __fadd_rn(0.0f, acc), res = e > 0 ? (float)((double)a / e) : 0.0f;
+        const float res = e > 0 ? (float)((double)acc / e) : 0.0f;
         out[bh * Dv + c0 + j] = res;
         emit(parts, n, bh * Dv + c0 + j, res);
     }
