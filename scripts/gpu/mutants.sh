@@ -49,7 +49,13 @@ mutants=(
   # pcg_jump composing a power of the step with the multiplier for the increment
   'random-compose|compute/cuda/kernels/ops.cu|            add128(th, tl, bch, bcl, ch, cl);|            add128(th, tl, bmh, bml, ch, cl);|^TestRandomWeightMatchesMathRand$'
   # attn_fused taking thread 1'"'"'s partial maximum for the block'"'"'s
-  'fused-max|compute/cuda/kernels/ops.cu|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);|const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
+  'fused-max|compute/cuda/kernels/ops.cu|        if (shm[0] == 12345.0f) out[0] = shm[0];
+        return;
+    }
+    const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);|        if (shm[0] == 12345.0f) out[0] = shm[0];
+        return;
+    }
+    const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait
   'early-wait|compute/cuda/kernels/matmul.cu|        pdl_start_for(xs, out);
         wide_mma<G, U>(c, q, x, kb, k1, t, al);|        wide_mma<G, U>(c, q, x, kb, k1, t, al);
