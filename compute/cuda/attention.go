@@ -134,9 +134,9 @@ const attnClusterSmemMax = 200 << 10
 // W value columns a block (a multiple of 4), smem bytes in all.
 type clusterAttn struct{ C, nk, kpb, W, smem int }
 
-// attnClusterPlan is attn_cluster's shape for a fused pass of clusters
-// (head, row) pairs whose rows have at most keys key offsets, ok false
-// where it takes attn_fused: fewer than two blocks a cluster would leave
+// attnClusterPlan is attn_cluster's shape for a pass of clusters (head,
+// row) pairs whose rows span at most keys positions, ok false where the
+// pass keeps attn_fused (or the split path): fewer than two blocks a cluster would leave
 // one a multiprocessor, the device has no clusters of C blocks, the rows
 // are not in 16-byte chunks, a block's share would not fit its shared
 // memory, or the clusters would not all fit the device at once. On the
