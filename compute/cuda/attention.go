@@ -129,10 +129,30 @@ var attnClusterSplits bool // read by liveSettings
 // 3 KiB of static shared memory.
 const attnClusterSmemMax = 200 << 10
 
+// attnClusterRounds lets attn_cluster_rounds take the rows whose keys and
+// value columns do not fit a block's shared memory at once, copying them
+// in rounds (TANDEM_CUDA_ATTN_CLUSTER_ROUNDS=1; live, off): a 31B sliding
+// window of 1,024 keys. Written after the fourteenth session's device
+// time ran out: not yet run on a GPU.
+var attnClusterRounds bool // read by liveSettings
+
+// attnRoundKeys, when positive, is attn_cluster_rounds' keys a round, for
+// both keys and values, and has it take every pass attn_cluster would
+// (tests: many rounds on small rows).
+var attnRoundKeys int
+
+// attnRoundBytes is the shared memory attn_cluster_rounds gives its two
+// key buffers and its two value buffers, about 60% and 40%: with the
+// scores' arrays a block stays near 110 KiB, two a multiprocessor, so
+// that the 31B shape's 32 clusters of 4 fit the device (at 132 KiB a
+// block, one a multiprocessor, 30 of 32 did).
+const attnRoundBytes = 96 << 10
+
 // clusterAttn is attn_cluster's launch shape: C blocks a cluster, shared
 // memory laid out for nk key offsets (a multiple of 32), kpb keys a block,
-// W value columns a block (a multiple of 4), smem bytes in all.
-type clusterAttn struct{ C, nk, kpb, W, smem int }
+// W value columns a block (a multiple of 4), smem bytes in all; for
+// attn_cluster_rounds (KG > 0) KG keys a key round and VG a value round.
+type clusterAttn struct{ C, nk, kpb, W, smem, KG, VG int }
 
 // attnClusterPlan is attn_cluster's shape for a pass of clusters (head,
 // row) pairs whose rows span at most keys positions, ok false where the
@@ -154,16 +174,32 @@ func (b *Backend) attnClusterPlan(k, v *compute.Tensor, D, Dv, keys, clusters in
 	// at 4 (30 of 32 clusters fit) and ran in 19.2 µs at 8, against
 	// attn_fused's 25.7.
 	for ; ; C = min(2*C, most) {
-		p.C, p.nk = C, (keys+31)&^31
+		p = clusterAttn{C: C, nk: (keys + 31) &^ 31}
 		p.kpb, p.W = (p.nk+C-1)/C, ((Dv+C-1)/C+3)&^3
 		p.smem = 4 * (D + 3*p.nk + p.kpb*(D+4) + p.nk*p.W)
-		if p.smem <= b.attnClusterSmem && clusters <= b.attnClustersHeld(C, p.smem) {
+		if attnRoundKeys > 0 || p.smem > b.attnClusterSmem && attnClusterRounds {
+			p.roundsOf(D)
+		}
+		if p.smem <= b.attnClusterSmem && clusters <= b.attnClustersHeld(C, p.smem) && p.W <= 256 {
 			return p, true
 		}
 		if C == most {
 			return p, false
 		}
 	}
+}
+
+// roundsOf makes p attn_cluster_rounds' shape for heads of D: keys a round
+// from 60% of attnRoundBytes over two buffers of rows of D + 4, value keys
+// a round from the rest over two of W, multiples of 8 (attnRoundKeys for
+// both where set).
+func (p *clusterAttn) roundsOf(D int) {
+	p.KG = max(8, (attnRoundBytes*3/5)/(8*(D+4))&^7)
+	p.VG = max(8, (attnRoundBytes*2/5)/(8*p.W)&^7)
+	if attnRoundKeys > 0 {
+		p.KG, p.VG = attnRoundKeys, attnRoundKeys
+	}
+	p.smem = 4 * (D + 3*p.nk + 2*p.KG*(D+4) + 2*p.VG*p.W)
 }
 
 // attnSmemUnit is the step of attn_cluster's occupancy table: a block's
@@ -380,9 +416,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				b.fusedN++
 			}
 			b.attnClN++
-			err := b.dev.LaunchClusterAsync(b.k["attn_cluster"], [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
-				[3]uint32{256, 1, 1}, [3]uint32{uint32(cl.C), 1, 1}, uint32(cl.smem), ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
-				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), cl.C, cl.nk, cl.kpb, cl.W, nsplit)
+			kernel, args := "attn_cluster", []any{ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp, n, Hq, Hkv, S, D, Dv, scale, causal,
+				opt.Window, ptrOf(og), pg, out.Len(), cl.C, cl.nk, cl.kpb, cl.W, nsplit}
+			if cl.KG > 0 {
+				b.roundsN++
+				kernel, args = "attn_cluster_rounds", append(args, cl.KG, cl.VG)
+			}
+			err := b.dev.LaunchClusterAsync(b.k[kernel], [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
+				[3]uint32{256, 1, 1}, [3]uint32{uint32(cl.C), 1, 1}, uint32(cl.smem), args...)
 			if err != nil {
 				panic(err)
 			}

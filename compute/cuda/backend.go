@@ -63,6 +63,7 @@ type Backend struct {
 	gluN     int                               // matmul_rows_glu launches, likewise
 	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
 	attnClN  int                               // attn_cluster launches, likewise
+	roundsN  int                               // attn_cluster_rounds launches, likewise
 	earlyN   int                               // products run by an _early kernel (earlyWeights), likewise
 
 	// attnClusterSmem is the most dynamic shared memory an attn_cluster
@@ -90,7 +91,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
-		"attn_cluster", "random_uniform"},
+		"attn_cluster", "attn_cluster_rounds", "random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
@@ -139,15 +140,22 @@ func New(ordinal int) (*Backend, error) {
 			b.clusterFit[name] = fit
 		}
 		// attn_cluster's blocks hold a head's keys and value columns:
-		// allow them most of a multiprocessor's shared memory.
-		k := b.k["attn_cluster"]
-		if err := dev.SetFuncAttribute(k, funcAttrMaxDynamicShared, attnClusterSmemMax); err != nil {
-			slog.Debug("cuda: attn_cluster's shared memory", "err", err)
-		} else {
-			b.attnClusterSmem, b.attnClusterMax = attnClusterSmemMax, 8
-			if dev.SetFuncAttribute(k, funcAttrNonPortableCluster, 1) == nil {
-				b.attnClusterMax = 16
+		// allow them most of a multiprocessor's shared memory. Both
+		// kernels have the same block size, register cap and static shared
+		// memory, so one occupancy table serves both.
+		ok, most := true, 16
+		for _, name := range []string{"attn_cluster", "attn_cluster_rounds"} {
+			k := b.k[name]
+			if err := dev.SetFuncAttribute(k, funcAttrMaxDynamicShared, attnClusterSmemMax); err != nil {
+				slog.Debug("cuda: attn_cluster's shared memory", "kernel", name, "err", err)
+				ok = false
 			}
+			if dev.SetFuncAttribute(k, funcAttrNonPortableCluster, 1) != nil {
+				most = 8
+			}
+		}
+		if ok {
+			b.attnClusterSmem, b.attnClusterMax = attnClusterSmemMax, most
 			b.askAttnClusterFit()
 		}
 	}

@@ -515,9 +515,10 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk, c4 bool, c4min, cl int) {
+	defer func(on, comb, pk, c4 bool, c4min, cl int, sp, rd bool) {
 		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks = on, comb, pk, c4, c4min, cl
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks)
+		attnClusterSplits, attnClusterRounds = sp, rd
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnClusterRounds)
 	combineInValuesOn = true
 	attnCols4Min = 0 // "+cols4" takes four columns at every width
 	type variant struct {
@@ -581,6 +582,27 @@ func TestAttentionSpeed(t *testing.T) {
 				g.k["attn_fused"] = fusedK
 				line += fmt.Sprintf("  fused, %s %v", name, d.Round(100*time.Nanosecond))
 			}
+			t.Log(line)
+		}
+		// A decode step at 4k on a sliding layer: the window straddles
+		// position 4,096, so it takes the split path, or attn_cluster with
+		// attnClusterSplits (in rounds where its share does not fit).
+		if s.S == 1024 {
+			q := g.FromF32(randF32(r, s.Hq*s.D), 1, 1, s.Hq, s.D)
+			opt := ring(1, 1, s.S, 4100, s.S)(r)
+			line := fmt.Sprintf("%s, one query, a window of %d straddling position 4,096:", s.name, s.S)
+			for _, vr := range []struct {
+				name           string
+				splits, rounds bool
+			}{{"split path", false, false}, {"cluster", true, false}, {"cluster, rounds", true, true}} {
+				fusedAttention, attnClusterBlocks, attnClusterSplits, attnClusterRounds = true, 8, vr.splits, vr.rounds
+				before, rounds := g.attnClN, g.roundsN
+				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
+				df := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
+				line += fmt.Sprintf("  %s %v (L2 flushed %v; attn_cluster %v, rounds %v)", vr.name, d.Round(100*time.Nanosecond),
+					df.Round(100*time.Nanosecond), g.attnClN > before, g.roundsN > rounds)
+			}
+			attnClusterSplits, attnClusterRounds = false, false
 			t.Log(line)
 		}
 		// A prefill chunk: 64 queries over up to 2,048 keys, the tiled
@@ -1131,9 +1153,10 @@ func TestFusedAttentionMatches(t *testing.T) {
 // fusedAttentionVariants is TestFusedAttentionMatches' comparison of the
 // variants, four columns a thread taken at every width.
 func fusedAttentionVariants(t *testing.T, g *Backend) {
-	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool) {
+	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool, rk int) {
 		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits = on, comb, pk, c4, c4min, cl, sp
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits)
+		attnRoundKeys = rk
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnRoundKeys)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	attnCols4Min = 0         // four columns at every width the rows allow, when asked
 	r := rand.New(rand.NewPCG(41, 42))
@@ -1141,15 +1164,19 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 	// cluster: attn_cluster's most blocks a cluster in place of attn_fused
 	// (0: attn_fused), at the default 8, at 16, and at 3, which leaves the
 	// last block of a 64-wide value row without columns; splits: it takes
-	// rows that straddle position chunks too (attnClusterSplits).
+	// rows that straddle position chunks too (attnClusterSplits); rounds:
+	// attn_cluster_rounds in its place, that many keys a round
+	// (attnRoundKeys), so that small rows take many rounds.
 	type variant struct {
 		fused, packed, cols4 bool
 		cluster              int
 		splits               bool
+		rounds               int
 	}
-	variants := []variant{{true, false, false, 0, false}, {true, true, false, 0, false}, {false, true, false, 0, false},
-		{true, false, true, 0, false}, {false, false, true, 0, false}, {true, false, false, 8, false},
-		{true, false, false, 16, false}, {true, false, false, 3, false}, {true, false, false, 8, true}}
+	variants := []variant{{true, false, false, 0, false, 0}, {true, true, false, 0, false, 0}, {false, true, false, 0, false, 0},
+		{true, false, true, 0, false, 0}, {false, false, true, 0, false, 0}, {true, false, false, 8, false, 0},
+		{true, false, false, 16, false, 0}, {true, false, false, 3, false, 0}, {true, false, false, 8, true, 0},
+		{true, false, false, 8, true, 8}}
 	clRuns := map[int]int{} // attn_cluster's passes by blocks a cluster
 	// fits: rows of at most 100 keys, whose blocks' shares (up to 69 KiB,
 	// three blocks a multiprocessor) at 8 blocks a cluster leave room on the
@@ -1160,6 +1187,7 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
 			fusedAttention, attnPacked, attnCols4, attnClusterBlocks, attnClusterSplits = v.fused, v.packed, v.cols4, v.cluster, v.splits
+			attnRoundKeys = v.rounds
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1172,7 +1200,7 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			t.Fatalf("%s: output %d is NaN: a zero weight's infinite value was summed", name, i)
 		}
 		for _, v := range variants {
-			before, cols4Before, clBefore := g.fusedN, g.cols4N, g.attnClN
+			before, cols4Before, clBefore, roundsBefore := g.fusedN, g.cols4N, g.attnClN, g.roundsN
 			gotA, gotP := run(v)
 			if fused := g.fusedN > before; fused != (v.fused && fusable) {
 				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
@@ -1187,6 +1215,12 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 				if !fusable {
 					clRuns[-1]++ // a pass of several splits
 				}
+			}
+			if rounds := g.roundsN > roundsBefore; rounds != (cl && v.rounds > 0) {
+				t.Fatalf("%s %+v: attn_cluster_rounds ran %v, attn_cluster %v", name, v, rounds, cl)
+			}
+			if g.roundsN > roundsBefore && !fusable {
+				clRuns[-2]++ // rounds over a pass of several splits
 			}
 			// The cases below the table's have value rows in 16-byte chunks.
 			if v.cols4 && !strings.HasPrefix(name, "Attention/") && g.cols4N == cols4Before {
@@ -1232,8 +1266,8 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			t.Errorf("attn_cluster never ran with %d blocks a cluster", v.cluster)
 		}
 	}
-	if g.attnClusterMax > 0 && clRuns[-1] == 0 {
-		t.Error("attn_cluster never took a pass whose rows straddle position chunks")
+	if g.attnClusterMax > 0 && (clRuns[-1] == 0 || clRuns[-2] == 0) {
+		t.Errorf("attn_cluster never took a pass whose rows straddle position chunks (%d), or never in rounds (%d)", clRuns[-1], clRuns[-2])
 	}
 }
 

@@ -85,6 +85,9 @@ mutants=(
   'cluster-attn-fma|compute/cuda/kernels/ops.cu|a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));|a = __fmaf_rn(ef, vst[(size_t)r * W + j], a);|^TestFusedAttentionMatches$'
   # attn_cluster summing every key of the row in each split (a straddling row counted twice)
   'cluster-attn-split-range|compute/cuda/kernels/ops.cu|r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);|r1 = nk;|^TestFusedAttentionMatches$'
+  # attn_cluster_rounds carrying a split's sum into the next split (a straddling row's first keys counted twice)
+  'rounds-split-carry|compute/cuda/kernels/ops.cu|                        acc = __fadd_rn(acc, a);
+                        a = 0.0f;|                        acc = __fadd_rn(acc, a);|^TestFusedAttentionMatches$'
   # the early GLU kernels reading their activations before the wait
   'glu-early-wait|compute/cuda/kernels/matmul.cu|            pdl_start();
             wide_mma<G, 2>(c, q, x, kb, k1, t, al);|            wide_mma<G, 2>(c, q, x, kb, k1, t, al);

@@ -1215,10 +1215,22 @@ __device__ __forceinline__ void cluster_wait() {
 // 16-byte steps hits other banks than its neighbours), and its value
 // columns (nkmax rows of W). D, Dv, nkmax and W are multiples of 4 and the
 // rows of k and v start on 16 bytes (checked by the host).
-extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
-    attn_cluster(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
-                 int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
-                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W, int nsplit) {
+// attn_cluster_rounds (TANDEM_CUDA_ATTN_CLUSTER_ROUNDS) is attn_cluster for
+// rows whose keys and value columns would not fit a block's shared memory
+// at once (a 31B sliding window of 1,024 keys: 261 KiB a block at 8 blocks
+// a cluster): a block copies its keys KG at a time and its value columns
+// VG keys at a time, each into one of two buffers while the other is
+// summed. The same operations in the same order: a split's value sum runs
+// over its keys in position order across the rounds, and the splits are
+// added in order as before. Its shared memory: the query, the scores,
+// slots and weights as attn_cluster's, then two key buffers of KG rows of
+// D + 4 and two value buffers of VG rows of W.
+template <bool Rounds>
+__device__ __forceinline__ void attn_cluster_body(const float* q, const float* k, const float* v, const int* slot_of,
+                                                  const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
+                                                  int D, int Dv, float scale, int causal, int window, float* out,
+                                                  unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
+                                                  int nsplit, int KG, int VG) {
     extern __shared__ float4 dyn4[];
     __shared__ float shm[RBLOCK];
     __shared__ double sh[RBLOCK];
@@ -1228,7 +1240,7 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
     int* sslot = (int*)(scs + nkmax);
     float* es = (float*)(sslot + nkmax);
     float* kst = es + nkmax;
-    float* vst = kst + (size_t)kpbmax * (D + 4);
+    float* vst = kst + (size_t)(Rounds ? 2 * KG : kpbmax) * (D + 4);
     const int c = blockIdx.x % C, h = blockIdx.x / C, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
@@ -1241,36 +1253,70 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
         sslot[r] = s >= 0 && visible(mp + r, qp, causal, window) ? s : -1;
     }
     __syncthreads();
-    // This block's keys, then its value columns of every key, each a group
-    // of copies: the scores wait for the first only.
     const int kpb = (nk + C - 1) / C, k0 = min(nk, c * kpb), k1 = min(nk, k0 + kpb), D4 = D / 4;
-    for (int i = threadIdx.x; i < (k1 - k0) * D4; i += RBLOCK) {
-        const int kr = i / D4, j = i - kr * D4, s = sslot[k0 + kr];
-        if (s >= 0) cp_async16(kst + (size_t)kr * (D + 4) + 4 * j, k + (((size_t)b * S + s) * Hkv + kvh) * D + 4 * j);
-    }
-    cp_async_commit();
     const int c0 = c * W, w = max(0, min(W, Dv - c0)), W4 = w / 4;
     const size_t vstride = (size_t)Hkv * Dv;
     const float* vb = v + (size_t)b * S * vstride + (size_t)kvh * Dv + c0;
-    for (int i = threadIdx.x; i < nk * W4; i += RBLOCK) {
-        const int r = i / W4, j = i - r * W4, s = sslot[r];
-        if (s >= 0) cp_async16(vst + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads(); // the block's keys are in
-    for (int kr = threadIdx.x; kr < k1 - k0; kr += RBLOCK) {
-        if (sslot[k0 + kr] < 0) continue;
-        const float* kp = kst + (size_t)kr * (D + 4);
-        float dot = 0.0f;
-        for (int j = 0; j < D; j += 4) {
-            const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
-            dot = fmaf(qq.x, kk.x, dot);
-            dot = fmaf(qq.y, kk.y, dot);
-            dot = fmaf(qq.z, kk.z, dot);
-            dot = fmaf(qq.w, kk.w, dot);
+    // copy_keys queues keys [a, z) of the block's into rows from kb; copy_values
+    // the block's columns of keys [a, z) of the row into rows from vd.
+    auto copy_keys = [&](int a, int z, float* kb) {
+        for (int i = threadIdx.x; i < (z - a) * D4; i += RBLOCK) {
+            const int kr = i / D4, j = i - kr * D4, s = sslot[a + kr];
+            if (s >= 0) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, k + (((size_t)b * S + s) * Hkv + kvh) * D + 4 * j);
         }
-        scs[k0 + kr] = __fmul_rn(dot, scale);
+    };
+    auto copy_values = [&](int a, int z, float* vd) {
+        for (int i = threadIdx.x; i < (z - a) * W4; i += RBLOCK) {
+            const int r = i / W4, j = i - r * W4, s = sslot[a + r];
+            if (s >= 0) cp_async16(vd + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
+        }
+    };
+    // score sums each of keys [a, z)'s q·k in element order from its row at kb.
+    auto score = [&](int a, int z, const float* kb) {
+        for (int kr = threadIdx.x; kr < z - a; kr += RBLOCK) {
+            if (sslot[a + kr] < 0) continue;
+            const float* kp = kb + (size_t)kr * (D + 4);
+            float dot = 0.0f;
+            for (int j = 0; j < D; j += 4) {
+                const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
+                dot = fmaf(qq.x, kk.x, dot);
+                dot = fmaf(qq.y, kk.y, dot);
+                dot = fmaf(qq.z, kk.z, dot);
+                dot = fmaf(qq.w, kk.w, dot);
+            }
+            scs[a + kr] = __fmul_rn(dot, scale);
+        }
+    };
+    if (Rounds) {
+        // Key rounds of KG, two buffers: round g + 1's copies fly while
+        // round g is summed.
+        const int nr = (k1 - k0 + KG - 1) / KG;
+        if (nr > 0) copy_keys(k0, min(k1, k0 + KG), kst);
+        cp_async_commit();
+        for (int g = 0; g < nr; g++) {
+            const int a = k0 + g * KG;
+            if (g + 1 < nr) copy_keys(a + KG, min(k1, a + 2 * KG), kst + (size_t)((g + 1) & 1) * KG * (D + 4));
+            cp_async_commit();
+            cp_async_wait<1>();
+            __syncthreads(); // round g's keys are in
+            score(a, min(k1, a + KG), kst + (size_t)(g & 1) * KG * (D + 4));
+            __syncthreads(); // its buffer is free for round g + 2
+        }
+        // The first two value rounds fly while the scores are gathered.
+        copy_values(0, min(nk, VG), vst);
+        cp_async_commit();
+        copy_values(min(nk, VG), min(nk, 2 * VG), vst + (size_t)VG * W);
+        cp_async_commit();
+    } else {
+        // This block's keys, then its value columns of every key, each a
+        // group of copies: the scores wait for the first only.
+        copy_keys(k0, k1, kst);
+        cp_async_commit();
+        copy_values(0, nk, vst);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads(); // the block's keys are in
+        score(k0, k1, kst);
     }
     cluster_sync(); // every block's scores are written
     for (int r = threadIdx.x; r < nk; r += RBLOCK) {
@@ -1309,28 +1355,84 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
         }
         e += block_sum_d(part, sh); // publishes es too
     }
-    cp_async_wait<0>();
-    __syncthreads(); // the value columns are in
-    for (int j = threadIdx.x; j < w; j += RBLOCK) {
-        // Each split's sum over its keys in position order (values_pass),
-        // then the splits added in order from zero (attn_combine).
-        float acc = 0.0f;
-        for (int i = 0; i < nsplit; i++) {
-            const int p0 = ((mp >> 10) + i) << 10;
-            const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);
-            float a = 0.0f;
-#pragma unroll 8
-            for (int r = r0; r < r1; r++) {
-                const float ef = es[r];
-                if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
+    if (Rounds) {
+        // Value rounds of VG keys in position order, two buffers. A
+        // column's running sum a is its current split's (split si of key
+        // r: the chunk of position mp + r, counted from mp's); crossing
+        // into the next split adds it to acc, as attn_combine adds the
+        // splits, and the splits past the row's last add their zeros.
+        const int nr = (nk + VG - 1) / VG;
+        float a = 0.0f, acc = 0.0f;
+        int cur = 0;
+        for (int g = 0; g < nr; g++) {
+            cp_async_wait<1>();
+            __syncthreads(); // round g's values are in
+            const float* vg = vst + (size_t)(g & 1) * VG * W;
+            if (threadIdx.x < w) {
+                const int j = threadIdx.x;
+                for (int r = g * VG; r < min(nk, (g + 1) * VG); r++) {
+                    for (const int si = ((mp + r) >> 10) - (mp >> 10); cur < si; cur++) {
+                        acc = __fadd_rn(acc, a);
+                        a = 0.0f;
+                    }
+                    const float ef = es[r];
+                    if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vg[(size_t)(r - g * VG) * W + j]));
+                }
             }
-            acc = __fadd_rn(acc, a);
+            __syncthreads(); // its buffer is free for round g + 2
+            if (g + 2 < nr) copy_values((g + 2) * VG, min(nk, (g + 3) * VG), vst + (size_t)(g & 1) * VG * W);
+            cp_async_commit();
         }
-        const float res = e > 0 ? (float)((double)acc / e) : 0.0f;
-        out[bh * Dv + c0 + j] = res;
-        emit(parts, n, bh * Dv + c0 + j, res);
+        if (threadIdx.x < w) {
+            for (; cur < nsplit; cur++) {
+                acc = __fadd_rn(acc, a);
+                a = 0.0f;
+            }
+            const float res = e > 0 ? (float)((double)acc / e) : 0.0f;
+            out[bh * Dv + c0 + threadIdx.x] = res;
+            emit(parts, n, bh * Dv + c0 + threadIdx.x, res);
+        }
+    } else {
+        cp_async_wait<0>();
+        __syncthreads(); // the value columns are in
+        for (int j = threadIdx.x; j < w; j += RBLOCK) {
+            // Each split's sum over its keys in position order (values_pass),
+            // then the splits added in order from zero (attn_combine).
+            float acc = 0.0f;
+            for (int i = 0; i < nsplit; i++) {
+                const int p0 = ((mp >> 10) + i) << 10;
+                const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);
+                float a = 0.0f;
+#pragma unroll 8
+                for (int r = r0; r < r1; r++) {
+                    const float ef = es[r];
+                    if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
+                }
+                acc = __fadd_rn(acc, a);
+            }
+            const float res = e > 0 ? (float)((double)acc / e) : 0.0f;
+            out[bh * Dv + c0 + j] = res;
+            emit(parts, n, bh * Dv + c0 + j, res);
+        }
     }
     cluster_wait(); // no block leaves while another reads its scores
+}
+
+extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
+    attn_cluster(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
+                 int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
+                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W, int nsplit) {
+    attn_cluster_body<false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
+                             C, nkmax, kpbmax, W, nsplit, 0, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
+    attn_cluster_rounds(const float* q, const float* k, const float* v, const int* slot_of, const int* span,
+                        const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal,
+                        int window, float* out, unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
+                        int nsplit, int KG, int VG) {
+    attn_cluster_body<true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
+                            C, nkmax, kpbmax, W, nsplit, KG, VG);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
