@@ -177,7 +177,7 @@ func (b *Backend) attnClusterPlan(k, v *compute.Tensor, D, Dv, keys, clusters in
 		p = clusterAttn{C: C, nk: (keys + 31) &^ 31}
 		p.kpb, p.W = (p.nk+C-1)/C, ((Dv+C-1)/C+3)&^3
 		p.smem = 4 * (D + 3*p.nk + p.kpb*(D+4) + p.nk*p.W)
-		if attnRoundKeys > 0 || p.smem > b.attnClusterSmem && attnClusterRounds {
+		if attnRoundKeys > 0 || attnClusterRounds && (p.smem > b.attnClusterSmem || clusters > b.attnClustersHeld(C, p.smem)) {
 			p.roundsOf(D)
 		}
 		if p.smem <= b.attnClusterSmem && clusters <= b.attnClustersHeld(C, p.smem) && p.W <= 256 {
@@ -192,13 +192,14 @@ func (b *Backend) attnClusterPlan(k, v *compute.Tensor, D, Dv, keys, clusters in
 // roundsOf makes p attn_cluster_rounds' shape for heads of D: keys a round
 // from 60% of attnRoundBytes over two buffers of rows of D + 4, value keys
 // a round from the rest over two of W, multiples of 8 (attnRoundKeys for
-// both where set).
+// both where set), and no more than the block's keys and the row's.
 func (p *clusterAttn) roundsOf(D int) {
 	p.KG = max(8, (attnRoundBytes*3/5)/(8*(D+4))&^7)
 	p.VG = max(8, (attnRoundBytes*2/5)/(8*p.W)&^7)
 	if attnRoundKeys > 0 {
 		p.KG, p.VG = attnRoundKeys, attnRoundKeys
 	}
+	p.KG, p.VG = max(1, min(p.KG, p.kpb)), max(1, min(p.VG, p.nk))
 	p.smem = 4 * (D + 3*p.nk + 2*p.KG*(D+4) + 2*p.VG*p.W)
 }
 
@@ -370,8 +371,8 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	// at most one chunk's worth (sliding windows): the split path's bits.
 	var cl clusterAttn
 	useCl := false
-	if fusedAttention && L < attnTileMin && G == L && keys <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
-		cl, useCl = b.attnClusterPlan(k, v, D, Dv, keys, Hq*B*L)
+	if fusedAttention && L < attnTileMin && keys <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
+		cl, useCl = b.attnClusterPlan(k, v, D, Dv, keys, Hq*B*min(G, L)) // a launch a group of queries
 	}
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {

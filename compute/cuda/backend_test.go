@@ -84,6 +84,29 @@ func attnCase(name string, B, L, Hq, Hkv, S, D, Dv int, opt func(r *rand.Rand) c
 	}}
 }
 
+// spans describes one ring buffer of S slots a row, row b holding the
+// positions rows[b][0]..rows[b][1] (none where the second is smaller),
+// each queried at its last L positions (from 0 for an empty row).
+func spans(L, S int, rows [][2]int) func(*rand.Rand) compute.AttentionOptions {
+	return func(*rand.Rand) compute.AttentionOptions {
+		B := len(rows)
+		o := compute.AttentionOptions{Mask: compute.Causal, KeyPos: make([]int32, B*S), KeyStart: make([]int, B)}
+		for bi, r := range rows {
+			for s := range S {
+				o.KeyPos[bi*S+s] = -1
+			}
+			for p := r[0]; p <= r[1]; p++ {
+				o.KeyPos[bi*S+p%S] = int32(p)
+			}
+			o.KeyStart[bi] = max(0, r[0]) % S
+			for l := range L {
+				o.QueryPos = append(o.QueryPos, int32(max(0, r[1]-L+1+l)))
+			}
+		}
+		return o
+	}
+}
+
 // ring describes B ring buffers of S slots holding positions first..last
 // (oldest at slot first % S), queried at the last L positions.
 func ring(B, L, S, last, window int) func(*rand.Rand) compute.AttentionOptions {
@@ -584,13 +607,19 @@ func TestAttentionSpeed(t *testing.T) {
 			}
 			t.Log(line)
 		}
-		// A decode step at 4k on a sliding layer: the window straddles
-		// position 4,096, so it takes the split path, or attn_cluster with
-		// attnClusterSplits (in rounds where its share does not fit).
-		if s.S == 1024 {
+		// A decode step at 4k on a sliding layer: the window (E2B's 512,
+		// 31B's 1,024) straddles position 4,096, so it takes the split path,
+		// or attn_cluster with attnClusterSplits (in rounds where its share
+		// does not fit).
+		for _, win := range []int{512, 1024} {
+			if s.S != 1024 {
+				break
+			}
 			q := g.FromF32(randF32(r, s.Hq*s.D), 1, 1, s.Hq, s.D)
-			opt := ring(1, 1, s.S, 4100, s.S)(r)
-			line := fmt.Sprintf("%s, one query, a window of %d straddling position 4,096:", s.name, s.S)
+			k := g.FromF32(randF32(r, win*s.Hkv*s.D), 1, win, s.Hkv, s.D)
+			v := g.FromF32(randF32(r, win*s.Hkv*s.D), 1, win, s.Hkv, s.D)
+			opt := ring(1, 1, win, 4100, win)(r)
+			line := fmt.Sprintf("%s, one query, a window of %d straddling position 4,096:", s.name, win)
 			for _, vr := range []struct {
 				name           string
 				splits, rounds bool
@@ -1153,17 +1182,19 @@ func TestFusedAttentionMatches(t *testing.T) {
 // fusedAttentionVariants is TestFusedAttentionMatches' comparison of the
 // variants, four columns a thread taken at every width.
 func fusedAttentionVariants(t *testing.T, g *Backend) {
-	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool, rk int) {
+	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool, rk int, rd bool) {
 		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits = on, comb, pk, c4, c4min, cl, sp
-		attnRoundKeys = rk
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnRoundKeys)
+		attnRoundKeys, attnClusterRounds = rk, rd
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnRoundKeys, attnClusterRounds)
+	attnClusterRounds = false // rounds only where a variant forces them (attnRoundKeys)
 	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
 	attnCols4Min = 0         // four columns at every width the rows allow, when asked
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
 	// cluster: attn_cluster's most blocks a cluster in place of attn_fused
-	// (0: attn_fused), at the default 8, at 16, and at 3, which leaves the
-	// last block of a 64-wide value row without columns; splits: it takes
+	// (0: attn_fused), at the default 8, at 16 (a 32-wide value row leaves
+	// blocks without columns), and at 3 (a 64-wide row's last block gets 16
+	// of the 24 columns a block); splits: it takes
 	// rows that straddle position chunks too (attnClusterSplits); rounds:
 	// attn_cluster_rounds in its place, that many keys a round
 	// (attnRoundKeys), so that small rows take many rounds.
@@ -1212,7 +1243,7 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			}
 			if cl {
 				clRuns[v.cluster]++
-				if !fusable {
+				if !fusable && v.rounds == 0 {
 					clRuns[-1]++ // a pass of several splits
 				}
 			}
@@ -1252,7 +1283,9 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 		check(fmt.Sprintf("%d queries, rows of 100, 0 and 700 keys in 2,600 slots", L),
 			attnCase("", 3, L, 4, 2, 2600, 64, 64, prefix(L, 100, 0, 700)), uint64(L+3), true, false, false)
 		check(fmt.Sprintf("%d queries, a sliding ring across a chunk boundary", L),
-			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false, false, true)
+			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 1300, 512)), uint64(L), false, L == 1, true)
+		check(fmt.Sprintf("%d queries, rows of different spans: one straddling, one within a chunk, one empty", L),
+			attnCase("", 3, L, 4, 2, 600, 64, 64, spans(L, 600, [][2]int{{900, 1400}, {1000, 1023}, {0, -1}})), uint64(L+11), false, L == 1, true)
 		check(fmt.Sprintf("%d queries, a sliding ring within a chunk", L),
 			attnCase("", 2, L, 4, 1, 512, 128, 128, ring(2, L, 512, 2000, 512)), uint64(L+7), true, false, false)
 		for _, d := range []int{64, 512} { // 512: both of a thread's columns skip the infinite value
