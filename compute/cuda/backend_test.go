@@ -1187,8 +1187,8 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 		attnRoundKeys, attnClusterRounds = rk, rd
 	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnRoundKeys, attnClusterRounds)
 	attnClusterRounds = false // rounds only where a variant forces them (attnRoundKeys)
-	combineInValuesOn = true // attn_fused stands in for the values kernel that combines
-	attnCols4Min = 0         // four columns at every width the rows allow, when asked
+	combineInValuesOn = true  // attn_fused stands in for the values kernel that combines
+	attnCols4Min = 0          // four columns at every width the rows allow, when asked
 	r := rand.New(rand.NewPCG(41, 42))
 	w := weight(g, compute.BF16, randF32(r, 96*256), 96, 256)
 	// cluster: attn_cluster's most blocks a cluster in place of attn_fused
