@@ -912,10 +912,7 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	if up != nil {
 		name = "matmul_rows_glu_by"
 	}
-	if earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
-		name = earlyOf[name]
-		b.earlyN++
-	}
+	name = b.early(name, w)
 	cluster := b.clusterKernel(name, splits, int(grid[0]))
 	part := y
 	if splits > 1 && cluster == "" {
@@ -1042,9 +1039,20 @@ var (
 // ms and the 31B step 19.98-20.01 → 19.72-19.73, in two alternations each.
 var earlyWeights = true // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 
-// earlyOf names the rows kernels' _early variants.
+// earlyOf names the rows and GLU kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",
 	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early"}
+
+// early is kernel name's _early variant for a product with weight w where
+// earlyWeights asks for one and w is a model weight, else name.
+func (b *Backend) early(name string, w *compute.Tensor) string {
+	e, ok := earlyOf[name]
+	if !ok || !earlyWeights || memOf(w).blk == nil || !memOf(w).blk.fixed {
+		return name
+	}
+	b.earlyN++
+	return e
+}
 
 // envInt reads a whole number in [lo, hi] from the environment variable
 // name: def when it is unset, and def with a warning when it is not such a
@@ -1198,11 +1206,8 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	case M > 16:
 		name = mma8Kernel
 	}
-	if rows && earlyWeights && memOf(w).blk != nil && memOf(w).blk.fixed {
-		if e, ok := earlyOf[name]; ok {
-			name = e
-			b.earlyN++
-		}
+	if rows {
+		name = b.early(name, w)
 	}
 	cols := blockColsOf(name)
 	cluster := "" // the cluster-finish variant, which needs no partials in memory

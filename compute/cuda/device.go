@@ -576,12 +576,13 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 	// turns programmaticLaunch on for a few launches and off again would
 	// otherwise race with the batched posts (and its launches run plain).
 	pdl := programmaticLaunch
-	// A cluster launch's attributes, without and with PDL's (made only for
-	// cluster launches: plain ones, nearly all, allocate nothing more).
-	var clAttrs, clPDLAttrs []launchAttr
+	// A cluster launch's attributes: PDL's, then the cluster's, so that the
+	// cluster's alone are the last one (made only for cluster launches:
+	// plain ones, nearly all, allocate nothing more).
+	var clAttrs []launchAttr
 	clustered := cluster != [3]uint32{}
 	if clustered {
-		clAttrs, clPDLAttrs = []launchAttr{clusterAttr(cluster)}, []launchAttr{pdlAttr, clusterAttr(cluster)}
+		clAttrs = []launchAttr{pdlAttr, clusterAttr(cluster)}
 	}
 	return func() error {
 		if rec := dev.graphs.rec; rec != nil {
@@ -599,14 +600,13 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
 			switch {
 			case clustered && withPDL:
-				cfg.attrs, cfg.nattrs = &clPDLAttrs[0], 2
+				cfg.attrs, cfg.nattrs = &clAttrs[0], 2
 			case clustered:
-				cfg.attrs = &clAttrs[0]
+				cfg.attrs = &clAttrs[1]
 			}
 			r, _, _ := purego.SyscallN(dev.d.launchExFn, uintptr(unsafe.Pointer(cfg)), k.fn, pp, 0)
 			runtime.KeepAlive(cfg)
 			runtime.KeepAlive(clAttrs)
-			runtime.KeepAlive(clPDLAttrs)
 			runtime.KeepAlive(vals)
 			runtime.KeepAlive(params)
 			return dev.d.check("cuLaunchKernelEx", result(int32(r)))
