@@ -235,6 +235,37 @@ func (b *Backend) askAttnClusterFit() {
 	}
 }
 
+// visibleKeys is the range of key positions some query of batch row bi
+// can see: from the lowest query's window to the highest query (causal).
+// A ring keeps Window + MaxStep − 1 slots, so at long contexts a sliding
+// layer's decode row holds about twice the keys its query sees; the
+// kernels visit only the row's span, so leaving the rest out halves their
+// work, and lets attn_cluster stage such a row. The bits are the same:
+// chunks are anchored at absolute positions, a key out of sight adds
+// nothing to any sum, and a chunk with none in sight adds exact zeros.
+func visibleKeys(opt compute.AttentionOptions, bi, L int) (lo, hi int32) {
+	lo, hi = math.MinInt32, math.MaxInt32
+	if attnAllKeys || opt.QueryPos == nil || L == 0 {
+		return lo, hi
+	}
+	qs := opt.QueryPos[bi*L : (bi+1)*L]
+	qmin, qmax := qs[0], qs[0]
+	for _, q := range qs[1:] {
+		qmin, qmax = min(qmin, q), max(qmax, q)
+	}
+	if opt.Window > 0 {
+		lo = qmin - int32(opt.Window) + 1
+	}
+	if opt.Mask == compute.Causal {
+		hi = qmax
+	}
+	return lo, hi
+}
+
+// attnAllKeys has the kernels visit every key a row holds, in sight or not
+// (tests: the bits must be the same).
+var attnAllKeys bool
+
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
 // 31B shape's four verify queries took 95 µs per layer tiled, the single
@@ -291,13 +322,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		if opt.KeyLen != nil {
 			n = min(max(opt.KeyLen[bi], 0), S)
 		}
+		vlo, vhi := visibleKeys(opt, bi, L)
 		lo, hi := int32(-1), int32(-1)
 		for s := range n {
 			kp := int32(s)
 			if opt.KeyPos != nil {
 				kp = opt.KeyPos[bi*S+s]
 			}
-			if kp < 0 {
+			if kp < 0 || kp < vlo || kp > vhi {
 				continue
 			}
 			if lo < 0 || kp < lo {
@@ -323,7 +355,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			if opt.KeyPos != nil {
 				kp = opt.KeyPos[bi*S+s]
 			}
-			if kp < 0 {
+			if kp < 0 || kp < vlo || kp > vhi {
 				continue
 			}
 			if row[kp-lo] >= 0 {

@@ -326,6 +326,9 @@ func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) 
 	if !ok {
 		panic("cuda: kernel " + name + " not loaded")
 	}
+	if dropped[name] {
+		return
+	}
 	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, 0, args...); err != nil {
 		panic(err)
 	}
@@ -337,6 +340,9 @@ func (b *Backend) launchCluster(name string, grid [3]uint32, threads int, args .
 	k, ok := b.k[name]
 	if !ok {
 		panic("cuda: kernel " + name + " not loaded")
+	}
+	if dropped[name] {
+		return
 	}
 	if err := b.dev.LaunchClusterAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, [3]uint32{1, grid[1], 1}, 0, args...); err != nil {
 		panic(err)

@@ -1304,6 +1304,54 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 	}
 }
 
+// TestAttentionSeesOnlyVisibleKeys protects leaving a row's keys out of
+// sight out of its span (visibleKeys): a sliding ring of Window + 511
+// slots, as the cache keeps, holds about twice the keys a decode query
+// sees. The output must keep its bits whether the kernels visit every key
+// or only those in sight, on every path: where the keys in sight lie in
+// one chunk and all of them straddle two (attn_fused or attn_cluster
+// against the split path), and where both straddle.
+func TestAttentionSeesOnlyVisibleKeys(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(all, sp bool) { attnAllKeys, attnClusterSplits = all, sp }(attnAllKeys, attnClusterSplits)
+	cases := []struct {
+		name            string
+		L, last, window int
+		D               int
+		oneChunkInSight bool // the keys in sight lie in one chunk, all of them in two
+	}{
+		{"decode, the window straddling position 4,096", 1, 4100, 512, 256, false},
+		{"decode, a window of 100 past position 4,096", 1, 4200, 100, 256, true},
+		{"verify of 4, a window of 100 past position 4,096", 4, 4200, 100, 512, true},
+		{"verify of 4, the window straddling position 4,096", 4, 4100, 512, 256, false},
+		{"decode, a window of 512 after position 4,608", 1, 4700, 512, 512, true},
+	}
+	for _, c := range cases {
+		for _, splits := range []bool{false, true} {
+			attnClusterSplits = splits
+			S := c.window + 511
+			tc := attnCase("", 1, c.L, 8, 1, S, c.D, c.D, ring(1, c.L, S, c.last, c.window))
+			run := func(all bool) ([]float32, bool) {
+				attnAllKeys = all
+				before := g.fusedN // attn_fused's passes, and attn_cluster's in its place
+				out := g.ToF32(tc.run(g, rand.New(rand.NewPCG(uint64(c.last), 7)))[0])
+				return out, g.fusedN > before
+			}
+			want, fusedAll := run(true)
+			got, fused := run(false)
+			if fusedAll {
+				t.Fatalf("%s: every key visited, the pass took attn_fused's path, not the split path", c.name)
+			}
+			if c.oneChunkInSight && !fused {
+				t.Errorf("%s (splits %v): the keys in sight lie in one chunk, but the pass took the split path", c.name, splits)
+			}
+			if err := sameBits(got, want); err != nil {
+				t.Errorf("%s (splits %v): only the keys in sight against every key: %v", c.name, splits, err)
+			}
+		}
+	}
+}
+
 // peakedAttention is a causal pass of L queries over keys keys whose
 // queries are positive and 40 times the usual size, so that most keys'
 // weights exp(score − max) fall below float32's smallest value. Key 0

@@ -3,6 +3,7 @@ package cuda
 import (
 	"log/slog"
 	"os"
+	"strings"
 )
 
 // liveSettings are the switches (TANDEM_CUDA_*) consulted at every call
@@ -42,6 +43,28 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_GLU", func(v string) { gluFused = v != "0" }},
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v != "0" }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
+	{"TANDEM_CUDA_DROP", setDropped},
+}
+
+// dropped names kernels that launch and launchCluster skip
+// (TANDEM_CUDA_DROP=rmsnorm2,attn_cluster, or with "+", which bench
+// --sweep leaves inside a setting): every result after them is
+// wrong, but a step's time without them bounds what fusing them away could
+// save, with programmatic launch and graphs as they really run, which a
+// kernel profile's back-to-back times do not show.
+var dropped map[string]bool
+
+func setDropped(v string) {
+	dropped = nil
+	for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == '+' || r == ' ' }) {
+		if dropped == nil {
+			dropped = map[string]bool{}
+		}
+		dropped[name] = true
+	}
+	if dropped != nil {
+		slog.Warn("TANDEM_CUDA_DROP skips kernels: every result is wrong; it is for measuring what they cost", "kernels", v)
+	}
 }
 
 // ReadSettings reads the live switches again from the environment, so that
