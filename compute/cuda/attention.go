@@ -263,8 +263,9 @@ func visibleKeys(opt compute.AttentionOptions, bi, L int) (lo, hi int32) {
 }
 
 // attnAllKeys has the kernels visit every key a row holds, in sight or not
-// (tests: the bits must be the same).
-var attnAllKeys bool
+// (TANDEM_CUDA_ATTN_ALL_KEYS=1; live, off; tests: the bits must be the
+// same).
+var attnAllKeys bool // read by liveSettings
 
 // attnTileMin is the fewest queries per row the tiled kernels take: a
 // verify pass's few queries run faster as separate blocks (on the H200 the
