@@ -262,6 +262,14 @@ func visibleKeys(opt compute.AttentionOptions, bi, L int) (lo, hi int32) {
 	return lo, hi
 }
 
+// attnScoreChunk is the key offsets each attn_scores block takes
+// (TANDEM_CUDA_ATTN_SCORE_CHUNK, 32 to 1,024, default 256; live): a
+// multiple of 32, and at most ATTN_CHUNK. Its blocks' threads take one
+// key at a time, so a block of 256 threads over 1,024 keys ran four dot
+// products in a row; the scores and their maximum are the same at any
+// chunk.
+var attnScoreChunk = 256 // read by liveSettings
+
 // attnAllKeys has the kernels visit every key a row holds, in sight or not
 // (TANDEM_CUDA_ATTN_ALL_KEYS=1; live, off; tests: the bits must be the
 // same).
@@ -381,13 +389,17 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		causal = 1
 	}
 	nscore := (S + attnChunk - 1) / attnChunk
+	// attn_scores' blocks take attnScoreChunk key offsets each (the tiled
+	// kernel's a chunk's): the most blocks a max array holds.
+	nscoreU := (S + attnScoreChunk - 1) / attnScoreChunk
+	nmax := max(nscore, nscoreU)
 	// The scratch (scores and per-split partials) grows with queries × keys;
 	// a long prefill chunk over a long context would need gigabytes, so a
 	// single row's queries go through in groups that fit attnScratchBytes.
 	// Every query's arithmetic is the same either way.
 	G := L
 	if B == 1 {
-		perQuery := Hq * (4*(S+nscore+nsplit*Dv) + 8*nsplit)
+		perQuery := Hq * (4*(S+nmax+nsplit*Dv) + 8*nsplit)
 		// Also at most 65535 queries per launch: the grid's y limit.
 		G = max(1, min(L, attnScratchBytes/perQuery, 65535))
 	}
@@ -418,7 +430,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	var sc, cmax *compute.Tensor
 	if !fused && !useCl {
 		sc = b.alloc(compute.F32, B*G*Hq*S)
-		cmax = b.alloc(compute.F32, B*G*Hq*nscore)
+		cmax = b.alloc(compute.F32, B*G*Hq*nmax)
 	}
 	var pv, pe *compute.Tensor
 	var pvArg, peArg any
@@ -475,9 +487,13 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			// QT (ops.cu) queries of a row per block: keys and values are
 			// read once per tile instead of once per query.
 			scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((n+attnTile-1)/attnTile)
+			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
+				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
+		} else {
+			nscore = nscoreU
+			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
+				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window, attnScoreChunk)
 		}
-		b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
-			ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
 		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
 		if !tiled { // the untiled values kernels take the output, for combineInValues
 			if combineInValues {

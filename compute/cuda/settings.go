@@ -39,6 +39,9 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ATTN_CLUSTER", func(string) { attnClusterBlocks = envInt("TANDEM_CUDA_ATTN_CLUSTER", 8, 0, 16) }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", func(v string) { attnClusterSplits = v == "1" }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", func(v string) { attnClusterRounds = v == "1" }},
+	{"TANDEM_CUDA_ATTN_SCORE_CHUNK", func(string) {
+		attnScoreChunk = envInt("TANDEM_CUDA_ATTN_SCORE_CHUNK", 256, 32, attnChunk) &^ 31
+	}},
 	{"TANDEM_CUDA_ATTN_ALL_KEYS", func(v string) { attnAllKeys = v == "1" }},
 	{"TANDEM_CUDA_ATTN_TILED_COLS", func(string) { attnTiledCols = envInt("TANDEM_CUDA_ATTN_TILED_COLS", 2, 1, 4) }},
 	{"TANDEM_CUDA_GLU", func(v string) { gluFused = v != "0" }},

@@ -31,6 +31,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ATTN_CLUSTER", "0", func() bool { return attnClusterBlocks == 0 }, func() bool { return attnClusterBlocks == 8 }},
 		{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", "1", func() bool { return attnClusterSplits }, func() bool { return !attnClusterSplits }},
 		{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", "1", func() bool { return attnClusterRounds }, func() bool { return !attnClusterRounds }},
+		{"TANDEM_CUDA_ATTN_SCORE_CHUNK", "1024", func() bool { return attnScoreChunk == 1024 }, func() bool { return attnScoreChunk == 256 }},
 		{"TANDEM_CUDA_ATTN_ALL_KEYS", "1", func() bool { return attnAllKeys }, func() bool { return !attnAllKeys }},
 		{"TANDEM_CUDA_ATTN_TILED_COLS", "4", func() bool { return attnTiledCols == 4 }, func() bool { return attnTiledCols == 2 }},
 		{"TANDEM_CUDA_GLU", "0", func() bool { return !gluFused }, func() bool { return gluFused }},

@@ -85,6 +85,8 @@ mutants=(
   'cluster-attn-fma|compute/cuda/kernels/ops.cu|a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));|a = __fmaf_rn(ef, vst[(size_t)r * W + j], a);|^TestFusedAttentionMatches$'
   # attn_cluster summing every key of the row in each split (a straddling row counted twice)
   'cluster-attn-split-range|compute/cuda/kernels/ops.cu|r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);|r1 = nk;|^TestFusedAttentionMatches$'
+  # attn_scores' blocks each leaving out the last key offset of their chunk
+  'score-chunk-end|compute/cuda/kernels/ops.cu|const int r0 = z * chunk, r1 = min(min(r0 + chunk, S)|const int r0 = z * chunk, r1 = min(min(r0 + chunk - 1, S)|^TestFusedAttentionMatches$'
   # visibleKeys leaving out the first key in sight of the row's lowest query
   'visible-window|compute/cuda/attention.go|lo = qmin - int32(opt.Window) + 1|lo = qmin - int32(opt.Window) + 2|^TestAttentionSeesOnlyVisibleKeys$'
   # attn_cluster_rounds carrying a split's sum into the next split (a straddling row's first keys counted twice)

@@ -859,14 +859,14 @@ struct __align__(8) slot_weight {
 // L2 flushed, and no step faster), so none stayed.
 __device__ __forceinline__ float scores_pass(const float* q, const float* k, float* scr, const int* slot_of,
                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                             float scale, int causal, int window, int z, float* qs) {
+                                             float scale, int causal, int window, int z, int chunk, float* qs) {
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
     __syncthreads();
     const int qp = qpos ? qpos[bl] : 0, mp = span[2 * b];
     float m = -__int_as_float(0x7f800000);
-    const int r0 = z * ATTN_CHUNK, r1 = min(min(r0 + ATTN_CHUNK, S), span[2 * b + 1] - mp + 1);
+    const int r0 = z * chunk, r1 = min(min(r0 + chunk, S), span[2 * b + 1] - mp + 1);
     // One thread per key, summing q·k in element order (a warp per key with
     // a butterfly was tried: faster, but its different rounding flipped a
     // near-tied MoE route of the 26B fixture, so the order stays). Keys
@@ -903,17 +903,19 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
     return m;
 }
 
-// attn_scores: grid (Hq, B·L, ceil(S/ATTN_CHUNK)). Writes each visible
-// key's score sc[bh][r] and the chunk's max.
+// attn_scores: grid (Hq, B·L, ceil(S/chunk)). Writes each visible key's
+// score sc[bh][r] and each block's max. chunk (key offsets a block) only
+// spreads the work: a score is the same whichever block computes it, and
+// the maximum of the blocks' maxima is exact in any grouping.
 extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
                                        const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                       float scale, int causal, int window) {
+                                       float scale, int causal, int window, int chunk) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     const float m = scores_pass(q, k, sc + bh * S, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window,
-                                blockIdx.z, qs);
+                                blockIdx.z, chunk, qs);
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
@@ -1136,7 +1138,7 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, qs);
+    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, ATTN_CHUNK, qs);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
         return;
