@@ -115,14 +115,15 @@ func tiledCols(v *compute.Tensor, Dv int) int {
 var attnClusterBlocks = 8 // read by liveSettings
 
 // attnClusterSplits lets attn_cluster take rows whose keys straddle
-// position chunks, up to a chunk's span (TANDEM_CUDA_ATTN_CLUSTER_SPLITS=1;
-// live, off): a sliding window past a multiple of 1,024 positions, which
-// otherwise takes the three kernels of the split path (attn_scores,
-// attn_values, attn_combine). At a 4k context every E2B sliding layer's
-// window of 512 straddles for half the positions, and a 31B one's of 1,024
-// almost always. Written after the fourteenth session's device time ran
-// out: not yet run on a GPU.
-var attnClusterSplits bool // read by liveSettings
+// position chunks, up to a chunk's span (TANDEM_CUDA_ATTN_CLUSTER_SPLITS=0
+// turns it off; live): a sliding window past a multiple of 1,024
+// positions, which otherwise takes the three kernels of the split path
+// (attn_scores, attn_values, attn_combine). At a 4k context an E2B
+// sliding layer's window of 512 straddles for half the positions. On the
+// H200 (fifteenth session) one query over such a window took 31.4 µs
+// against the split path's 50.6, and the E2B step at 4k 4.54-4.87 → 4.31
+// ms; a 31B window of 1,024 keys does not fit and keeps the split path.
+var attnClusterSplits = true // read by liveSettings
 
 // attnClusterSmemMax is the dynamic shared memory attn_cluster's blocks may
 // ask for: most of an sm_90 multiprocessor's 227 KiB, beside the kernel's
@@ -132,8 +133,10 @@ const attnClusterSmemMax = 200 << 10
 // attnClusterRounds lets attn_cluster_rounds take the rows whose keys and
 // value columns do not fit a block's shared memory at once, copying them
 // in rounds (TANDEM_CUDA_ATTN_CLUSTER_ROUNDS=1; live, off): a 31B sliding
-// window of 1,024 keys. Written after the fourteenth session's device
-// time ran out: not yet run on a GPU.
+// window of 1,024 keys. It keeps the bits but loses on the H200
+// (fifteenth session): one query over a 31B window of 1,024 keys took
+// 156.5 µs against the split path's 85.7, and the E2B step at 4k went
+// from 5.59 to 7.12 ms.
 var attnClusterRounds bool // read by liveSettings
 
 // attnRoundKeys, when positive, is attn_cluster_rounds' keys a round, for

@@ -37,7 +37,7 @@ var liveSettings = []struct {
 		}
 	}},
 	{"TANDEM_CUDA_ATTN_CLUSTER", func(string) { attnClusterBlocks = envInt("TANDEM_CUDA_ATTN_CLUSTER", 8, 0, 16) }},
-	{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", func(v string) { attnClusterSplits = v == "1" }},
+	{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", func(v string) { attnClusterSplits = v != "0" }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", func(v string) { attnClusterRounds = v == "1" }},
 	{"TANDEM_CUDA_ATTN_SCORE_CHUNK", func(string) {
 		attnScoreChunk = envInt("TANDEM_CUDA_ATTN_SCORE_CHUNK", 256, 32, attnChunk) &^ 31

@@ -29,7 +29,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ATTN_PACKED", "1", func() bool { return attnPacked }, func() bool { return !attnPacked }},
 		{"TANDEM_CUDA_ATTN_COLS4", "0", func() bool { return !attnCols4 }, func() bool { return attnCols4 }},
 		{"TANDEM_CUDA_ATTN_CLUSTER", "0", func() bool { return attnClusterBlocks == 0 }, func() bool { return attnClusterBlocks == 8 }},
-		{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", "1", func() bool { return attnClusterSplits }, func() bool { return !attnClusterSplits }},
+		{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", "0", func() bool { return !attnClusterSplits }, func() bool { return attnClusterSplits }},
 		{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", "1", func() bool { return attnClusterRounds }, func() bool { return !attnClusterRounds }},
 		{"TANDEM_CUDA_ATTN_SCORE_CHUNK", "1024", func() bool { return attnScoreChunk == 1024 }, func() bool { return attnScoreChunk == 256 }},
 		{"TANDEM_CUDA_ATTN_ALL_KEYS", "1", func() bool { return attnAllKeys }, func() bool { return !attnAllKeys }},
