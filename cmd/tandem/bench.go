@@ -931,6 +931,27 @@ func printProfile(w io.Writer, title, unit string, p *cuda.Profile, units int, m
 			parts = append(parts, fmt.Sprintf("%s %.3f ms (%.0f kernels)", name, ms(s.Time)/n, float64(s.Calls)/n))
 		}
 		fmt.Fprintf(w, "by recording site, per %s: %s\n", unit, strings.Join(parts, ", "))
+		printSiteKernels(w, p, n)
+	}
+}
+
+// printSiteKernels lists each recording site's longest kernels per unit:
+// what a draft step or a verify's part spends its time on.
+func printSiteKernels(w io.Writer, p *cuda.Profile, n float64) {
+	for _, s := range p.Sites {
+		ks := p.SiteKernels[s.Name]
+		if s.Name == "" || len(ks) == 0 {
+			continue
+		}
+		var parts []string
+		for i, k := range ks {
+			if i == 6 {
+				parts = append(parts, "…")
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %.3f ms (%.1f)", k.Name, ms(k.Time)/n, float64(k.Calls)/n))
+		}
+		fmt.Fprintf(w, "  %s: %s\n", s.Name, strings.Join(parts, ", "))
 	}
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,4 +278,30 @@ func millis(v ...int) []time.Duration {
 		ds = append(ds, time.Duration(x)*time.Millisecond)
 	}
 	return ds
+}
+
+// TestPrintSiteKernels protects --kernel-profile's breakdown of each
+// recording site: its longest kernels per unit, at most six, sites in the
+// profile's order and work outside recordings left out.
+func TestPrintSiteKernels(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var many []cuda.KernelTime
+	for i := range 7 {
+		many = append(many, cuda.KernelTime{Name: fmt.Sprintf("k%d", i), Calls: 2, Time: ms(float64(7 - i))})
+	}
+	p := &cuda.Profile{
+		Sites: []cuda.KernelTime{{Name: "verify-at4"}, {Name: ""}, {Name: "draft-at1"}},
+		SiteKernels: map[string][]cuda.KernelTime{
+			"verify-at4": {{Name: "matmul_rows", Calls: 4, Time: ms(3)}, {Name: "rmsnorm2", Calls: 2, Time: ms(1)}},
+			"":           {{Name: "gather", Calls: 2, Time: ms(1)}},
+			"draft-at1":  many,
+		},
+	}
+	var b strings.Builder
+	printSiteKernels(&b, p, 2)
+	want := "  verify-at4: matmul_rows 1.500 ms (2.0), rmsnorm2 0.500 ms (1.0)\n" +
+		"  draft-at1: k0 3.500 ms (1.0), k1 3.000 ms (1.0), k2 2.500 ms (1.0), k3 2.000 ms (1.0), k4 1.500 ms (1.0), k5 1.000 ms (1.0), …\n"
+	if got := b.String(); got != want {
+		t.Errorf("printSiteKernels:\n got %q\nwant %q", got, want)
+	}
 }

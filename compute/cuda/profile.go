@@ -27,9 +27,12 @@ type Profile struct {
 	// issued in (compute.Record: "verify-at4", "draft-at0", …; "" outside
 	// any), longest first: which part of a step or round takes it.
 	Sites []KernelTime
-	Busy  time.Duration // the kernels' total
-	Wall  time.Duration // host time from start to stop
-	Issue time.Duration // filled by callers that measure it (bench: host time to issue a step)
+	// SiteKernels is each site's time by kernel, longest first: what a
+	// draft step or a verify spends its time on.
+	SiteKernels map[string][]KernelTime
+	Busy        time.Duration // the kernels' total
+	Wall        time.Duration // host time from start to stop
+	Issue       time.Duration // filled by callers that measure it (bench: host time to issue a step)
 
 	// Idle is the device's idle time between the first kernel's start
 	// and the last one's end; HostBound the part of it spent waiting for
@@ -170,6 +173,7 @@ func (dev *Device) StopProfile() (Profile, error) {
 		names := make([]string, len(p.marks))
 		var sites []string // the spin that holds kernels back is no site's work
 		var siteTimes []time.Duration
+		var siteNames []string // the kernels of sites, for SiteKernels
 		for i, m := range p.marks {
 			var ms float32
 			if err := dev.d.check("cuEventElapsedTime", dev.d.cuEventElapsedTime(&ms, m.start, m.end)); err != nil {
@@ -180,9 +184,11 @@ func (dev *Device) StopProfile() (Profile, error) {
 			out.Busy += times[i]
 			if m.name != "spin" {
 				sites, siteTimes = append(sites, m.site), append(siteTimes, times[i])
+				siteNames = append(siteNames, m.name)
 			}
 		}
 		out.Kernels, out.Sites = sumBy(names, times), sumBy(sites, siteTimes)
+		out.SiteKernels = sumBySite(sites, siteNames, siteTimes)
 		if err := p.timeline(dev.d, &out); err != nil {
 			return err
 		}
@@ -221,6 +227,23 @@ func sumBy(keys []string, times []time.Duration) []KernelTime {
 		}
 		return out[i].Name < out[j].Name
 	})
+	return out
+}
+
+// sumBySite is sumBy of the kernels (names) within each site.
+func sumBySite(sites, names []string, times []time.Duration) map[string][]KernelTime {
+	idx := map[string][]int{}
+	for i, site := range sites {
+		idx[site] = append(idx[site], i)
+	}
+	out := make(map[string][]KernelTime, len(idx))
+	for site, is := range idx {
+		ns, ts := make([]string, len(is)), make([]time.Duration, len(is))
+		for j, i := range is {
+			ns[j], ts[j] = names[i], times[i]
+		}
+		out[site] = sumBy(ns, ts)
+	}
 	return out
 }
 

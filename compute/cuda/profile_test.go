@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -52,6 +53,28 @@ func TestSumBy(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("sumBy[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestSumBySite protects the kernel profile's breakdown of each recording
+// site: a site's kernels totalled as sumBy totals them, and no kernel
+// counted under another site.
+func TestSumBySite(t *testing.T) {
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	got := sumBySite([]string{"verify-at4", "draft-at0", "verify-at4", "draft-at0", "verify-at4"},
+		[]string{"matmul", "matmul", "rmsnorm2", "matmul", "matmul"},
+		[]time.Duration{us(30), us(5), us(20), us(4), us(10)})
+	want := map[string][]KernelTime{
+		"verify-at4": {{"matmul", 2, us(40)}, {"rmsnorm2", 1, us(20)}},
+		"draft-at0":  {{"matmul", 2, us(9)}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("sumBySite = %+v, want %+v", got, want)
+	}
+	for site, ks := range want {
+		if !slices.Equal(got[site], ks) {
+			t.Errorf("%s: %+v, want %+v", site, got[site], ks)
 		}
 	}
 }
