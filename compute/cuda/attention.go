@@ -248,7 +248,9 @@ func (b *Backend) askAttnClusterFit() {
 // nothing to any sum, and a chunk with none in sight adds exact zeros.
 func visibleKeys(opt compute.AttentionOptions, bi, L int) (lo, hi int32) {
 	lo, hi = math.MinInt32, math.MaxInt32
-	if attnAllKeys || opt.QueryPos == nil || L == 0 {
+	// Without a causal mask or a window the positions may be absent, or
+	// shorter than B·L (CheckAttention asks for them only with one).
+	if attnAllKeys || opt.Mask != compute.Causal && opt.Window <= 0 || len(opt.QueryPos) < (bi+1)*L || L == 0 {
 		return lo, hi
 	}
 	qs := opt.QueryPos[bi*L : (bi+1)*L]
@@ -266,8 +268,8 @@ func visibleKeys(opt compute.AttentionOptions, bi, L int) (lo, hi int32) {
 }
 
 // attnScoreChunk is the key offsets each attn_scores block takes
-// (TANDEM_CUDA_ATTN_SCORE_CHUNK, 32 to 1,024, default 256; live): a
-// multiple of 32, and at most ATTN_CHUNK. Its blocks' threads take one
+// (TANDEM_CUDA_ATTN_SCORE_CHUNK, 32 to 1,024, default 256; live), at
+// most ATTN_CHUNK. Its blocks' threads take one
 // key at a time, so a block of 256 threads over 1,024 keys ran four dot
 // products in a row; the scores and their maximum are the same at any
 // chunk.
@@ -293,8 +295,9 @@ func init() {
 // Attention implements compute.Backend. The host orders each batch row's
 // keys by position (slotOf), so the kernels reduce in position order in
 // chunks anchored at absolute positions: a query's result depends only on
-// the keys it sees. KeyStart is therefore not needed; valid slots must hold
-// distinct positions spanning at most S (true of every cache Tandem keeps).
+// the keys it sees. KeyStart is therefore not needed; the slots holding
+// keys some query of the row can see (visibleKeys) must hold distinct
+// positions spanning at most S (true of every cache Tandem keeps).
 //
 //	score_s = float32(q·k_s)·scale              (fused, in order over d)
 //	e_s     = exp(float64(score_s) − max)      over visible s
@@ -393,8 +396,9 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	}
 	nscore := (S + attnChunk - 1) / attnChunk
 	// attn_scores' blocks take attnScoreChunk key offsets each (the tiled
-	// kernel's a chunk's): the most blocks a max array holds.
-	nscoreU := (S + attnScoreChunk - 1) / attnScoreChunk
+	// kernel's a chunk's), up to the longest span: blocks past it would
+	// only write −∞. nmax is the most blocks a max array holds.
+	nscoreU := (max(1, min(S, keys)) + attnScoreChunk - 1) / attnScoreChunk
 	nmax := max(nscore, nscoreU)
 	// The scratch (scores and per-split partials) grows with queries × keys;
 	// a long prefill chunk over a long context would need gigabytes, so a
@@ -471,6 +475,9 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				b.roundsN++
 				kernel, args = "attn_cluster_rounds", append(args, cl.KG, cl.VG)
 			}
+			if dropped[kernel] {
+				continue
+			}
 			err := b.dev.LaunchClusterAsync(b.k[kernel], [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
 				[3]uint32{256, 1, 1}, [3]uint32{uint32(cl.C), 1, 1}, uint32(cl.smem), args...)
 			if err != nil {
@@ -486,18 +493,19 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
 		tiled := tiledAttention && n >= attnTileMin
+		nblk := nscoreU // score blocks a row, each writing one maximum
 		if tiled {
 			// QT (ops.cu) queries of a row per block: keys and values are
 			// read once per tile instead of once per query.
 			scores, values, rows = "attn_scores_tiled", "attn_values_tiled", B*((n+attnTile-1)/attnTile)
-			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
+			nblk = nscore
+			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nblk)}, 256,
 				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
 		} else {
-			nscore = nscoreU
-			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nscore)}, 256,
+			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nblk)}, 256,
 				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window, attnScoreChunk)
 		}
-		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nscore, nsplit, causal, opt.Window}
+		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nblk, nsplit, causal, opt.Window}
 		if !tiled { // the untiled values kernels take the output, for combineInValues
 			if combineInValues {
 				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len(), flags)...)

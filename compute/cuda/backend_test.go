@@ -1310,43 +1310,67 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 // sees. The output must keep its bits whether the kernels visit every key
 // or only those in sight, on every path: where the keys in sight lie in
 // one chunk and all of them straddle two (attn_fused or attn_cluster
-// against the split path), and where both straddle.
+// against the split path), and where both straddle; with two batch rows,
+// without a causal mask (a window alone), and with no key in sight.
 func TestAttentionSeesOnlyVisibleKeys(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(all, sp bool) { attnAllKeys, attnClusterSplits = all, sp }(attnAllKeys, attnClusterSplits)
+	defer func(all, sp, on, comb bool, cl int) {
+		attnAllKeys, attnClusterSplits, fusedAttention, combineInValuesOn, attnClusterBlocks = all, sp, on, comb, cl
+	}(attnAllKeys, attnClusterSplits, fusedAttention, combineInValuesOn, attnClusterBlocks)
+	fusedAttention, combineInValuesOn = true, true
+	// unseen: one row whose 600 keys (positions 0..599) all lie before its
+	// query's window (position 2,000, a window of 100).
+	unseen := func(*rand.Rand) compute.AttentionOptions {
+		o := compute.AttentionOptions{Mask: compute.Causal, Window: 100, KeyPos: make([]int32, 600), QueryPos: []int32{2000}}
+		for s := range o.KeyPos {
+			o.KeyPos[s] = int32(s)
+		}
+		return o
+	}
+	bidirectional := func(o func(*rand.Rand) compute.AttentionOptions) func(*rand.Rand) compute.AttentionOptions {
+		return func(r *rand.Rand) compute.AttentionOptions {
+			opt := o(r)
+			opt.Mask = compute.Bidirectional
+			return opt
+		}
+	}
 	cases := []struct {
 		name            string
-		L, last, window int
-		D               int
+		B, L, S, D      int
+		opt             func(*rand.Rand) compute.AttentionOptions
 		oneChunkInSight bool // the keys in sight lie in one chunk, all of them in two
 	}{
-		{"decode, the window straddling position 4,096", 1, 4100, 512, 256, false},
-		{"decode, a window of 100 past position 4,096", 1, 4200, 100, 256, true},
-		{"verify of 4, a window of 100 past position 4,096", 4, 4200, 100, 512, true},
-		{"verify of 4, the window straddling position 4,096", 4, 4100, 512, 256, false},
-		{"decode, a window of 512 after position 4,608", 1, 4700, 512, 512, true},
+		{"decode, the window straddling position 4,096", 1, 1, 1023, 256, ring(1, 1, 1023, 4100, 512), false},
+		{"decode, a window of 100 past position 4,096", 1, 1, 611, 256, ring(1, 1, 611, 4200, 100), true},
+		{"verify of 4, a window of 100 past position 4,096", 1, 4, 611, 512, ring(1, 4, 611, 4200, 100), true},
+		{"verify of 4, the window straddling position 4,096", 1, 4, 1023, 256, ring(1, 4, 1023, 4100, 512), false},
+		{"decode, a window of 512 after position 4,608", 1, 1, 1023, 512, ring(1, 1, 1023, 4700, 512), true},
+		{"two rows of a verify of 4, a window of 100 past position 4,096", 2, 4, 611, 256, ring(2, 4, 611, 4200, 100), true},
+		{"verify of 4 without a causal mask, a window of 100 past position 4,096", 1, 4, 611, 256, bidirectional(ring(1, 4, 611, 4200, 100)), true},
+		{"decode, no key in sight", 1, 1, 600, 256, unseen, false},
 	}
 	for _, c := range cases {
-		for _, splits := range []bool{false, true} {
-			attnClusterSplits = splits
-			S := c.window + 511
-			tc := attnCase("", 1, c.L, 8, 1, S, c.D, c.D, ring(1, c.L, S, c.last, c.window))
-			run := func(all bool) ([]float32, bool) {
-				attnAllKeys = all
-				before := g.fusedN // attn_fused's passes, and attn_cluster's in its place
-				out := g.ToF32(tc.run(g, rand.New(rand.NewPCG(uint64(c.last), 7)))[0])
-				return out, g.fusedN > before
-			}
-			want, fusedAll := run(true)
-			got, fused := run(false)
-			if fusedAll {
-				t.Fatalf("%s: every key visited, the pass took attn_fused's path, not the split path", c.name)
-			}
-			if c.oneChunkInSight && !fused {
-				t.Errorf("%s (splits %v): the keys in sight lie in one chunk, but the pass took the split path", c.name, splits)
-			}
-			if err := sameBits(got, want); err != nil {
-				t.Errorf("%s (splits %v): only the keys in sight against every key: %v", c.name, splits, err)
+		for _, cl := range []int{0, 8} { // attn_fused, or attn_cluster where it fits
+			for _, splits := range []bool{false, true} {
+				attnClusterBlocks, attnClusterSplits = cl, splits
+				tc := attnCase("", c.B, c.L, 8, 1, c.S, c.D, c.D, c.opt)
+				run := func(all bool) ([]float32, bool) {
+					attnAllKeys = all
+					before := g.fusedN // attn_fused's passes, and attn_cluster's in its place
+					out := g.ToF32(tc.run(g, rand.New(rand.NewPCG(uint64(c.S+c.L), 7)))[0])
+					return out, g.fusedN > before
+				}
+				want, fusedAll := run(true)
+				got, fused := run(false)
+				if fusedAll && c.oneChunkInSight {
+					t.Fatalf("%s: every key visited, the pass took attn_fused's path, not the split path", c.name)
+				}
+				if c.oneChunkInSight && !fused {
+					t.Errorf("%s (cluster %d, splits %v): the keys in sight lie in one chunk, but the pass took the split path", c.name, cl, splits)
+				}
+				if err := sameBits(got, want); err != nil {
+					t.Errorf("%s (cluster %d, splits %v): only the keys in sight against every key: %v", c.name, cl, splits, err)
+				}
 			}
 		}
 	}

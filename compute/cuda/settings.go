@@ -40,7 +40,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", func(v string) { attnClusterSplits = v != "0" }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", func(v string) { attnClusterRounds = v == "1" }},
 	{"TANDEM_CUDA_ATTN_SCORE_CHUNK", func(string) {
-		attnScoreChunk = envInt("TANDEM_CUDA_ATTN_SCORE_CHUNK", 256, 32, attnChunk) &^ 31
+		attnScoreChunk = envInt("TANDEM_CUDA_ATTN_SCORE_CHUNK", 256, 32, attnChunk)
 	}},
 	{"TANDEM_CUDA_ATTN_ALL_KEYS", func(v string) { attnAllKeys = v == "1" }},
 	{"TANDEM_CUDA_ATTN_TILED_COLS", func(string) { attnTiledCols = envInt("TANDEM_CUDA_ATTN_TILED_COLS", 2, 1, 4) }},
@@ -52,23 +52,26 @@ var liveSettings = []struct {
 
 // dropped names kernels that launch and launchCluster skip
 // (TANDEM_CUDA_DROP=rmsnorm2,attn_cluster, or with "+", which bench
-// --sweep leaves inside a setting): every result after them is
-// wrong, but a step's time without them bounds what fusing them away could
-// save, with programmatic launch and graphs as they really run, which a
-// kernel profile's back-to-back times do not show.
+// --sweep leaves inside a setting; Attention checks it for its cluster
+// launches too): every result after them is wrong, but a step's time
+// without them bounds what fusing them away could save, with programmatic
+// launch and graphs as they really run, which a kernel profile's
+// back-to-back times do not show. Dropping a kernel whose output picks
+// tokens (argmax, top-k) can feed garbage ids to a gather.
 var dropped map[string]bool
 
 func setDropped(v string) {
-	dropped = nil
+	var d map[string]bool
 	for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == '+' || r == ' ' }) {
-		if dropped == nil {
-			dropped = map[string]bool{}
+		if d == nil {
+			d = map[string]bool{}
 		}
-		dropped[name] = true
+		d[name] = true
 	}
-	if dropped != nil {
+	if d != nil {
 		slog.Warn("TANDEM_CUDA_DROP skips kernels: every result is wrong; it is for measuring what they cost", "kernels", v)
 	}
+	dropped = d
 }
 
 // ReadSettings reads the live switches again from the environment, so that

@@ -89,6 +89,8 @@ mutants=(
   'score-chunk-end|compute/cuda/kernels/ops.cu|const int r0 = z * chunk, r1 = min(min(r0 + chunk, S)|const int r0 = z * chunk, r1 = min(min(r0 + chunk - 1, S)|^TestFusedAttentionMatches$'
   # visibleKeys leaving out the first key in sight of the row's lowest query
   'visible-window|compute/cuda/attention.go|lo = qmin - int32(opt.Window) + 1|lo = qmin - int32(opt.Window) + 2|^TestAttentionSeesOnlyVisibleKeys$'
+  # visibleKeys ending the span at the lowest query, not the highest: a verify's later queries lose keys
+  'visible-causal|compute/cuda/attention.go|hi = qmax|hi = qmin|^TestAttentionSeesOnlyVisibleKeys$'
   # attn_cluster_rounds carrying a split's sum into the next split (a straddling row's first keys counted twice)
   'rounds-split-carry|compute/cuda/kernels/ops.cu|                        acc = __fadd_rn(acc, a);
                         a = 0.0f;|                        acc = __fadd_rn(acc, a);|^TestFusedAttentionMatches$'
