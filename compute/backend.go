@@ -207,6 +207,21 @@ func Checkpoint(b Backend) {
 	}
 }
 
+// L2Warmer is a backend that can start pulling model weights into a cache
+// ahead of the product that reads them, while the ops in between (norms,
+// attention) leave the memory bus idle. It is a hint: no result changes.
+type L2Warmer interface {
+	WarmL2(ws ...*Tensor)
+}
+
+// WarmL2 tells b that a product a few ops later reads the weights ws, if
+// b takes such hints (a no-op otherwise).
+func WarmL2(b Backend, ws ...*Tensor) {
+	if w, ok := b.(L2Warmer); ok {
+		w.WarmL2(ws...)
+	}
+}
+
 // Record begins a recording on b if it records, and returns the function
 // that ends it (a no-op otherwise).
 func Record(b Backend, site string) (end func()) {

@@ -63,6 +63,7 @@ type Backend struct {
 	gluN     int                               // matmul_rows_glu launches, likewise
 	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
 	attnClN  int                               // attn_cluster launches, likewise
+	warmN    int                               // l2_warm launches, likewise
 	roundsN  int                               // attn_cluster_rounds launches, likewise
 	earlyN   int                               // products run by an _early kernel (earlyWeights), likewise
 
@@ -97,6 +98,7 @@ var kernelNames = map[string][]string{
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
 		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
+	"warm.cu": {"l2_warm"}, // compiled apart (compileWarm)
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -120,6 +122,7 @@ func New(ordinal int) (*Backend, error) {
 			b.k[n] = k
 		}
 	}
+	b.compileWarm()
 	b.counters = b.Zeros(compute.I32, splitCounters)
 	if dev.Clusters() {
 		b.maxCluster = 16

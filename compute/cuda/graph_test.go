@@ -200,6 +200,71 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 	t.Logf("the reader without the wait read early in %d of 4 trials", stale)
 }
 
+// TestWarmL2KeepsTheChain protects l2_warm (TANDEM_CUDA_WARM_L2) under
+// programmatic launch: it lets the kernel after it be scheduled before it
+// waits, so that kernel's wait must still cover every write of the kernel
+// before l2_warm. As in TestProgrammaticLaunchWaits, a 256 MB copy writes
+// the word a one-block reader launched behind l2_warm reads, as its last.
+// (scripts/gpu/mutants.sh warm-wait takes l2_warm's wait out; this test
+// must fail on it.)
+func TestWarmL2KeepsTheChain(t *testing.T) {
+	b := backendOrSkip(t)
+	if b.dev.d.launchExFn == 0 {
+		t.Skip("the driver lacks cuLaunchKernelEx")
+	}
+	if _, ok := b.k["l2_warm"]; !ok {
+		t.Fatal("l2_warm did not compile")
+	}
+	defer func(on bool, mib int) { programmaticLaunch, warmL2MiB = on, mib }(programmaticLaunch, warmL2MiB)
+	programmaticLaunch, warmL2MiB = true, 8
+	w := weight(b, compute.BF16, make([]float32, 4<<20), 1024, 4096) // 8 MiB
+	const n = 64 << 20
+	src := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
+	}
+	dev := b.dev
+	var bufs [3]Buffer
+	for i, size := range []int{4 * n, 4 * n, 4} {
+		buf, err := dev.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Free(buf)
+		bufs[i] = buf
+	}
+	s, d, out := bufs[0], bufs[1], bufs[2]
+	if err := dev.Upload(s, src); err != nil {
+		t.Fatal(err)
+	}
+	last := Buffer{ptr: d.ptr + 4*(n-1), Size: 4}
+	zeros := make([]byte, 4*n)
+	want := uint32(n-1) | 1
+	for trial := range 8 {
+		if err := dev.Upload(d, zeros); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+			t.Fatal(err)
+		}
+		before := b.warmN
+		b.WarmL2(w)
+		if b.warmN == before {
+			t.Fatal("WarmL2 launched no l2_warm")
+		}
+		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, out, last, 1); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4)
+		if err := dev.Download(got, out); err != nil {
+			t.Fatal(err)
+		}
+		if g := binary.LittleEndian.Uint32(got); g != want {
+			t.Fatalf("trial %d: the kernel behind l2_warm read %#x, want %#x (it ran before the copy before l2_warm had written)", trial, g, want)
+		}
+	}
+}
+
 // TestEarlyWeightsWaitForActivations protects the rows kernels' _early
 // variants (TANDEM_CUDA_EARLY_WEIGHTS): they load their first weights
 // before griddepcontrol.wait, and must still read their activations only

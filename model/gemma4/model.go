@@ -565,6 +565,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	for i := range m.layers {
 		l := &m.layers[i]
 		a := m.attention(l, h, pos, rows, offsets, views, i)
+		compute.WarmL2(b, l.gate, l.up) // read after the norms below
 		x, h = compute.AddRMSNormNorm(b, x, a, l.postAttnNorm, nil, l.preFFNorm, eps)
 		f, fNorm := m.feedForward(l, x, h), l.postFFNorm
 		if ple != nil {
@@ -575,6 +576,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		nextNorm := m.norm // the final norm after the last layer
 		if i+1 < len(m.layers) {
 			nextNorm = m.layers[i+1].inNorm
+			compute.WarmL2(b, m.layers[i+1].projections()...) // read after the norms below
 		}
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
 		if len(ids) > 1 && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
@@ -675,15 +677,12 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	N, nH, d := h.Dim(0), c.NumAttentionHeads, l.HeadDim
 	rope := l.rope
 	var proj []*compute.Tensor // q, then k and v of layers with their own KV
-	switch {
-	case l.Shared:
+	if l.Shared {
 		proj = []*compute.Tensor{b.MatMul(h, l.q)}
-	case l.KEqV: // values are the raw key projection
-		proj = compute.MatMuls(b, h, l.q, l.k)
-		proj = append(proj, proj[1])
-	default:
-		proj = compute.MatMuls(b, h, l.q, l.k, l.v)
+	} else if proj = compute.MatMuls(b, h, l.projections()...); l.KEqV {
+		proj = append(proj, proj[1]) // values are the raw key projection
 	}
+	compute.WarmL2(b, l.o) // read after the norms and attention below
 	var q, kNew, vNew *compute.Tensor
 	written := false // a lone row's keys and values went straight into its cache
 	if l.Shared {
@@ -726,6 +725,18 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		b.Copy(out, s, a)
 	}
 	return b.MatMul(out.Reshape(N, nH*d), l.o)
+}
+
+// projections are the weights of the layer's first product: q, and k
+// and v where the layer has its own keys and values.
+func (l *layer) projections() []*compute.Tensor {
+	switch {
+	case l.Shared:
+		return []*compute.Tensor{l.q}
+	case l.KEqV:
+		return []*compute.Tensor{l.q, l.k}
+	}
+	return []*compute.Tensor{l.q, l.k, l.v}
 }
 
 // checkpointLayers is how many layers a recorded pass of several tokens

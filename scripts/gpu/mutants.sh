@@ -91,6 +91,8 @@ mutants=(
   'visible-window|compute/cuda/attention.go|lo = qmin - int32(opt.Window) + 1|lo = qmin - int32(opt.Window) + 2|^TestAttentionSeesOnlyVisibleKeys$'
   # visibleKeys ending the span at the lowest query, not the highest: a verify's later queries lose keys
   'visible-causal|compute/cuda/attention.go|hi = qmax|hi = qmin|^TestAttentionSeesOnlyVisibleKeys$'
+  # l2_warm without its wait: the kernel behind it, which waits only for l2_warm, may read before the kernel before l2_warm has written
+  'warm-wait|compute/cuda/kernels/warm.cu|    asm volatile("griddepcontrol.wait;" ::: "memory");|    // (no wait)|^TestWarmL2KeepsTheChain$'
   # attn_cluster_rounds carrying a split's sum into the next split (a straddling row's first keys counted twice)
   'rounds-split-carry|compute/cuda/kernels/ops.cu|                        acc = __fadd_rn(acc, a);
                         a = 0.0f;|                        acc = __fadd_rn(acc, a);|^TestFusedAttentionMatches$'
