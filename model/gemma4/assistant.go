@@ -361,7 +361,9 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	for i := range a.layers {
 		l := &a.layers[i]
 		nH, d := c.NumAttentionHeads, l.HeadDim
-		q := compute.RMSNormRoPE(b, b.MatMul(h, l.q).Reshape(B, nH, d), l.qNorm, eps, qpos, l.rope)
+		qp := b.MatMul(h, l.q)
+		compute.WarmL2(b, l.o) // read after the norm and attention below
+		q := compute.RMSNormRoPE(b, qp.Reshape(B, nH, d), l.qNorm, eps, qpos, l.rope)
 		var out *compute.Tensor // a lone row's attention output is the whole output
 		if B > 1 {
 			out = b.Zeros(compute.F32, B, nH, d)
@@ -381,12 +383,15 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 			}
 			b.Copy(out, ri, att)
 		}
-		z, h = compute.AddRMSNormNorm(b, z, b.MatMul(out.Reshape(B, nH*d), l.o), l.postAttnNorm, nil, l.preFFNorm, eps)
+		o := b.MatMul(out.Reshape(B, nH*d), l.o)
+		compute.WarmL2(b, l.gate, l.up) // read after the norms below
+		z, h = compute.AddRMSNormNorm(b, z, o, l.postAttnNorm, nil, l.preFFNorm, eps)
 		f := b.MatMul(compute.GeluMatMuls(b, h, l.gate, l.up), l.down)
-		nextNorm := a.norm // the final norm after the last layer
+		nextNorm, next := a.norm, a.postProj // the final norm and product after the last layer
 		if i+1 < len(a.layers) {
-			nextNorm = a.layers[i+1].inNorm
+			nextNorm, next = a.layers[i+1].inNorm, a.layers[i+1].q
 		}
+		compute.WarmL2(b, next) // read after the norms below
 		z, h = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, nextNorm, eps)
 		if i == 0 && opt.LaunchEarly && len(a.layers) > 1 {
 			compute.Checkpoint(b)
