@@ -146,45 +146,8 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 	}
 	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
 	programmaticLaunch = true
-	const n = 64 << 20
-	src := make([]byte, 4*n)
-	for i := 0; i < n; i++ {
-		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
-	}
-	dev := b.dev
-	var bufs [3]Buffer
-	for i, size := range []int{4 * n, 4 * n, 4} {
-		buf, err := dev.Alloc(size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Free(buf)
-		bufs[i] = buf
-	}
-	s, d, out := bufs[0], bufs[1], bufs[2]
-	if err := dev.Upload(s, src); err != nil {
-		t.Fatal(err)
-	}
-	last := Buffer{ptr: d.ptr + 4*(n-1), Size: 4}
-	zeros := make([]byte, 4*n)
-	read := func(reader Kernel) uint32 {
-		t.Helper()
-		if err := dev.Upload(d, zeros); err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.LaunchAsync(reader, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, out, last, 1); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 4)
-		if err := dev.Download(got, out); err != nil {
-			t.Fatal(err)
-		}
-		return binary.LittleEndian.Uint32(got)
-	}
-	want := uint32(n-1) | 1
+	race, want := lastWordRace(t, b)
+	read := func(reader Kernel) uint32 { return race(nil, reader) }
 	stale := 0
 	for trial := range 4 {
 		if g := read(b.k["copy_words"]); g != want {
@@ -198,6 +161,56 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 		t.Fatal("a reader without griddepcontrol.wait never read early: the launches did not overlap, so the wait went untested")
 	}
 	t.Logf("the reader without the wait read early in %d of 4 trials", stale)
+}
+
+// lastWordRace sets up TestProgrammaticLaunchWaits' race: race(between,
+// reader) zeroes a 256 MB buffer, copies into it on one block a
+// multiprocessor (its last word written at the very end), issues between
+// (when given), launches the one-block reader of the copy's last word right
+// behind, and returns what the reader read; want is the copied word.
+func lastWordRace(t *testing.T, b *Backend) (race func(between func(), reader Kernel) uint32, want uint32) {
+	const n = 64 << 20
+	src := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
+	}
+	dev := b.dev
+	var bufs [3]Buffer
+	for i, size := range []int{4 * n, 4 * n, 4} {
+		buf, err := dev.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Free(buf) })
+		bufs[i] = buf
+	}
+	s, d, out := bufs[0], bufs[1], bufs[2]
+	if err := dev.Upload(s, src); err != nil {
+		t.Fatal(err)
+	}
+	last := Buffer{ptr: d.ptr + 4*(n-1), Size: 4}
+	zeros := make([]byte, 4*n)
+	race = func(between func(), reader Kernel) uint32 {
+		t.Helper()
+		if err := dev.Upload(d, zeros); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+			t.Fatal(err)
+		}
+		if between != nil {
+			between()
+		}
+		if err := dev.LaunchAsync(reader, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, out, last, 1); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4)
+		if err := dev.Download(got, out); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint32(got)
+	}
+	return race, uint32(n-1) | 1
 }
 
 // TestWarmL2KeepsTheChain protects l2_warm (TANDEM_CUDA_WARM_L2) under
@@ -218,48 +231,14 @@ func TestWarmL2KeepsTheChain(t *testing.T) {
 	defer func(on bool, mib int) { programmaticLaunch, warmL2MiB = on, mib }(programmaticLaunch, warmL2MiB)
 	programmaticLaunch, warmL2MiB = true, 8
 	w := weight(b, compute.BF16, make([]float32, 4<<20), 1024, 4096) // 8 MiB
-	const n = 64 << 20
-	src := make([]byte, 4*n)
-	for i := 0; i < n; i++ {
-		binary.LittleEndian.PutUint32(src[4*i:], uint32(i)|1)
-	}
-	dev := b.dev
-	var bufs [3]Buffer
-	for i, size := range []int{4 * n, 4 * n, 4} {
-		buf, err := dev.Alloc(size)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Free(buf)
-		bufs[i] = buf
-	}
-	s, d, out := bufs[0], bufs[1], bufs[2]
-	if err := dev.Upload(s, src); err != nil {
-		t.Fatal(err)
-	}
-	last := Buffer{ptr: d.ptr + 4*(n-1), Size: 4}
-	zeros := make([]byte, 4*n)
-	want := uint32(n-1) | 1
+	race, want := lastWordRace(t, b)
 	for trial := range 8 {
-		if err := dev.Upload(d, zeros); err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
-			t.Fatal(err)
-		}
 		before := b.warmN
-		b.WarmL2(w)
+		g := race(func() { b.WarmL2(w) }, b.k["copy_words"])
 		if b.warmN == before {
 			t.Fatal("WarmL2 launched no l2_warm")
 		}
-		if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, out, last, 1); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 4)
-		if err := dev.Download(got, out); err != nil {
-			t.Fatal(err)
-		}
-		if g := binary.LittleEndian.Uint32(got); g != want {
+		if g != want {
 			t.Fatalf("trial %d: the kernel behind l2_warm read %#x, want %#x (it ran before the copy before l2_warm had written)", trial, g, want)
 		}
 	}
