@@ -338,7 +338,10 @@ func issueRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache *
 	st.DraftTime += time.Since(t0)
 	t0 = time.Now()
 	end := compute.Record(b, fmt.Sprintf("verify-at%d", r.K+1))
-	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+	// A round without drafts (the last of a budget) verifies one token,
+	// issued after the verdict while the device waits: in parts, like a
+	// verify of several, so that the device starts on its first layers.
+	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true})
 	if err != nil {
 		end()
 		return nil, err

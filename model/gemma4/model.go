@@ -472,6 +472,12 @@ type ForwardOptions struct {
 	Logits Logits
 	// SharedKV asks for the K/V snapshot the assistant drafter reads.
 	SharedKV bool
+	// Checkpoint records a lone token's pass in parts too, as a pass of
+	// several tokens always is (compute.Checkpoint every checkpointLayers
+	// layers): for a pass the host records while the device waits for it,
+	// such as a speculative round's verify without drafts. A plain decode
+	// step is issued ahead of the device and needs none.
+	Checkpoint bool
 }
 
 // SharedKV is one row's view of the K/V of the last non-shared sliding and
@@ -579,7 +585,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			compute.WarmL2(b, m.layers[i+1].projections()...) // read after the norms below
 		}
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
-		if len(ids) > 1 && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
+		if (len(ids) > 1 || opt.Checkpoint) && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
 			compute.Checkpoint(b)
 		}
 	}

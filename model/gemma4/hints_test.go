@@ -108,3 +108,47 @@ func checkHints(t *testing.T, what string, events []warmEvent) int {
 	}
 	return hints
 }
+
+// checkpointCounter counts a pass's compute.Checkpoint calls.
+type checkpointCounter struct {
+	compute.Backend
+	n int
+}
+
+func (c *checkpointCounter) Checkpoint() { c.n++ }
+
+// TestForwardCheckpoints protects ForwardOptions.Checkpoint: a pass of
+// several tokens is recorded in parts of checkpointLayers layers (one
+// checkpoint in the tiny E2B preset's ten layers), a lone token's pass only
+// when asked (a speculative round's verify without drafts, which the device
+// waits for), and never a plain decode step, which is issued ahead.
+func TestForwardCheckpoints(t *testing.T) {
+	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &checkpointCounter{Backend: cpu.New(0)}
+	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		tokens     int
+		checkpoint bool
+		want       int
+	}{
+		{"three tokens", 3, false, 1},
+		{"a lone token", 1, false, 0},
+		{"a lone token, asked", 1, true, 1},
+	} {
+		ids := []int32{2, 17, 99}[:tc.tokens]
+		c.n = 0
+		if _, err := m.Forward([]gemma4.Row{{Tokens: ids, Cache: m.NewCache(len(ids))}}, gemma4.ForwardOptions{Checkpoint: tc.checkpoint}); err != nil {
+			t.Fatal(err)
+		}
+		if c.n != tc.want {
+			t.Errorf("%s: %d checkpoints, want %d", tc.name, c.n, tc.want)
+		}
+	}
+}
