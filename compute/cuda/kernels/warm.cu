@@ -20,7 +20,9 @@ extern "C" __global__ void l2_warm(const char* p, unsigned long long n) {
     for (unsigned long long off = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) * WARM_PIECE; off < n;
          off += step) {
         const unsigned size = (unsigned)(n - off < WARM_PIECE ? n - off : WARM_PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(size) : "memory");
+        unsigned long long g; // the .global address of a generic pointer
+        asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(p + off));
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g), "r"(size) : "memory");
     }
 #endif
 }
