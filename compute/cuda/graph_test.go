@@ -135,15 +135,7 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 	if b.dev.d.launchExFn == 0 {
 		t.Skip("the driver lacks cuLaunchKernelEx")
 	}
-	early, err := b.dev.Compile(`extern "C" __global__ void copy_early(unsigned* dst, const unsigned* src, int n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
-}`, "early.cu", "copy_early")
-	if err != nil {
-		t.Fatal(err)
-	}
+	early := earlyReader(t, b)
 	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
 	programmaticLaunch = true
 	race, want := lastWordRace(t, b)
@@ -153,7 +145,7 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 		if g := read(b.k["copy_words"]); g != want {
 			t.Fatalf("trial %d: the second kernel read %#x, want %#x (it ran before the first had written)", trial, g, want)
 		}
-		if read(early["copy_early"]) != want {
+		if read(early) != want {
 			stale++
 		}
 	}
@@ -161,6 +153,22 @@ func TestProgrammaticLaunchWaits(t *testing.T) {
 		t.Fatal("a reader without griddepcontrol.wait never read early: the launches did not overlap, so the wait went untested")
 	}
 	t.Logf("the reader without the wait read early in %d of 4 trials", stale)
+}
+
+// earlyReader is copy_words without griddepcontrol.wait: a reader that
+// may run before the kernel ahead of it has written, so that a test can
+// show the launches it races really overlap.
+func earlyReader(t *testing.T, b *Backend) Kernel {
+	ks, err := b.dev.Compile(`extern "C" __global__ void copy_early(unsigned* dst, const unsigned* src, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}`, "early.cu", "copy_early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks["copy_early"]
 }
 
 // lastWordRace sets up TestProgrammaticLaunchWaits' race: race(between,
@@ -232,16 +240,30 @@ func TestWarmL2KeepsTheChain(t *testing.T) {
 	programmaticLaunch, warmL2MiB = true, 8
 	w := weight(b, compute.BF16, make([]float32, 4<<20), 1024, 4096) // 8 MiB
 	race, want := lastWordRace(t, b)
-	for trial := range 8 {
+	early := earlyReader(t, b)
+	warm := func() {
 		before := b.warmN
-		g := race(func() { b.WarmL2(w) }, b.k["copy_words"])
+		b.WarmL2(w)
 		if b.warmN == before {
 			t.Fatal("WarmL2 launched no l2_warm")
 		}
-		if g != want {
+	}
+	stale := 0
+	for trial := range 8 {
+		if g := race(warm, b.k["copy_words"]); g != want {
 			t.Fatalf("trial %d: the kernel behind l2_warm read %#x, want %#x (it ran before the copy before l2_warm had written)", trial, g, want)
 		}
+		if race(warm, early) != want {
+			stale++
+		}
 	}
+	// The control: a reader without the wait behind l2_warm must read
+	// early at least once, or the three launches never overlapped and a
+	// missing wait in l2_warm would go unseen.
+	if stale == 0 {
+		t.Fatal("a reader without griddepcontrol.wait behind l2_warm never read early: the launches did not overlap, so l2_warm's wait went untested")
+	}
+	t.Logf("the reader without the wait behind l2_warm read early in %d of 8 trials", stale)
 }
 
 // TestEarlyWeightsWaitForActivations protects the rows kernels' _early

@@ -10,8 +10,9 @@ import (
 // for (TANDEM_CUDA_WARM_L2; live; 0, the default, asks for none). A 31B
 // decode step spends about 3 ms of its 19.6 in norms and attention, with
 // the memory bus nearly idle; the product after them could find its
-// first megabytes in L2 (50 MB on the H200) instead of HBM. Written in the
-// fifteenth session without a GPU: not yet measured.
+// first megabytes in L2 (50 MB on the H200) instead of HBM; past about
+// 32 MiB the prefetches would evict each other. Written in the fifteenth
+// session without a GPU: not yet measured.
 var warmL2MiB int // read by liveSettings
 
 // compileWarm compiles l2_warm (kernels/warm.cu) apart from the other
@@ -32,19 +33,25 @@ func (b *Backend) compileWarm() {
 // of each of ws (model weights only: an activation is not written yet),
 // warmL2MiB in all, shared between them.
 func (b *Backend) WarmL2(ws ...*compute.Tensor) {
-	k, ok := b.k["l2_warm"]
-	if warmL2MiB == 0 || !ok || len(ws) == 0 {
+	if warmL2MiB == 0 || dropped["l2_warm"] {
 		return
 	}
-	per := (warmL2MiB << 20) / len(ws)
+	k, ok := b.k["l2_warm"]
+	if !ok {
+		return
+	}
+	var weights []*compute.Tensor
 	for _, w := range ws {
-		if w == nil {
-			continue
+		if w != nil && memOf(w).blk != nil && memOf(w).blk.fixed {
+			weights = append(weights, w)
 		}
+	}
+	if len(weights) == 0 {
+		return
+	}
+	per := (warmL2MiB << 20) / len(weights)
+	for _, w := range weights {
 		m := memOf(w)
-		if m.blk == nil || !m.blk.fixed {
-			continue
-		}
 		p := (m.ptr + 15) &^ 15
 		n := min(w.Len()*w.DType().Size()-int(p-m.ptr), per) &^ 15
 		if n <= 0 {

@@ -749,7 +749,8 @@ func (l *layer) projections() []*compute.Tensor {
 // (a CUDA graph) captures before launching them and recording the rest: a
 // verify pass, which the host cannot issue ahead, then starts on the device
 // while the host is still recording its later layers. A lone token's step
-// is issued ahead of the device already and is not split.
+// is issued ahead of the device already and is split only when asked
+// (ForwardOptions.Checkpoint: a verify without drafts).
 const checkpointLayers = 6
 
 // feedForward is the FFN sub-block before post_feedforward_layernorm: the
