@@ -56,6 +56,7 @@ type Backend struct {
 	sites    map[string]bool                   // recording sites seen (BeginRecord)
 	recSite  string                            // the site being recorded, for Checkpoint ("" outside one)
 	recPart  int                               // its parts launched so far
+	recCalls int                               // Checkpoint calls within it (checkpointEvery)
 	spunAt   time.Time                         // last Spin, until the next download
 	issued   []time.Duration                   // see IssueTimes
 	fusedN   int                               // attn_fused launches, for the test that they happen
@@ -194,7 +195,7 @@ func (b *Backend) BeginRecord(site string) {
 		b.sites[site] = true
 	}
 	if seen {
-		b.recSite, b.recPart = site, 0
+		b.recSite, b.recPart, b.recCalls = site, 0, 0
 	}
 	b.mu.Unlock()
 	if !seen {
@@ -217,8 +218,12 @@ func (b *Backend) EndRecord() {
 
 // checkpoints turns Checkpoint on; TANDEM_CUDA_CHECKPOINT=0 records every
 // pass whole, for comparisons. A P = 0 round of the 31B shape went from
-// 39.4 to 36.0 ms with it on the H200.
+// 39.4 to 36.0 ms with it on the H200. TANDEM_CUDA_CHECKPOINT=N takes
+// every Nth of the model's checkpoints (checkpointEvery; 1 by default):
+// fewer graphs a verify, each longer before the device starts on it.
 var checkpoints bool // TANDEM_CUDA_CHECKPOINT, read by liveSettings (settings.go)
+
+var checkpointEvery = 1 // TANDEM_CUDA_CHECKPOINT, read by liveSettings
 
 // Checkpoint implements compute.Checkpointer: the recording so far is
 // launched, and the rest of the step is recorded as the next part of the
@@ -231,6 +236,10 @@ func (b *Backend) Checkpoint() {
 	b.mu.Lock()
 	site := b.recSite
 	if site == "" {
+		b.mu.Unlock()
+		return
+	}
+	if b.recCalls++; b.recCalls%max(1, checkpointEvery) != 0 {
 		b.mu.Unlock()
 		return
 	}

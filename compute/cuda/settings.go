@@ -15,7 +15,10 @@ var liveSettings = []struct {
 	name string
 	set  func(v string)
 }{
-	{"TANDEM_CUDA_CHECKPOINT", func(v string) { checkpoints = v != "0" }},
+	{"TANDEM_CUDA_CHECKPOINT", func(string) {
+		checkpointEvery = envInt("TANDEM_CUDA_CHECKPOINT", 1, 0, 64)
+		checkpoints = checkpointEvery > 0
+	}},
 	{"TANDEM_CUDA_ROUTE", func(v string) { routeOnDevice = v != "0" }},
 	{"TANDEM_CUDA_ROUTE_ROWS", func(v string) { routeRows = v != "0" }},
 	{"TANDEM_CUDA_MOE_BATCH", func(v string) { batchExperts = v != "0" }},

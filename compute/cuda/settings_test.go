@@ -70,3 +70,21 @@ func TestReadSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointEvery protects TANDEM_CUDA_CHECKPOINT's values: unset
+// takes every checkpoint, 0 none, N every Nth.
+func TestCheckpointEvery(t *testing.T) {
+	b := &Backend{pool: newPool(nil)}
+	t.Cleanup(b.ReadSettings)
+	for _, c := range []struct {
+		value string
+		on    bool
+		every int
+	}{{"", true, 1}, {"0", false, 0}, {"2", true, 2}, {"1", true, 1}} {
+		t.Setenv("TANDEM_CUDA_CHECKPOINT", c.value)
+		b.ReadSettings()
+		if checkpoints != c.on || checkpointEvery != c.every {
+			t.Errorf("TANDEM_CUDA_CHECKPOINT=%q: on %v, every %d; want %v, %d", c.value, checkpoints, checkpointEvery, c.on, c.every)
+		}
+	}
+}
