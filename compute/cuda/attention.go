@@ -268,11 +268,11 @@ func visibleKeys(opt compute.AttentionOptions, bi, L int) (lo, hi int32) {
 }
 
 // attnScoreChunk is the key offsets each attn_scores block takes
-// (TANDEM_CUDA_ATTN_SCORE_CHUNK, 32 to 1,024, default 256; live), at
-// most ATTN_CHUNK. Its blocks' threads take one
-// key at a time, so a block of 256 threads over 1,024 keys ran four dot
-// products in a row; the scores and their maximum are the same at any
-// chunk.
+// (TANDEM_CUDA_ATTN_SCORE_CHUNK, 32 to 1,024 = ATTN_CHUNK, default 256;
+// live). Its threads take one key at a time, so a block of 256 threads
+// over 1,024 keys ran four dot products in a row. The scores and their
+// maximum are the same at any chunk. On the H200 (fifteenth session) the
+// 31B step at 4k went from 26.61 to 24.9 ms at 256.
 var attnScoreChunk = 256 // read by liveSettings
 
 // attnAllKeys has the kernels visit every key a row holds, in sight or not
