@@ -86,9 +86,12 @@ func (e *Engine) step() {
 		site = strconv.AppendInt(append(site, ','), int64(len(rows[i].tokens)), 10)
 	}
 	// Steps of one shape (rows × tokens) are recorded as one graph where
-	// the backend records (CUDA graphs).
+	// the backend records (CUDA graphs), in parts (Checkpoint): the step is
+	// issued after the last one's results were read, with the device
+	// idle, so it starts on the first layers while the host records the
+	// rest, a step of lone tokens too.
 	end := compute.Record(e.m.Backend(), string(site))
-	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true})
 	end()
 	if err != nil {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))

@@ -108,9 +108,13 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 			return res, err
 		}
 		// A decode step is the same ops every time: backends that can
-		// record it launch it as one unit (CUDA graphs).
-		end := compute.Record(b, "decode")
-		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast})
+		// record it launch it as one unit (CUDA graphs). Here the host
+		// issues it after reading the last step's logits, with the device
+		// idle, so it is recorded in parts (Checkpoint) and the device
+		// starts on its first layers while the host records the rest; a
+		// site of its own, since decodeAhead's "decode" is one part.
+		end := compute.Record(b, "decode-sampled")
+		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true})
 		end()
 		if err != nil {
 			return res, err

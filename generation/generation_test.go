@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"tandem/compute"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -461,5 +462,34 @@ func TestPrefillReturnsLastRowOfLogitsAll(t *testing.T) {
 				t.Fatalf("Prefill = %v, %v; want an error containing %q", logits, err, tt.want)
 			}
 		})
+	}
+}
+
+// checkpointCounter counts a backend's compute.Checkpoint calls.
+type checkpointCounter struct {
+	compute.Backend
+	n int
+}
+
+func (c *checkpointCounter) Checkpoint() { c.n++ }
+
+// TestHostStepsCheckpoint protects the host loop's decode steps, which the
+// host records after reading the last step's logits while the device
+// waits: each is recorded in parts (gemma4.ForwardOptions.Checkpoint), like
+// a prompt's pass. The tiny E2B preset's ten layers take one checkpoint a
+// pass: the prompt's, then one a decode step.
+func TestHostStepsCheckpoint(t *testing.T) {
+	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &checkpointCounter{Backend: cpu.New(0)}
+	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := generate(t, m, prompt(m, 5, 1), Options{MaxTokens: 4, Sample: sample.Params{Temperature: 0.8, Seed: 3}})
+	if want := 1 + len(res.Tokens) - 1; c.n != want {
+		t.Errorf("%d checkpoints for a prompt and %d decode steps, want %d", c.n, len(res.Tokens)-1, want)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/progress"
+	"tandem/sample"
 	"tandem/spec"
 )
 
@@ -102,7 +103,7 @@ func newBench() *cobra.Command {
 	var (
 		preset, model, draft, device, contexts string
 		tokens, k, threads, engineBatch, pruns int
-		synthetic                              float64
+		synthetic, temperature                 float64
 		asJSON, kernels, graphProfile, viaEng  bool
 		cpuProfile, sweep                      string
 	)
@@ -134,6 +135,9 @@ func newBench() *cobra.Command {
 			}
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
+			}
+			if !(temperature >= 0) || math.IsInf(temperature, 0) {
+				return fmt.Errorf("--temperature must be 0 (greedy) or positive, got %v", temperature)
 			}
 			groups, err := parseSweep(sweep)
 			if err != nil {
@@ -202,7 +206,8 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch}
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
+				sample: sample.Params{Temperature: temperature, Seed: 1}}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -235,7 +240,7 @@ func newBench() *cobra.Command {
 				for i := range rows {
 					r := &rows[i]
 					prompt := randomPrompt(m, r.Context, 2)
-					plain := plainRun(ctx, m, prompt, generation.Options{MaxTokens: tokens})
+					plain := plainRun(ctx, m, prompt, generation.Options{MaxTokens: tokens, Sample: run.sample})
 					if r.Profile, r.ProfileSteps, err = profileRun(g, kernelsBackToBack, plain); err != nil {
 						return err
 					}
@@ -245,11 +250,11 @@ func newBench() *cobra.Command {
 					if a == nil {
 						continue
 					}
-					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, generation.Options{}.Sample)
+					d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, run.sample)
 					if err != nil {
 						return err
 					}
-					so := spec.Options{Options: generation.Options{MaxTokens: tokens}, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
+					so := spec.Options{Options: generation.Options{MaxTokens: tokens, Sample: run.sample}, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
 					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, kernelsAsIssued, specRun(ctx, m, d, prompt, so)); err != nil {
 						return err
 					}
@@ -258,12 +263,15 @@ func newBench() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
-					"draft_tokens": k, "synthetic_acceptance": synthetic, "results": rows, "settings": envSettings(os.Environ()),
+					"draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
 			if set := envSettings(os.Environ()); len(set) > 0 {
 				fmt.Fprintf(out, "settings from the environment: %s\n", strings.Join(set, " "))
+			}
+			if temperature > 0 {
+				fmt.Fprintf(out, "decoding samples at temperature %g (seed 1): each step's logits are read on the host, so steps are not issued ahead\n", temperature)
 			}
 			if onGPU && g.Device().Graphs() {
 				s := g.Device().GraphStats()
@@ -376,6 +384,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&pruns, "prefill-runs", 3, "prefill each context's prompt this many times and report the median (the first also makes allocations and graphs); once where the first took over 10 s")
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
+	f.Float64Var(&temperature, "temperature", 0, "sample at this temperature (seed 1) instead of decoding greedily, everywhere bench decodes (0: greedy)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine (greedy), and report their tokens/s in all (0: not)")
@@ -458,12 +467,13 @@ type benchRun struct {
 	g           *cuda.Backend     // nil off the GPU
 	tokens, k   int
 	synthetic   float64
-	roof        float64 // copy bandwidth, bytes/s
-	bytes       int64   // read per decode step
-	prefillRuns int     // --prefill-runs
-	graphs      bool    // --graph-profile
-	engine      bool    // --engine
-	engineBatch int     // --engine-batch
+	roof        float64       // copy bandwidth, bytes/s
+	bytes       int64         // read per decode step
+	prefillRuns int           // --prefill-runs
+	graphs      bool          // --graph-profile
+	engine      bool          // --engine
+	engineBatch int           // --engine-batch
+	sample      sample.Params // --temperature, seed 1
 }
 
 func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
@@ -472,7 +482,7 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 		return benchRow{}, fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
 	}
 	prompt := randomPrompt(m, c, 1)
-	opt := generation.Options{MaxTokens: tokens}
+	opt := generation.Options{MaxTokens: tokens, Sample: br.sample}
 	var plainAt tokenTimes
 	var threadAt []time.Duration // the device thread's own time at each token (CUDA)
 	var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
@@ -568,7 +578,7 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 			return 0, engine.Usage{}, err
 		}
 		defer e.Close(context.Background())
-		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens})
+		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens, Sample: br.sample})
 		if err != nil {
 			return 0, engine.Usage{}, err
 		}
@@ -619,7 +629,7 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32) (float64
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens})
+		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens, Sample: br.sample})
 		if err != nil {
 			return 0, err
 		}

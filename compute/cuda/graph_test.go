@@ -386,9 +386,10 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 }
 
 // TestPDLForDecodeOnly protects TANDEM_CUDA_PDL=decode's rule: plain decode
-// steps launch with programmatic serialization, a speculative round's
-// drafts and verify (whose graphs start on an idle device) and engine
-// steps do not; and =verify's, which adds the verify and its parts.
+// steps issued ahead launch with programmatic serialization, a speculative
+// round's drafts and verify (whose graphs start on an idle device), engine
+// steps and sampled decode steps do not; and =verify's, which adds the
+// verify and its parts.
 func TestPDLForDecodeOnly(t *testing.T) {
 	defer func(v bool) { pdlVerify = v }(pdlVerify)
 	for _, verify := range []bool{false, true} {
@@ -396,6 +397,7 @@ func TestPDLForDecodeOnly(t *testing.T) {
 		for site, want := range map[string]bool{
 			"decode": true, "verify-at4": verify, "draft-at0": false, "draft-at1": false, "verify4": verify,
 			"verify4/2": verify, "draft1": false, "step,1,1": false, "decode/1": false,
+			"decode-sampled": false, "decode-sampled/1": false, // issued onto an idle device, in parts
 		} {
 			if got := pdlFor(site); got != want {
 				t.Errorf("verify %v: pdlFor(%q) = %v, want %v", verify, site, got, want)

@@ -475,8 +475,9 @@ type ForwardOptions struct {
 	// Checkpoint records a lone token's pass in parts too, as a pass of
 	// several tokens always is (compute.Checkpoint every checkpointLayers
 	// layers): for a pass the host records while the device waits for it,
-	// such as a speculative round's verify without drafts. A plain decode
-	// step is issued ahead of the device and needs none.
+	// such as a sampled decode step, an engine step or a speculative
+	// round's verify without drafts. A greedy decode step is issued ahead
+	// of the device and needs none.
 	Checkpoint bool
 }
 
@@ -750,7 +751,8 @@ func (l *layer) projections() []*compute.Tensor {
 // verify pass, which the host cannot issue ahead, then starts on the device
 // while the host is still recording its later layers. A lone token's step
 // is issued ahead of the device already and is split only when asked
-// (ForwardOptions.Checkpoint: a verify without drafts).
+// (ForwardOptions.Checkpoint: a sampled step, an engine step, a verify
+// without drafts).
 const checkpointLayers = 6
 
 // feedForward is the FFN sub-block before post_feedforward_layernorm: the
