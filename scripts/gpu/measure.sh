@@ -3,7 +3,7 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|warm|checkpoint]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|warm|checkpoint|sampled]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
@@ -11,7 +11,8 @@
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # warm: TANDEM_CUDA_WARM_L2 swept on E2B and 31B; checkpoint: a 31B verify's
-# checkpoint interval swept, with and without PDL for verifies.
+# checkpoint interval swept, with and without PDL for verifies; sampled:
+# sampled decoding with its steps in parts against whole.
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
@@ -110,6 +111,13 @@ for w in "${want[@]}"; do
         bench "warm-$shape" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48 \
           --sweep 'none;TANDEM_CUDA_WARM_L2=8;TANDEM_CUDA_WARM_L2=16;TANDEM_CUDA_WARM_L2=32;none'
         grep -E "^ *(settings|none|TANDEM_)|plain steps" "$out/warm-$shape.txt"
+      done
+      ;;
+    sampled) # sampled decoding (temperature 0.8), its steps recorded in parts against whole (TANDEM_CUDA_CHECKPOINT=0), directly and through the engine
+      for shape in e2b 31b; do
+        bench "sampled-$shape" -- --preset "gemma4-$shape" --temperature 0.8 --contexts 128 --tokens 48 --engine \
+          --sweep 'none;TANDEM_CUDA_CHECKPOINT=0;none'
+        grep -E "^ *(settings|none|TANDEM_)|plain steps|serving engine" "$out/sampled-$shape.txt"
       done
       ;;
     checkpoint) # a 31B P = 0 round with every, every second and every third checkpoint, and none; by default and with PDL for verifies
