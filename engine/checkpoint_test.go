@@ -2,22 +2,14 @@ package engine
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"tandem/compute"
+	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
 	"tandem/sample"
 )
-
-// checkpointCounter counts a backend's compute.Checkpoint calls.
-type checkpointCounter struct {
-	compute.Backend
-	n atomic.Int64
-}
-
-func (c *checkpointCounter) Checkpoint() { c.n.Add(1) }
 
 // TestStepsCheckpoint protects the engine step's parts: a step is issued
 // after the last one's results were read, with the device idle, so its
@@ -29,7 +21,7 @@ func TestStepsCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &checkpointCounter{Backend: cpu.New(0)}
+	c := &computetest.Checkpointing{Backend: cpu.New(0)}
 	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +38,7 @@ func TestStepsCheckpoint(t *testing.T) {
 	}
 	// The prompt's step, then a step a token after the first (the last
 	// token is sampled from the step before it).
-	if got, want := c.n.Load(), int64(1+tokens-1); got != want {
+	if got, want := c.Calls(), 1+tokens-1; got != want {
 		t.Errorf("%d checkpoints for a prompt and %d one-token steps, want %d", got, tokens-1, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tandem/compute"
+	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -465,14 +466,6 @@ func TestPrefillReturnsLastRowOfLogitsAll(t *testing.T) {
 	}
 }
 
-// checkpointCounter counts a backend's compute.Checkpoint calls.
-type checkpointCounter struct {
-	compute.Backend
-	n int
-}
-
-func (c *checkpointCounter) Checkpoint() { c.n++ }
-
 // TestHostStepsCheckpoint protects the host loop's decode steps, which the
 // host records after reading the last step's logits while the device
 // waits: each is recorded in parts (gemma4.ForwardOptions.Checkpoint), like
@@ -483,13 +476,13 @@ func TestHostStepsCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &checkpointCounter{Backend: cpu.New(0)}
+	c := &computetest.Checkpointing{Backend: cpu.New(0)}
 	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := generate(t, m, prompt(m, 5, 1), Options{MaxTokens: 4, Sample: sample.Params{Temperature: 0.8, Seed: 3}})
-	if want := 1 + len(res.Tokens) - 1; c.n != want {
-		t.Errorf("%d checkpoints for a prompt and %d decode steps, want %d", c.n, len(res.Tokens)-1, want)
+	if want := 1 + len(res.Tokens) - 1; c.Calls() != want {
+		t.Errorf("%d checkpoints for a prompt and %d decode steps, want %d", c.Calls(), len(res.Tokens)-1, want)
 	}
 }

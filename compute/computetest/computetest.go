@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"tandem/compute"
@@ -48,6 +49,19 @@ func Backend(t testing.TB) compute.Backend {
 		return nil
 	}
 }
+
+// Checkpointing wraps a backend with compute.Checkpointer, counting the
+// calls: where a model asks for its passes to be launched in parts.
+type Checkpointing struct {
+	compute.Backend
+	calls atomic.Int64
+}
+
+// Checkpoint implements compute.Checkpointer.
+func (b *Checkpointing) Checkpoint() { b.calls.Add(1) }
+
+// Calls is how many checkpoints were asked for so far.
+func (b *Checkpointing) Calls() int { return int(b.calls.Load()) }
 
 // Stacking wraps a backend with compute.Stacker computed as separate
 // MatMuls (the same bits as the backend alone), so models load their

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"tandem/compute"
+	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
 )
@@ -109,14 +110,6 @@ func checkHints(t *testing.T, what string, events []warmEvent) int {
 	return hints
 }
 
-// checkpointCounter counts a pass's compute.Checkpoint calls.
-type checkpointCounter struct {
-	compute.Backend
-	n int
-}
-
-func (c *checkpointCounter) Checkpoint() { c.n++ }
-
 // TestForwardCheckpoints protects ForwardOptions.Checkpoint: a pass of
 // several tokens is recorded in parts of checkpointLayers layers (one
 // checkpoint in the tiny E2B preset's ten layers), a lone token's pass only
@@ -127,7 +120,7 @@ func TestForwardCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &checkpointCounter{Backend: cpu.New(0)}
+	c := &computetest.Checkpointing{Backend: cpu.New(0)}
 	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -143,12 +136,12 @@ func TestForwardCheckpoints(t *testing.T) {
 		{"a lone token, asked", 1, true, 1},
 	} {
 		ids := []int32{2, 17, 99}[:tc.tokens]
-		c.n = 0
+		before := c.Calls()
 		if _, err := m.Forward([]gemma4.Row{{Tokens: ids, Cache: m.NewCache(len(ids))}}, gemma4.ForwardOptions{Checkpoint: tc.checkpoint}); err != nil {
 			t.Fatal(err)
 		}
-		if c.n != tc.want {
-			t.Errorf("%s: %d checkpoints, want %d", tc.name, c.n, tc.want)
+		if n := c.Calls() - before; n != tc.want {
+			t.Errorf("%s: %d checkpoints, want %d", tc.name, n, tc.want)
 		}
 	}
 }
