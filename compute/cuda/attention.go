@@ -475,10 +475,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				b.roundsN++
 				kernel, args = "attn_cluster_rounds", append(args, cl.KG, cl.VG)
 			}
-			if dropped[kernel] {
+			k, run := b.kernel(kernel)
+			if !run {
 				continue
 			}
-			err := b.dev.LaunchClusterAsync(b.k[kernel], [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
+			err := b.dev.LaunchClusterAsync(k, [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
 				[3]uint32{256, 1, 1}, [3]uint32{uint32(cl.C), 1, 1}, uint32(cl.smem), args...)
 			if err != nil {
 				panic(err)

@@ -333,12 +333,19 @@ func (b *Backend) recycle(ts ...*compute.Tensor) {
 	}
 }
 
-func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) {
+// kernel is the loaded kernel name, and whether to launch it: false where
+// TANDEM_CUDA_DROP skips it.
+func (b *Backend) kernel(name string) (Kernel, bool) {
 	k, ok := b.k[name]
 	if !ok {
 		panic("cuda: kernel " + name + " not loaded")
 	}
-	if dropped[name] {
+	return k, !dropped[name]
+}
+
+func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) {
+	k, run := b.kernel(name)
+	if !run {
 		return
 	}
 	if err := b.dev.LaunchAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, 0, args...); err != nil {
@@ -349,11 +356,8 @@ func (b *Backend) launch(name string, grid [3]uint32, threads int, args ...any) 
 // launchCluster is launch with the blocks of each column (gridDim.y of
 // them) in one thread block cluster.
 func (b *Backend) launchCluster(name string, grid [3]uint32, threads int, args ...any) {
-	k, ok := b.k[name]
-	if !ok {
-		panic("cuda: kernel " + name + " not loaded")
-	}
-	if dropped[name] {
+	k, run := b.kernel(name)
+	if !run {
 		return
 	}
 	if err := b.dev.LaunchClusterAsync(k, grid, [3]uint32{uint32(threads), 1, 1}, [3]uint32{1, grid[1], 1}, 0, args...); err != nil {
