@@ -1,6 +1,10 @@
 package cuda
 
-import "testing"
+import (
+	"testing"
+
+	"tandem/compute"
+)
 
 // TestReadSettings protects bench --sweep: every switch ReadSettings
 // covers takes a new value from the environment, and with the environment
@@ -85,6 +89,26 @@ func TestCheckpointEvery(t *testing.T) {
 		b.ReadSettings()
 		if checkpoints != c.on || checkpointEvery != c.every {
 			t.Errorf("TANDEM_CUDA_CHECKPOINT=%q: on %v, every %d; want %v, %d", c.value, checkpoints, checkpointEvery, c.on, c.every)
+		}
+	}
+}
+
+// TestDropSkipsKernels protects TANDEM_CUDA_DROP's launches: a dropped
+// kernel is not launched (its output keeps what was there), and the others
+// are.
+func TestDropSkipsKernels(t *testing.T) {
+	b := backendOrSkip(t)
+	defer func(d map[string]bool) { dropped = d }(dropped)
+	src := b.FromF32([]float32{1, 2, 3, 4}, 4)
+	for _, c := range []struct {
+		drop string
+		want float32
+	}{{"copy_words", 0}, {"rmsnorm2", 1}} {
+		setDropped(c.drop)
+		dst := b.Zeros(compute.F32, 4)
+		b.launch("copy_words", [3]uint32{1, 1, 1}, 32, ptrOf(dst), ptrOf(src), 4)
+		if got := b.ToF32(dst)[0]; got != c.want {
+			t.Errorf("TANDEM_CUDA_DROP=%s: copy_words wrote %v, want %v", c.drop, got, c.want)
 		}
 	}
 }
