@@ -1065,11 +1065,19 @@ var earlyWeights = true // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",
 	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early"}
 
+// isWeight reports whether t is a model weight (Backend.Weight): no kernel
+// writes one, so it may be read before the kernel ahead has finished, or
+// warmed into L2 ahead of its product.
+func isWeight(t *compute.Tensor) bool {
+	m := memOf(t)
+	return m.blk != nil && m.blk.fixed
+}
+
 // early is kernel name's _early variant for a product with weight w where
 // earlyWeights asks for one and w is a model weight, else name.
 func (b *Backend) early(name string, w *compute.Tensor) string {
 	e, ok := earlyOf[name]
-	if !ok || !earlyWeights || memOf(w).blk == nil || !memOf(w).blk.fixed {
+	if !ok || !earlyWeights || !isWeight(w) {
 		return name
 	}
 	b.earlyN++

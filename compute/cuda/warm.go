@@ -42,7 +42,7 @@ func (b *Backend) WarmL2(ws ...*compute.Tensor) {
 	}
 	var weights []*compute.Tensor
 	for _, w := range ws {
-		if w != nil && memOf(w).blk != nil && memOf(w).blk.fixed {
+		if w != nil && isWeight(w) {
 			weights = append(weights, w)
 		}
 	}
