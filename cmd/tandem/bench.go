@@ -136,8 +136,8 @@ func newBench() *cobra.Command {
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
 			}
-			if !(temperature >= 0) || math.IsInf(temperature, 0) {
-				return fmt.Errorf("--temperature must be 0 (greedy) or positive, got %v", temperature)
+			if err := (sample.Params{Temperature: temperature}).Validate(); err != nil {
+				return fmt.Errorf("--temperature: %w", err)
 			}
 			groups, err := parseSweep(sweep)
 			if err != nil {
