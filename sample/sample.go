@@ -14,8 +14,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
-	"sort"
+	"sync"
 )
 
 // Params are the sampling settings. The zero value is greedy decoding.
@@ -43,8 +44,7 @@ func (p Params) Greedy() bool { return p.Temperature == 0 }
 // ArgmaxOnly reports whether the token p picks depends on the logits alone:
 // greedy with no penalty, so a device can pick it without the history.
 func (p Params) ArgmaxOnly() bool {
-	return p.Greedy() && (p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1) &&
-		p.FrequencyPenalty == 0 && p.PresencePenalty == 0
+	return p.Greedy() && !p.penalizes()
 }
 
 // Validate rejects settings that have no meaning.
@@ -179,73 +179,144 @@ func (p Params) Distribution(logits []float32, history []int32) []float64 {
 // the tokens whose cumulative probability, summed from the least likely, is
 // <= 1-top_p, always keeping the most likely; min-p drops tokens whose
 // probability is below min_p times the largest. Where top-p's cut falls
-// inside a group of equal logits, the lower token ids are kept.
+// inside a group of equal logits, the lower token ids are kept. NaN logits
+// get no mass (all NaN: one-hot on token 0).
 func (p Params) DistributionAfter(logits []float32, history []int32, prompt int) []float64 {
-	l := slices.Clone(logits)
-	p.PenalizeAfter(l, history, prompt)
+	l := logits
+	if p.penalizes() {
+		l = slices.Clone(logits)
+		p.PenalizeAfter(l, history, prompt)
+	}
 	probs := make([]float64, len(l))
 	if p.Greedy() {
 		probs[Argmax(l)] = 1
 		return probs
 	}
-	// Candidates in descending logit order (stable: lower id first on ties).
-	order := make([]int, len(l))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return l[order[a]] > l[order[b]] })
-	keep := len(order)
-	if p.TopK > 0 && p.TopK < keep {
-		// HF removes only logits below the k-th largest, so ties with it stay.
-		kth := l[order[p.TopK-1]]
-		keep = p.TopK
-		for keep < len(order) && l[order[keep]] == kth {
-			keep++
+	topP := p.TopP > 0 && p.TopP < 1
+	cut := p.TopK > 0 && p.TopK < len(l)
+	// The candidates: every token, or top-k's (HF removes only logits below
+	// the k-th largest, so ties with it stay), listed in index order (kept;
+	// nil: every token). Only top-k and top-p need them ranked, and only
+	// top-p needs a whole vocabulary ranked.
+	var order, kept []int32
+	if cut || topP {
+		r := newRanking(l, p.TopK)
+		order = make([]int32, len(r.ranked))
+		for j, e := range r.ranked {
+			order[j] = entryIndex(e)
+		}
+		r.free()
+		if cut {
+			kept = slices.Sorted(slices.Values(order))
 		}
 	}
-	maxL := float64(l[order[0]])
-	for _, i := range order[:keep] {
-		probs[i] = math.Exp((float64(l[i]) - maxL) / p.Temperature)
+	best := Argmax(l)
+	if l[best] != l[best] { // every logit NaN: nothing to sample from
+		probs[best] = 1
+		return probs
 	}
-	normalize(probs, order[:keep])
-	if p.TopP > 0 && p.TopP < 1 {
+	exps(probs, l, kept, float64(l[best]), p.Temperature)
+	normalize(probs, kept)
+	if topP {
 		// Summed from the least likely token up, as HF does, so that a mass
-		// reached exactly is decided the same way.
+		// reached exactly is decided the same way; the most likely stays.
 		var cum float64
-		for keep > 1 {
-			cum += probs[order[keep-1]]
+		dropped := false
+		for j := len(order) - 1; j > 0; j-- {
+			cum += probs[order[j]]
 			if cum > 1-p.TopP {
 				break
 			}
-			probs[order[keep-1]] = 0
-			keep--
+			probs[order[j]] = 0
+			dropped = true
 		}
-		normalize(probs, order[:keep])
-	}
-	if p.MinP > 0 {
-		floor := p.MinP * probs[order[0]]
-		n := 1
-		for n < keep && probs[order[n]] >= floor {
-			n++
+		if dropped {
+			normalize(probs, kept)
 		}
-		keep = n
 	}
-	for _, i := range order[keep:] {
-		probs[i] = 0
+	if p.MinP > 0 && dropBelow(probs, kept, p.MinP*probs[best]) {
+		normalize(probs, kept)
 	}
-	normalize(probs, order[:keep])
 	return probs
 }
 
-// normalize scales probs at the indices in idx to sum to one.
-func normalize(probs []float64, idx []int) {
+// exps sets probs[i] = exp((l[i] - maxL) / temperature) at the candidates
+// (kept; nil: every token, NaN ones 0). A vocabulary's exponentials are
+// shared between goroutines: each is computed alone, so the values do not
+// depend on the split.
+func exps(probs []float64, l []float32, kept []int32, maxL, temperature float64) {
+	if kept != nil {
+		for _, i := range kept {
+			probs[i] = math.Exp((float64(l[i]) - maxL) / temperature)
+		}
+		return
+	}
+	span := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if v := l[i]; v == v {
+				probs[i] = math.Exp((float64(v) - maxL) / temperature)
+			}
+		}
+	}
+	const minShare = 1 << 14
+	parts := min(runtime.GOMAXPROCS(0), len(l)/minShare)
+	if parts < 2 {
+		span(0, len(l))
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range parts {
+		wg.Go(func() { span(k*len(l)/parts, (k+1)*len(l)/parts) })
+	}
+	wg.Wait()
+}
+
+// normalize scales probs at the candidates (kept; nil: all) to sum to one,
+// summing in index order.
+func normalize(probs []float64, kept []int32) {
 	var z float64
-	for _, i := range idx {
+	if kept == nil {
+		for _, q := range probs {
+			z += q
+		}
+		for i := range probs {
+			probs[i] /= z
+		}
+		return
+	}
+	for _, i := range kept {
 		z += probs[i]
 	}
-	for _, i := range idx {
+	for _, i := range kept {
 		probs[i] /= z
 	}
+}
+
+// dropBelow zeroes the candidates' probabilities below floor and reports
+// whether it zeroed any.
+func dropBelow(probs []float64, kept []int32, floor float64) bool {
+	dropped := false
+	drop := func(i int) {
+		if q := probs[i]; q > 0 && q < floor {
+			probs[i] = 0
+			dropped = true
+		}
+	}
+	if kept == nil {
+		for i := range probs {
+			drop(i)
+		}
+	} else {
+		for _, i := range kept {
+			drop(int(i))
+		}
+	}
+	return dropped
+}
+
+// penalizes reports whether PenalizeAfter changes anything.
+func (p Params) penalizes() bool {
+	return (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0
 }
 
 // Draw picks an index from probs with the uniform number u in [0, 1):
