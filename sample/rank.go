@@ -17,26 +17,58 @@ type ranking struct {
 	ranked []uint64 // the candidates, ranked; aliases buf
 	buf    []uint64
 	tmp    []uint64
-	count  []int
+	lens   []int   // entries each chunk kept
+	counts []int32 // a radix digit's counts, for each chunk
 }
 
-var rankings = sync.Pool{New: func() any { return &ranking{count: make([]int, 1<<radixBits)} }}
+// rankings keeps rankings' memory between tokens. Not a sync.Pool: every
+// collection would empty it, and a token allocates megabytes.
+var rankings struct {
+	sync.Mutex
+	free []*ranking
+}
 
 // newRanking ranks l's values, cut to the topK largest and every value tied
 // with the k-th (topK <= 0, or at least the candidates: no cut). free gives
 // its memory back.
+//
+// Chunks of l (parallel) pack their entries, and with a cut keep only their
+// own top k's buckets (an entry among the top k overall is among its
+// chunk's); the chunks' entries, concatenated in order, are then cut again
+// and sorted.
 func newRanking(l []float32, topK int) *ranking {
-	r := rankings.Get().(*ranking)
-	r.buf = slices.Grow(r.buf[:0], len(l))
-	ranked := r.buf
-	for i, v := range l {
-		if v == v {
-			ranked = append(ranked, uint64(descKey(v))<<32|uint64(i))
-		}
+	rankings.Lock()
+	var r *ranking
+	if n := len(rankings.free); n > 0 {
+		r, rankings.free = rankings.free[n-1], rankings.free[:n-1]
+	} else {
+		r = new(ranking)
 	}
-	cut := topK > 0 && topK < len(ranked)
+	rankings.Unlock()
+	n, nc := len(l), chunks(len(l))
+	r.buf = slices.Grow(r.buf[:0], n)[:n]
+	r.lens = slices.Grow(r.lens[:0], nc)[:nc]
+	r.counts = slices.Grow(r.counts[:0], max(nc, 1)<<radixBits)[:max(nc, 1)<<radixBits]
+	parallel(n, func(c, lo, hi int) {
+		part := r.buf[lo:lo]
+		for i, v := range l[lo:hi] {
+			if v == v {
+				part = append(part, uint64(descKey(v))<<32|uint64(lo+i))
+			}
+		}
+		if topK > 0 {
+			part = head(part, topK, r.counts[c<<radixBits:(c+1)<<radixBits])
+		}
+		r.lens[c] = len(part)
+	})
+	m := 0
+	for c, k := range r.lens {
+		m += copy(r.buf[m:], r.buf[c*chunk:c*chunk+k])
+	}
+	ranked := r.buf[:m]
+	cut := topK > 0 && topK < m
 	if cut {
-		ranked = r.head(ranked, topK)
+		ranked = head(ranked, topK, r.counts[:1<<radixBits])
 	}
 	r.sort(ranked)
 	if cut {
@@ -53,7 +85,11 @@ func newRanking(l []float32, topK int) *ranking {
 
 func (r *ranking) free() {
 	r.ranked = nil
-	rankings.Put(r)
+	rankings.Lock()
+	if len(rankings.free) < 8 {
+		rankings.free = append(rankings.free, r)
+	}
+	rankings.Unlock()
 }
 
 // entryIndex and entryValue unpack a ranked entry.
@@ -84,23 +120,25 @@ func descKey(v float32) uint32 {
 	return ^b
 }
 
-// radixBits is a radix sort pass's digit: 2,048 buckets stay in the cache,
+// radixBits is a radix digit: 2,048 buckets stay in the cache,
 // where 65,536 made every scattered write a miss.
 const radixBits = 11
 
 // head keeps, in place and in their order, the entries whose key's top
 // digit is at most that of the k-th smallest entry: every entry among the
-// k smallest, and usually few more.
-func (r *ranking) head(ranked []uint64, k int) []uint64 {
+// k smallest, and usually few more. count is scratch of 1<<radixBits.
+func head(ranked []uint64, k int, count []int32) []uint64 {
+	if k >= len(ranked) {
+		return ranked
+	}
 	const shift = 64 - radixBits
-	count := r.count
 	clear(count)
 	for _, e := range ranked {
 		count[e>>shift]++
 	}
 	last, sum := 0, 0
 	for d, c := range count {
-		sum += c
+		sum += int(c)
 		if sum >= k {
 			last = d
 			break
@@ -125,13 +163,13 @@ func (r *ranking) sort(ranked []uint64) {
 	}
 	r.tmp = slices.Grow(r.tmp[:0], len(ranked))[:len(ranked)]
 	src, dst := ranked, r.tmp
-	count := r.count
+	count := r.counts[:1<<radixBits]
 	for shift := 32; shift < 64; shift += radixBits {
 		clear(count)
 		for _, e := range src {
 			count[e>>shift&(1<<radixBits-1)]++
 		}
-		sum := 0
+		var sum int32
 		for d, c := range count {
 			count[d] = sum
 			sum += c

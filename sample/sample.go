@@ -14,9 +14,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
-	"sync"
 )
 
 // Params are the sampling settings. The zero value is greedy decoding.
@@ -154,13 +152,24 @@ func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
 // Argmax returns the index of the largest value, the lowest on ties; NaN
 // never wins.
 func Argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] || (x[best] != x[best] && v == v) {
-			best = i
+	bests := make([]int, chunks(len(x)))
+	parallel(len(x), func(c, lo, hi int) {
+		best := -1
+		var m float32
+		for i, v := range x[lo:hi] {
+			if v > m || best < 0 && v == v {
+				m, best = v, lo+i
+			}
+		}
+		bests[c] = best
+	})
+	best := -1
+	for _, b := range bests {
+		if b >= 0 && (best < 0 || x[b] > x[best]) {
+			best = b
 		}
 	}
-	return int32(best)
+	return int32(max(best, 0))
 }
 
 // Distribution is DistributionAfter with no prompt: every token of history
@@ -241,9 +250,7 @@ func (p Params) DistributionAfter(logits []float32, history []int32, prompt int)
 }
 
 // exps sets probs[i] = exp((l[i] - maxL) / temperature) at the candidates
-// (kept; nil: every token, NaN ones 0). A vocabulary's exponentials are
-// shared between goroutines: each is computed alone, so the values do not
-// depend on the split.
+// (kept; nil: every token, NaN ones 0).
 func exps(probs []float64, l []float32, kept []int32, maxL, temperature float64) {
 	if kept != nil {
 		for _, i := range kept {
@@ -251,37 +258,37 @@ func exps(probs []float64, l []float32, kept []int32, maxL, temperature float64)
 		}
 		return
 	}
-	span := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			if v := l[i]; v == v {
-				probs[i] = math.Exp((float64(v) - maxL) / temperature)
+	parallel(len(l), func(_, lo, hi int) {
+		for i, v := range l[lo:hi] {
+			if v == v {
+				probs[lo+i] = math.Exp((float64(v) - maxL) / temperature)
 			}
 		}
-	}
-	const minShare = 1 << 14
-	parts := min(runtime.GOMAXPROCS(0), len(l)/minShare)
-	if parts < 2 {
-		span(0, len(l))
-		return
-	}
-	var wg sync.WaitGroup
-	for k := range parts {
-		wg.Go(func() { span(k*len(l)/parts, (k+1)*len(l)/parts) })
-	}
-	wg.Wait()
+	})
 }
 
-// normalize scales probs at the candidates (kept; nil: all) to sum to one,
-// summing in index order.
+// normalize scales probs at the candidates (kept; nil: all) to sum to one.
+// A list of candidates is summed in its order, a whole vocabulary by chunks
+// (parallel).
 func normalize(probs []float64, kept []int32) {
 	var z float64
 	if kept == nil {
-		for _, q := range probs {
-			z += q
+		sums := make([]float64, chunks(len(probs)))
+		parallel(len(probs), func(c, lo, hi int) {
+			var s float64
+			for _, q := range probs[lo:hi] {
+				s += q
+			}
+			sums[c] = s
+		})
+		for _, s := range sums {
+			z += s
 		}
-		for i := range probs {
-			probs[i] /= z
-		}
+		parallel(len(probs), func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				probs[i] /= z
+			}
+		})
 		return
 	}
 	for _, i := range kept {
