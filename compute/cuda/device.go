@@ -457,24 +457,26 @@ func (dev *Device) runAll(batch []func() error) {
 // speculative round by 1.8 ms (docs/gpu.md).
 var programmaticLaunch = os.Getenv("TANDEM_CUDA_PDL") == "1"
 
-// pdlDecode launches only the kernels of plain decode steps with
-// programmatic stream serialization (the default, TANDEM_CUDA_PDL=decode;
-// =0 turns PDL off everywhere): those steps are issued one ahead of the
-// device, so whatever PDL costs a graph launched onto an idle device (a
-// speculative round waits on the host at its start) stays off the critical
-// path. On the H200: decode E2B +4.5%, 26B-A4B +4.7%, 31B +0.8%.
+// pdlDecode launches the kernels of plain decode steps and of speculative
+// rounds' verifies with programmatic stream serialization (the default;
+// TANDEM_CUDA_PDL=decode leaves verifies out, =0 turns PDL off everywhere).
+// Decode steps are issued one ahead of the device, so whatever PDL costs a
+// graph launched onto an idle device stays off the critical path: on the
+// H200 decode E2B +4.5%, 26B-A4B +4.7%, 31B +0.8%. A verify starts behind
+// its round's drafts, and in the fourteenth to sixteenth sessions PDL took
+// 0.12-0.18 ms off the 31B round at P = 0 (23.37-23.41 -> 23.23-23.26 ms)
+// and 0.3 ms off the E2B round at P = 0.8 (6.10 -> 5.80 ms); in the sixth
+// session, before kernels waited with pdl_start, it had cost 2 ms.
 var pdlDecode = os.Getenv("TANDEM_CUDA_PDL") != "0" && os.Getenv("TANDEM_CUDA_PDL") != "1"
 
 // pdlVerify adds a speculative round's verify (its parts too) to the sites
-// pdlFor takes (TANDEM_CUDA_PDL=verify), for measuring: in the fourteenth
-// session PDL for every kernel took the 31B round's median from 23.50 to
-// 23.23 ms, where in the sixth it had cost 2 ms.
-var pdlVerify = os.Getenv("TANDEM_CUDA_PDL") == "verify"
+// pdlFor takes; TANDEM_CUDA_PDL=decode leaves it out.
+var pdlVerify = os.Getenv("TANDEM_CUDA_PDL") != "decode"
 
 // pdlFor reports whether the kernels recorded for site are launched with
-// programmatic stream serialization under TANDEM_CUDA_PDL=decode: the
-// plain decode step (generation's "decode"), not a round's drafts or
-// verify, nor an engine step; with pdlVerify the verify as well.
+// programmatic stream serialization under pdlDecode: the plain decode step
+// (generation's "decode") and a round's verify, not its drafts, nor an
+// engine step, nor a sampled step (which starts on an idle device).
 func pdlFor(site string) bool {
 	return site == "decode" || pdlVerify && strings.HasPrefix(site, "verify")
 }

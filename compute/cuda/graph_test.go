@@ -385,12 +385,12 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 	}
 }
 
-// TestPDLForDecodeOnly protects TANDEM_CUDA_PDL=decode's rule: plain decode
-// steps issued ahead launch with programmatic serialization, a speculative
-// round's drafts and verify (whose graphs start on an idle device), engine
-// steps and sampled decode steps do not; and =verify's, which adds the
-// verify and its parts.
-func TestPDLForDecodeOnly(t *testing.T) {
+// TestPDLForDecodeAndVerify protects the default PDL rule: plain decode
+// steps issued ahead and a speculative round's verify (its parts too)
+// launch with programmatic serialization; the round's drafts, engine steps
+// and sampled decode steps (whose graphs start on an idle device) do not;
+// TANDEM_CUDA_PDL=decode leaves the verify out.
+func TestPDLForDecodeAndVerify(t *testing.T) {
 	defer func(v bool) { pdlVerify = v }(pdlVerify)
 	for _, verify := range []bool{false, true} {
 		pdlVerify = verify

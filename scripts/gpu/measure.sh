@@ -120,10 +120,10 @@ for w in "${want[@]}"; do
         grep -E "^ *(settings|none|TANDEM_)|plain steps|serving engine" "$out/sampled-$shape.txt"
       done
       ;;
-    checkpoint) # a 31B P = 0 round with every, every second and every third checkpoint, and none; by default and with PDL for verifies
-      for pdl in default verify; do
+    checkpoint) # a 31B P = 0 round with every, every second and every third checkpoint, and none; by default and without PDL for verifies
+      for pdl in default decode; do
         envs=(TANDEM_X=1)
-        [ "$pdl" = default ] || envs=(TANDEM_CUDA_PDL=verify)
+        [ "$pdl" = default ] || envs=(TANDEM_CUDA_PDL=decode)
         bench "checkpoint-$pdl" "${envs[@]}" -- --preset gemma4-31b --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48 \
           --sweep 'none;TANDEM_CUDA_CHECKPOINT=2;TANDEM_CUDA_CHECKPOINT=3;TANDEM_CUDA_CHECKPOINT=0;none' --graph-profile
         grep -E "^ *(settings|none|TANDEM_)|plain steps" "$out/checkpoint-$pdl.txt"
