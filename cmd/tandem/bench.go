@@ -103,7 +103,8 @@ func newBench() *cobra.Command {
 	var (
 		preset, model, draft, device, contexts string
 		tokens, k, threads, engineBatch, pruns int
-		synthetic, temperature                 float64
+		synthetic, temperature, topP           float64
+		topK                                   int
 		asJSON, kernels, graphProfile, viaEng  bool
 		cpuProfile, sweep                      string
 	)
@@ -136,8 +137,12 @@ func newBench() *cobra.Command {
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
 			}
-			if err := (sample.Params{Temperature: temperature}).Validate(); err != nil {
-				return fmt.Errorf("--temperature: %w", err)
+			sp := sample.Params{Temperature: temperature, TopK: topK, TopP: topP, Seed: 1}
+			if err := sp.Validate(); err != nil {
+				return fmt.Errorf("--temperature, --top-k, --top-p: %w", err)
+			}
+			if temperature == 0 && (topK != 0 || topP != 0) {
+				return fmt.Errorf("--top-k and --top-p need a --temperature above 0")
 			}
 			groups, err := parseSweep(sweep)
 			if err != nil {
@@ -207,7 +212,7 @@ func newBench() *cobra.Command {
 			var rows []benchRow
 			ctx := context.Background()
 			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
-				sample: sample.Params{Temperature: temperature, Seed: 1}}
+				sample: sp}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -263,7 +268,7 @@ func newBench() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
-					"draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "results": rows, "settings": envSettings(os.Environ()),
+					"draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
 			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
@@ -271,7 +276,7 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(out, "settings from the environment: %s\n", strings.Join(set, " "))
 			}
 			if temperature > 0 {
-				fmt.Fprintf(out, "decoding samples at temperature %g (seed 1): each step's logits are read on the host, so steps are not issued ahead\n", temperature)
+				fmt.Fprintf(out, "decoding samples at temperature %g, top-k %d, top-p %g (seed 1): each step's logits are read on the host, so steps are not issued ahead\n", temperature, topK, topP)
 			}
 			if onGPU && g.Device().Graphs() {
 				s := g.Device().GraphStats()
@@ -385,6 +390,8 @@ func newBench() *cobra.Command {
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
 	f.Float64Var(&temperature, "temperature", 0, "sample at this temperature (seed 1) instead of decoding greedily, everywhere bench decodes (0: greedy)")
+	f.IntVar(&topK, "top-k", 0, "with --temperature, sample from the K most likely tokens (0: all; Gemma 4's generation config has 64)")
+	f.Float64Var(&topP, "top-p", 0, "with --temperature, sample from the most likely tokens holding this much probability (0 or 1: all; Gemma 4's has 0.95)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine (greedy), and report their tokens/s in all (0: not)")

@@ -12,7 +12,7 @@
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # warm: TANDEM_CUDA_WARM_L2 swept on E2B and 31B; checkpoint: a 31B verify's
 # checkpoint interval swept, with and without PDL for verifies; sampled:
-# sampled decoding with its steps in parts against whole.
+# sampled decoding, temperature alone and with Gemma 4's top-k and top-p.
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
@@ -113,11 +113,10 @@ for w in "${want[@]}"; do
         grep -E "^ *(settings|none|TANDEM_)|plain steps" "$out/warm-$shape.txt"
       done
       ;;
-    sampled) # sampled decoding (temperature 0.8), its steps recorded in parts against whole (TANDEM_CUDA_CHECKPOINT=0), directly and through the engine
+    sampled) # sampled decoding on E2B and 31B: temperature alone (OpenAI's defaults) and Gemma 4's generation config (top-k 64, top-p 0.95), directly and through the engine
       for shape in e2b 31b; do
-        bench "sampled-$shape" -- --preset "gemma4-$shape" --temperature 0.8 --contexts 128 --tokens 48 --engine \
-          --sweep 'none;TANDEM_CUDA_CHECKPOINT=0;none'
-        grep -E "^ *(settings|none|TANDEM_)|plain steps|serving engine" "$out/sampled-$shape.txt"
+        bench "sampled-$shape-temperature" -- --preset "gemma4-$shape" --temperature 1 --contexts 128 --tokens 64 --engine
+        bench "sampled-$shape-gemma" -- --preset "gemma4-$shape" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64 --engine
       done
       ;;
     checkpoint) # a 31B P = 0 round with every, every second and every third checkpoint, and none; by default and without PDL for verifies
