@@ -74,8 +74,9 @@ func (p Params) Validate() error {
 
 // Sampler draws tokens with its own seeded random stream.
 type Sampler struct {
-	p   Params
-	rng *rand.Rand
+	p     Params
+	rng   *rand.Rand
+	probs []float64 // Next's distribution, kept: a vocabulary's is megabytes a token
 }
 
 // New makes a sampler; the same Params (seed included) give the same tokens.
@@ -142,7 +143,9 @@ func (s *Sampler) NextAfter(logits []float32, history []int32, prompt int) int32
 		s.p.PenalizeAfter(l, history, prompt)
 		return Argmax(l)
 	}
-	probs := s.p.DistributionAfter(logits, history, prompt)
+	s.probs = slices.Grow(s.probs[:0], len(logits))[:len(logits)]
+	clear(s.probs)
+	probs := s.p.distribution(s.probs, logits, history, prompt)
 	return Draw(probs, s.rng.Float64())
 }
 
@@ -191,12 +194,17 @@ func (p Params) Distribution(logits []float32, history []int32) []float64 {
 // inside a group of equal logits, the lower token ids are kept. NaN logits
 // get no mass (all NaN: one-hot on token 0).
 func (p Params) DistributionAfter(logits []float32, history []int32, prompt int) []float64 {
+	return p.distribution(make([]float64, len(logits)), logits, history, prompt)
+}
+
+// distribution is DistributionAfter into probs, which must be zeros of the
+// logits' length.
+func (p Params) distribution(probs []float64, logits []float32, history []int32, prompt int) []float64 {
 	l := logits
 	if p.penalizes() {
 		l = slices.Clone(logits)
 		p.PenalizeAfter(l, history, prompt)
 	}
-	probs := make([]float64, len(l))
 	if p.Greedy() {
 		probs[Argmax(l)] = 1
 		return probs
