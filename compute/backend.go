@@ -207,19 +207,21 @@ func Checkpoint(b Backend) {
 	}
 }
 
-// L2Warmer is a backend that can start pulling model weights into a cache
-// ahead of the product that reads them, while the ops in between (norms,
-// attention) leave the memory bus idle. It is a hint: no result changes.
-type L2Warmer interface {
-	WarmL2(ws ...*Tensor)
+// LateUploader is a backend that can queue an upload before its values are
+// known: values is called once, before anything that reads the tensor runs
+// on the device (with a recording, before its graph launches), and may
+// block until the values are ready. The host can then record the ops that
+// read them while it is still computing them, as with a sampled token.
+type LateUploader interface {
+	LateI32(n int, values func() []int32) *Tensor
 }
 
-// WarmL2 tells b that a product a few ops later reads the weights ws, if
-// b takes such hints (a no-op otherwise).
-func WarmL2(b Backend, ws ...*Tensor) {
-	if w, ok := b.(L2Warmer); ok {
-		w.WarmL2(ws...)
+// LateI32 is b's LateI32, or FromI32 of values() where b has none.
+func LateI32(b Backend, n int, values func() []int32) *Tensor {
+	if u, ok := b.(LateUploader); ok {
+		return u.LateI32(n, values)
 	}
+	return b.FromI32(values(), n)
 }
 
 // Record begins a recording on b if it records, and returns the function

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"tandem/compute"
@@ -96,8 +97,18 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	if pf, ok := b.(compute.Prefetcher); ok && opt.Sample.ArgmaxOnly() && m.DeviceTokens() {
 		return res, decodeAhead(ctx, m, cache, seq, logits, pf, onToken, &res.IssueTimes)
 	}
+	_, late := b.(compute.LateUploader)
+	late = late && m.DeviceTokens()
 	for {
-		tok, done := seq.Next(b.ToF32(logits))
+		host := b.ToF32(logits)
+		if late && seq.Left() > 1 && ctx.Err() == nil {
+			var err error
+			if logits, err = sampleAhead(m, cache, seq, host, onToken); logits == nil || err != nil {
+				return res, err
+			}
+			continue
+		}
+		tok, done := seq.Next(host)
 		if onToken != nil {
 			onToken(tok)
 		}
@@ -107,20 +118,63 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		// A decode step is the same ops every time: backends that can
-		// record it launch it as one unit (CUDA graphs). Here the host
-		// issues it after reading the last step's logits, with the device
-		// idle, so it is recorded in parts (Checkpoint) and the device
-		// starts on its first layers while the host records the rest; a
-		// site of its own, since decodeAhead's "decode" is one part.
-		end := compute.Record(b, "decode-sampled")
-		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true})
-		end()
+		out, err := sampledStep(m, gemma4.Row{Tokens: []int32{tok}, Cache: cache})
 		if err != nil {
 			return res, err
 		}
 		logits = out.Logits
 	}
+}
+
+// sampledStep issues a decode step after a sampled token. A decode step is
+// the same ops every time: backends that can record it launch it as one
+// unit (CUDA graphs). Here the host issues it after reading the last step's
+// logits, with the device idle, so it is recorded in parts (Checkpoint) and
+// the device starts on its first layers while the host records the rest; a
+// site of its own, since decodeAhead's "decode" is one part.
+func sampledStep(m *gemma4.Model, row gemma4.Row) (*gemma4.Output, error) {
+	end := compute.Record(m.Backend(), "decode-sampled")
+	defer end()
+	return m.Forward([]gemma4.Row{row}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true})
+}
+
+// sampleAhead samples the token after host (the last step's logits) on
+// another goroutine while this one records the step that reads it, its
+// token a late upload (compute.LateUploader): the device waits for the
+// token only where the step's first part launches, so sampling and
+// recording overlap. It emits the token and returns the new step's logits,
+// or nil once the sequence is done; the step issued after a stop token is
+// wasted device work, as in decodeAhead.
+func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, host []float32, onToken func(int32)) (*compute.Tensor, error) {
+	picked := make(chan int32, 1)
+	var sampleErr error
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				sampleErr = fmt.Errorf("sampling: %v", p)
+				picked <- 0 // a token in the vocabulary, for the step already issued
+			}
+		}()
+		picked <- seq.Sample(host)
+	}()
+	tok := sync.OnceValue(func() int32 { return <-picked })
+	next := compute.LateI32(m.Backend(), 1, func() []int32 { return []int32{tok()} })
+	out, err := sampledStep(m, gemma4.Row{Next: next, Cache: cache})
+	t := tok()
+	if sampleErr != nil {
+		return nil, sampleErr
+	}
+	done := seq.Emit(t)
+	if onToken != nil {
+		onToken(t)
+	}
+	switch {
+	case done:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return out.Logits, nil
 }
 
 // decodeAhead is greedy decoding that stays one step ahead of the host, for

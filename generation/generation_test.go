@@ -486,3 +486,60 @@ func TestHostStepsCheckpoint(t *testing.T) {
 		t.Errorf("%d checkpoints for a prompt and %d decode steps, want %d", c.Calls(), len(res.Tokens)-1, want)
 	}
 }
+
+// TestSampleAheadMatchesHostLoop protects sampled decoding on backends that
+// upload a step's token late (the GPU): the token is sampled while the step
+// that reads it is recorded, and the tokens, stop reasons and onToken calls
+// must be the host loop's, at every budget and on stop tokens. The late
+// path must also have run for every step it can take (all but the last).
+func TestSampleAheadMatchesHostLoop(t *testing.T) {
+	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := &computetest.Late{Backend: cpu.New(0)}
+	host := &computetest.Checkpointing{Backend: cpu.New(0)} // hides the same backend interfaces
+	models := map[string]*gemma4.Model{}
+	for name, b := range map[string]compute.Backend{"late": late, "host": host} {
+		if models[name], err = p.Random(b, compute.BF16, 7, gemma4.LoadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := prompt(models["host"], 9, 4)
+	hot := sample.Params{Temperature: 1.5, TopK: 40, TopP: 0.95, Seed: 5}
+	free := generate(t, models["host"], ids, Options{MaxTokens: 16, Sample: hot}).Tokens
+	tests := []struct {
+		name string
+		opt  Options
+	}{
+		{"temperature alone", Options{MaxTokens: 12, Sample: sample.Params{Temperature: 1, Seed: 1}}},
+		{"top-k and top-p", Options{MaxTokens: 16, Sample: hot}},
+		{"a stop token mid-stream", Options{MaxTokens: 16, Sample: hot, StopTokens: []int32{free[6]}}},
+		{"one token", Options{MaxTokens: 1, Sample: hot}},
+		{"two tokens", Options{MaxTokens: 2, Sample: hot}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := func(m *gemma4.Model) (*Result, []int32) {
+				var seen []int32
+				res, err := Generate(context.Background(), m, ids, tt.opt, func(tok int32) { seen = append(seen, tok) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res, seen
+			}
+			want, _ := run(models["host"])
+			before := late.Calls()
+			got, seen := run(models["late"])
+			if !slices.Equal(got.Tokens, want.Tokens) || got.StopReason != want.StopReason {
+				t.Fatalf("tokens %v (%s), want the host loop's %v (%s)", got.Tokens, got.StopReason, want.Tokens, want.StopReason)
+			}
+			if !slices.Equal(seen, got.Tokens) {
+				t.Errorf("onToken saw %v, want %v", seen, got.Tokens)
+			}
+			if calls, wantCalls := late.Calls()-before, min(len(got.Tokens), tt.opt.MaxTokens-1); calls != wantCalls {
+				t.Errorf("%d late uploads for %d tokens of %d, want %d", calls, len(got.Tokens), tt.opt.MaxTokens, wantCalls)
+			}
+		})
+	}
+}

@@ -265,3 +265,21 @@ func (s *PCGState) Uint64() uint64 {
 	h *= s.Lo | 1
 	return h
 }
+
+// Late wraps a backend with compute.LateUploader, counting the late
+// uploads. A CPU runs each op as it is issued, so the values are taken at
+// once: this sends callers down their late-upload paths (generation's
+// sampled steps), not the device's timing.
+type Late struct {
+	compute.Backend
+	calls atomic.Int64
+}
+
+// LateI32 implements compute.LateUploader.
+func (b *Late) LateI32(n int, values func() []int32) *compute.Tensor {
+	b.calls.Add(1)
+	return b.FromI32(values(), n)
+}
+
+// Calls is how many late uploads were asked for so far.
+func (b *Late) Calls() int { return int(b.calls.Load()) }

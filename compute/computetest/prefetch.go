@@ -70,3 +70,9 @@ func (b *Prefetching) Reset(nanAt ...int) {
 		b.NaNAt[i] = true
 	}
 }
+
+// LateI32 implements compute.LateUploader, taking the values at once (see
+// Late): the GPU's sampled steps upload their tokens late.
+func (b *Prefetching) LateI32(n int, values func() []int32) *compute.Tensor {
+	return b.FromI32(values(), n)
+}

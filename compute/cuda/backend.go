@@ -64,7 +64,6 @@ type Backend struct {
 	gluN     int                               // matmul_rows_glu launches, likewise
 	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
 	attnClN  int                               // attn_cluster launches, likewise
-	warmN    int                               // l2_warm launches, likewise
 	roundsN  int                               // attn_cluster_rounds launches, likewise
 	earlyN   int                               // products run by an _early kernel (earlyWeights), likewise
 
@@ -99,7 +98,6 @@ var kernelNames = map[string][]string{
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
 		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
-	"warm.cu": {"l2_warm"}, // compiled apart (compileWarm)
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -123,7 +121,6 @@ func New(ordinal int) (*Backend, error) {
 			b.k[n] = k
 		}
 	}
-	b.compileWarm()
 	b.counters = b.Zeros(compute.I32, splitCounters)
 	if dev.Clusters() {
 		b.maxCluster = 16
@@ -419,6 +416,43 @@ func (b *Backend) FromI32(data []int32, shape ...int) *compute.Tensor {
 		panic(fmt.Sprintf("cuda: FromI32: %d values for shape %v (%d elements)", len(data), shape, n))
 	}
 	return b.upload(unsafe.Pointer(unsafe.SliceData(data)), 4*len(data), compute.I32, shape...)
+}
+
+var _ compute.LateUploader = (*Backend)(nil)
+
+// LateI32 implements compute.LateUploader. The copy is queued from the
+// staging ring like any small upload, and values fills its bytes: when the
+// copy is captured, just before the recording's graph launches (the copy
+// node reads the bytes then; see endCapture), and otherwise before the copy
+// is queued, on the device thread, which waits for them.
+func (b *Backend) LateI32(n int, values func() []int32) *compute.Tensor {
+	t := b.alloc(compute.I32, n)
+	at := b.stage.reserve(b.dev, 4*n)
+	if at == nil || n == 0 { // no room in the ring: wait for the values here
+		v := values()
+		if len(v) != n {
+			panic(fmt.Sprintf("cuda: LateI32: %d values for %d", len(v), n))
+		}
+		return b.FromI32(v, n)
+	}
+	fill := sync.OnceValue(func() error {
+		v := values()
+		if len(v) != n {
+			return fmt.Errorf("cuda: LateI32: %d values for %d", len(v), n)
+		}
+		copy(unsafe.Slice((*int32)(at), n), v)
+		return nil
+	})
+	dst := memOf(t).ptr
+	b.dev.post(func() error {
+		if rec := b.dev.graphs.rec; rec != nil {
+			rec.gates = append(rec.gates, fill)
+		} else if err := fill(); err != nil {
+			return err
+		}
+		return b.dev.copyIn(dst, at, 4*n)
+	})
+	return t
 }
 
 // Weight implements compute.Backend: the bytes are copied to the device

@@ -103,6 +103,7 @@ type recording struct {
 	sigs  []launchSig    // the launches captured, in order
 	calls []func() error // the captured calls, to run directly if the graph fails
 	err   error          // the first call that failed while capturing
+	gates []func() error // run before the graph launches (or its calls rerun): late uploads' values
 }
 
 // Graphs reports whether recordings become graphs on this device.
@@ -167,6 +168,13 @@ func (dev *Device) endCapture() {
 	}
 	dev.graphs.rec = nil
 	dev.pdlRec = false
+	// A late upload's copy node reads its bytes when the graph runs: they
+	// must be final before it launches (this may wait for the host).
+	for _, gate := range rec.gates {
+		if err := gate(); err != nil && rec.err == nil {
+			rec.err = err
+		}
+	}
 	start := time.Now()
 	defer func() { dev.graphs.stats.Build += time.Since(start) }()
 	dev.graphs.compare(rec)

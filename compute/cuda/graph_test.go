@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"tandem/compute"
 )
@@ -221,51 +222,6 @@ func lastWordRace(t *testing.T, b *Backend) (race func(between func(), reader Ke
 	return race, uint32(n-1) | 1
 }
 
-// TestWarmL2KeepsTheChain protects l2_warm (TANDEM_CUDA_WARM_L2) under
-// programmatic launch: it lets the kernel after it be scheduled before it
-// waits, so that kernel's wait must still cover every write of the kernel
-// before l2_warm. As in TestProgrammaticLaunchWaits, a 256 MB copy writes
-// the word a one-block reader launched behind l2_warm reads, as its last.
-// (scripts/gpu/mutants.sh warm-wait takes l2_warm's wait out; this test
-// must fail on it.)
-func TestWarmL2KeepsTheChain(t *testing.T) {
-	b := backendOrSkip(t)
-	if b.dev.d.launchExFn == 0 {
-		t.Skip("the driver lacks cuLaunchKernelEx")
-	}
-	if _, ok := b.k["l2_warm"]; !ok {
-		t.Fatal("l2_warm did not compile")
-	}
-	defer func(on bool, mib int) { programmaticLaunch, warmL2MiB = on, mib }(programmaticLaunch, warmL2MiB)
-	programmaticLaunch, warmL2MiB = true, 8
-	w := weight(b, compute.BF16, make([]float32, 4<<20), 1024, 4096) // 8 MiB
-	race, want := lastWordRace(t, b)
-	early := earlyReader(t, b)
-	warm := func() {
-		before := b.warmN
-		b.WarmL2(w)
-		if b.warmN == before {
-			t.Fatal("WarmL2 launched no l2_warm")
-		}
-	}
-	stale := 0
-	for trial := range 8 {
-		if g := race(warm, b.k["copy_words"]); g != want {
-			t.Fatalf("trial %d: the kernel behind l2_warm read %#x, want %#x (it ran before the copy before l2_warm had written)", trial, g, want)
-		}
-		if race(warm, early) != want {
-			stale++
-		}
-	}
-	// The control: a reader without the wait behind l2_warm must read
-	// early at least once, or the three launches never overlapped and a
-	// missing wait in l2_warm would go unseen.
-	if stale == 0 {
-		t.Fatal("a reader without griddepcontrol.wait behind l2_warm never read early: the launches did not overlap, so l2_warm's wait went untested")
-	}
-	t.Logf("the reader without the wait behind l2_warm read early in %d of 8 trials", stale)
-}
-
 // TestEarlyWeightsWaitForActivations protects the rows kernels' _early
 // variants (TANDEM_CUDA_EARLY_WEIGHTS): they load their first weights
 // before griddepcontrol.wait, and must still read their activations only
@@ -382,6 +338,58 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLateUploadsFillBeforeTheyAreRead protects LateI32 (how sampled
+// decoding uploads a token it is still sampling): the ops that read a late
+// upload must read its values, which arrive only after the host has issued
+// those ops. In a recording the values are filled just before its graph
+// launches, also when a download ends the recording early or a checkpoint
+// launches its first part; a site's first step is not recorded and runs
+// directly, the device thread waiting for the values. Each step's values
+// are new and arrive 20 ms late, so a graph launched without them reads
+// the last step's or stale bytes.
+func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
+	b := backendOrSkip(t)
+	defer func(on bool) { checkpoints = on }(checkpoints)
+	checkpoints = true
+	const V, D = 64, 8
+	table := make([]float32, V*D)
+	for i := range table {
+		table[i] = float32(i)
+	}
+	emb := b.FromF32(table, V, D)
+	before := b.dev.GraphStats()
+	for step := range 9 {
+		want := []int32{int32(step*7) % V, int32(step*7+3) % V}
+		release := make(chan struct{})
+		time.AfterFunc(20*time.Millisecond, func() { close(release) })
+		calls := 0
+		end := compute.Record(b, "late")
+		ids := b.LateI32(2, func() []int32 { calls++; <-release; return want })
+		switch step % 3 {
+		case 1:
+			compute.Checkpoint(b) // the upload's part launches first
+		case 2:
+			b.ToF32(emb) // a download ends the recording early
+		}
+		rows := b.GatherAt(emb, ids)
+		end()
+		got := b.ToF32(rows)
+		for r, id := range want {
+			for j := range D {
+				if g, w := got[r*D+j], table[int(id)*D+j]; g != w {
+					t.Fatalf("step %d: row %d element %d = %v, want %v (token %d): the gather read the token before its late value", step, r, j, g, w, id)
+				}
+			}
+		}
+		if calls != 1 {
+			t.Fatalf("step %d: values called %d times, want once", step, calls)
+		}
+	}
+	if after := b.dev.GraphStats(); b.dev.Graphs() && after.Launched == before.Launched {
+		t.Error("no recording launched as a graph: the late fill before a graph launch went untested")
 	}
 }
 

@@ -10,11 +10,6 @@ var MatMulSource = commonSource + matmulFile
 //go:embed kernels/matmul.cu
 var matmulFile string
 
-// warmSource is l2_warm (kernels/warm.cu), compiled on its own.
-//
-//go:embed kernels/warm.cu
-var warmSource string
-
 // commonSource holds the device functions ops.cu and matmul.cu share
 // (kernels/common.cuh), put before each.
 //

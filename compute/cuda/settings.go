@@ -50,7 +50,6 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_GLU", func(v string) { gluFused = v != "0" }},
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v != "0" }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
-	{"TANDEM_CUDA_WARM_L2", func(string) { warmL2MiB = envInt("TANDEM_CUDA_WARM_L2", 0, 0, 64) }},
 	{"TANDEM_CUDA_DROP", setDropped},
 }
 

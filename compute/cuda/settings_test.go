@@ -42,7 +42,6 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_CLUSTER", "0", func() bool { return !clusterFinish }, func() bool { return clusterFinish }},
 		{"TANDEM_CUDA_POOL_GC", "0", func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 },
 			func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 }},
-		{"TANDEM_CUDA_WARM_L2", "32", func() bool { return warmL2MiB == 32 }, func() bool { return warmL2MiB == 0 }},
 		{"TANDEM_CUDA_DROP", "rmsnorm2+ attn_cluster", func() bool { return len(dropped) == 2 && dropped["rmsnorm2"] && dropped["attn_cluster"] },
 			func() bool { return dropped == nil }},
 	}

@@ -34,28 +34,39 @@ func newStaging(dev *Device) *staging {
 // upload queues a copy of src to device address dst. It reports false when
 // src does not fit the ring (the caller copies synchronously instead).
 func (s *staging) upload(dev *Device, dst uintptr, src []byte) bool {
-	n := len(src)
-	if s.base == nil || n > stagingBytes/4 {
+	at := s.reserve(dev, len(src))
+	if at == nil {
 		return false
 	}
+	copy(unsafe.Slice((*byte)(at), len(src)), src)
+	dev.post(func() error { return dev.copyIn(dst, at, len(src)) })
+	return true
+}
+
+// reserve hands out n bytes of the ring, or nil when n does not fit it.
+func (s *staging) reserve(dev *Device, n int) unsafe.Pointer {
+	if s.base == nil || n > stagingBytes/4 {
+		return nil
+	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.off+n > stagingBytes {
 		// Wrapping: every copy queued from the ring must have run before
 		// its bytes are overwritten.
 		if dev.wait() != nil {
-			s.mu.Unlock()
-			return false
+			return nil
 		}
 		s.off = 0
 	}
 	at := unsafe.Add(s.base, s.off)
 	s.off += (n + 255) &^ 255
-	s.mu.Unlock()
-	copy(unsafe.Slice((*byte)(at), n), src)
-	dev.post(func() error {
-		return dev.d.check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, at, uint64(n), dev.stream))
-	})
-	return true
+	return at
+}
+
+// copyIn queues the copy of n pinned bytes at src to device address dst.
+// Device thread only.
+func (dev *Device) copyIn(dst uintptr, src unsafe.Pointer, n int) error {
+	return dev.d.check("cuMemcpyHtoDAsync", dev.d.cuMemcpyHtoDAsync(dst, src, uint64(n), dev.stream))
 }
 
 // makeRoom waits for the device and rewinds the ring when fewer than n

@@ -362,7 +362,6 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 		l := &a.layers[i]
 		nH, d := c.NumAttentionHeads, l.HeadDim
 		qp := b.MatMul(h, l.q)
-		compute.WarmL2(b, l.o) // read after the norm and attention below
 		q := compute.RMSNormRoPE(b, qp.Reshape(B, nH, d), l.qNorm, eps, qpos, l.rope)
 		var out *compute.Tensor // a lone row's attention output is the whole output
 		if B > 1 {
@@ -384,14 +383,12 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 			b.Copy(out, ri, att)
 		}
 		o := b.MatMul(out.Reshape(B, nH*d), l.o)
-		compute.WarmL2(b, l.gate, l.up) // read after the norms below
 		z, h = compute.AddRMSNormNorm(b, z, o, l.postAttnNorm, nil, l.preFFNorm, eps)
 		f := b.MatMul(compute.GeluMatMuls(b, h, l.gate, l.up), l.down)
-		nextNorm, next := a.norm, a.postProj // the final norm and product after the last layer
+		nextNorm := a.norm // the final norm after the last layer
 		if i+1 < len(a.layers) {
-			nextNorm, next = a.layers[i+1].inNorm, a.layers[i+1].q
+			nextNorm = a.layers[i+1].inNorm
 		}
-		compute.WarmL2(b, next) // read after the norms below
 		z, h = compute.AddRMSNormNorm(b, z, f, l.postFFNorm, l.scalar, nextNorm, eps)
 		if i == 0 && opt.LaunchEarly && len(a.layers) > 1 {
 			compute.Checkpoint(b)

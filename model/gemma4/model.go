@@ -572,7 +572,6 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	for i := range m.layers {
 		l := &m.layers[i]
 		a := m.attention(l, h, pos, rows, offsets, views, i)
-		compute.WarmL2(b, l.gate, l.up) // read after the norms below
 		x, h = compute.AddRMSNormNorm(b, x, a, l.postAttnNorm, nil, l.preFFNorm, eps)
 		f, fNorm := m.feedForward(l, x, h), l.postFFNorm
 		if ple != nil {
@@ -583,7 +582,6 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		nextNorm := m.norm // the final norm after the last layer
 		if i+1 < len(m.layers) {
 			nextNorm = m.layers[i+1].inNorm
-			compute.WarmL2(b, m.layers[i+1].projections()...) // read after the norms below
 		}
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
 		if (len(ids) > 1 || opt.Checkpoint) && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
@@ -689,7 +687,6 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	} else if proj = compute.MatMuls(b, h, l.projections()...); l.KEqV {
 		proj = append(proj, proj[1]) // values are the raw key projection
 	}
-	compute.WarmL2(b, l.o) // read after the norms and attention below
 	var q, kNew, vNew *compute.Tensor
 	written := false // a lone row's keys and values went straight into its cache
 	if l.Shared {

@@ -3,16 +3,16 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|warm|checkpoint|sampled]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|checkpoint|sampled]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
 # together: PENDING="A=1 A=1,B=4").
 # rounds: 31B speculative decoding at P = 0 and 0.8, rounds kept on the
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
-# warm: TANDEM_CUDA_WARM_L2 swept on E2B and 31B; checkpoint: a 31B verify's
-# checkpoint interval swept, with and without PDL for verifies; sampled:
-# sampled decoding, temperature alone and with Gemma 4's top-k and top-p.
+# checkpoint: a 31B verify's checkpoint interval swept, with and without
+# PDL for verifies; sampled: sampled decoding, temperature alone and with
+# Gemma 4's top-k and top-p.
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
@@ -105,13 +105,6 @@ for w in "${want[@]}"; do
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         "$bin" bench --device cuda --preset gemma4-31b --contexts 128 --tokens 12 >"$out/ncu-step.txt" 2>&1
       grep -E "^  [a-z_0-9]+|Duration|DRAM Throughput|Registers Per Thread|Warp Cycles Per Issued|Stall" "$out/ncu-step.txt" | head -60
-      ;;
-    warm) # TANDEM_CUDA_WARM_L2 at 8, 16 and 32 MiB against none, E2B and 31B, plain and at P = 0, one process each shape
-      for shape in e2b 31b; do
-        bench "warm-$shape" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance 0 --contexts 128 --tokens 48 \
-          --sweep 'none;TANDEM_CUDA_WARM_L2=8;TANDEM_CUDA_WARM_L2=16;TANDEM_CUDA_WARM_L2=32;none'
-        grep -E "^ *(settings|none|TANDEM_)|plain steps" "$out/warm-$shape.txt"
-      done
       ;;
     sampled) # sampled decoding on E2B and 31B: temperature alone (OpenAI's defaults) and Gemma 4's generation config (top-k 64, top-p 0.95), directly and through the engine
       for shape in e2b 31b; do
