@@ -168,20 +168,26 @@ func (dev *Device) endCapture() {
 	}
 	dev.graphs.rec = nil
 	dev.pdlRec = false
-	// A late upload's copy node reads its bytes when the graph runs: they
-	// must be final before it launches (this may wait for the host).
-	for _, gate := range rec.gates {
-		if err := gate(); err != nil && rec.err == nil {
-			rec.err = err
-		}
-	}
 	start := time.Now()
-	defer func() { dev.graphs.stats.Build += time.Since(start) }()
+	var gated time.Duration // waiting for late uploads' values is not building
+	defer func() { dev.graphs.stats.Build += time.Since(start) - gated }()
 	dev.graphs.compare(rec)
 	var g uintptr
 	ok := dev.d.cuStreamEndCapture(dev.stream, &g) == 0 && rec.err == nil
 	if ok && g != 0 {
-		ok = dev.launchGraph(rec.site, g)
+		// A late upload's copy node reads its bytes when the graph runs:
+		// they must be final before it launches, which may wait for the
+		// host. The graph is updated first, while the host computes them.
+		ok = dev.launchGraph(rec.site, g, func() bool {
+			t0 := time.Now()
+			defer func() { gated += time.Since(t0) }()
+			for _, gate := range rec.gates {
+				if err := gate(); err != nil {
+					return false // the calls rerun directly, and fail there
+				}
+			}
+			return true
+		})
 	}
 	if g != 0 {
 		dev.d.cuGraphDestroy(g)
@@ -199,8 +205,9 @@ func (dev *Device) endCapture() {
 }
 
 // launchGraph updates site's executable graph to g (or instantiates one
-// when the update is refused: a different shape) and launches it.
-func (dev *Device) launchGraph(site string, g uintptr) bool {
+// when the update is refused: a different shape) and launches it, once
+// ready reports true.
+func (dev *Device) launchGraph(site string, g uintptr, ready func() bool) bool {
 	if dev.graphs.execs == nil {
 		dev.graphs.execs = map[string]uintptr{}
 	}
@@ -228,6 +235,9 @@ func (dev *Device) launchGraph(site string, g uintptr) bool {
 		}
 		dev.graphs.stats.Instantiated++
 		dev.graphs.execs[site] = exec
+	}
+	if !ready() {
+		return false
 	}
 	p := dev.prof
 	if p == nil || !p.graphs {

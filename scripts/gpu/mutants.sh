@@ -17,7 +17,7 @@ mutants=(
     pdl_start();|extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n) {
     asm volatile("griddepcontrol.launch_dependents;" :::);|^TestProgrammaticLaunchWaits$'
   # a recording's late uploads never filled before its graph launches: the graph reads stale bytes
-  'late-gate|compute/cuda/graph.go|	for _, gate := range rec.gates {|	for _, gate := range rec.gates[:0] {|^TestLateUploadsFillBeforeTheyAreRead$'
+  'late-gate|compute/cuda/graph.go|			for _, gate := range rec.gates {|			for _, gate := range rec.gates[:0] {|^TestLateUploadsFillBeforeTheyAreRead$'
   # a token of a routed pass reads the next token's input
   'tokens-row|compute/cuda/kernels/matmul.cu|rows_act_token(xs, M, K, g, blockIdx.z / xdiv)|rows_act_token(xs, M, K, g, (blockIdx.z / xdiv + 1) % M)|^TestRouterMatchesHost$'
   # the split partials of a routed pass summed for the wrong row
