@@ -208,20 +208,20 @@ func Checkpoint(b Backend) {
 }
 
 // LateUploader is a backend that can queue an upload before its values are
-// known: values is called once, before anything that reads the tensor runs
-// on the device (with a recording, before its graph launches), and may
-// block until the values are ready. The host can then record the ops that
-// read them while it is still computing them, as with a sampled token.
+// known, so the host records the ops that read them while it is still
+// computing them (a sampled token, from the logits of the step still
+// running).
 type LateUploader interface {
-	LateI32(n int, values func() []int32) *Tensor
-}
-
-// LateI32 is b's LateI32, or FromI32 of values() where b has none.
-func LateI32(b Backend, n int, values func() []int32) *Tensor {
-	if u, ok := b.(LateUploader); ok {
-		return u.LateI32(n, values)
-	}
-	return b.FromI32(values(), n)
+	// LateI32 queues an upload of n values that values computes: it is
+	// called once, before anything that reads the tensor runs on the
+	// device (with a recording, just before its graph launches), and may
+	// take its time. got waits until values has run (not for the device's
+	// work) and reports what failed; call it after the recording ends.
+	LateI32(n int, values func() []int32) (t *Tensor, got func() error)
+	// ReadLate queues a copy of t to the host, behind the work issued so
+	// far; the function it returns waits for it, and may be called only
+	// from a late upload's values.
+	ReadLate(t *Tensor) func() ([]float32, error)
 }
 
 // Record begins a recording on b if it records, and returns the function

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"tandem/compute"
@@ -97,18 +96,19 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	if pf, ok := b.(compute.Prefetcher); ok && opt.Sample.ArgmaxOnly() && m.DeviceTokens() {
 		return res, decodeAhead(ctx, m, cache, seq, logits, pf, onToken, &res.IssueTimes)
 	}
-	_, late := b.(compute.LateUploader)
-	late = late && m.DeviceTokens()
+	late, _ := b.(compute.LateUploader)
+	if !m.DeviceTokens() {
+		late = nil
+	}
 	for {
-		host := b.ToF32(logits)
-		if late && seq.Left() > 1 && ctx.Err() == nil {
+		if late != nil && seq.Left() > 1 && ctx.Err() == nil {
 			var err error
-			if logits, err = sampleAhead(m, cache, seq, host, onToken); logits == nil || err != nil {
+			if logits, err = sampleAhead(m, cache, seq, logits, late, onToken); logits == nil || err != nil {
 				return res, err
 			}
 			continue
 		}
-		tok, done := seq.Next(host)
+		tok, done := seq.Next(b.ToF32(logits))
 		if onToken != nil {
 			onToken(tok)
 		}
@@ -118,7 +118,9 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		out, err := sampledStep(m, gemma4.Row{Tokens: []int32{tok}, Cache: cache})
+		end := compute.Record(b, sampledSite)
+		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, sampledStep)
+		end()
 		if err != nil {
 			return res, err
 		}
@@ -126,47 +128,50 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	}
 }
 
-// sampledStep issues a decode step after a sampled token. A decode step is
-// the same ops every time: backends that can record it launch it as one
-// unit (CUDA graphs). Here the host issues it after reading the last step's
-// logits, with the device idle, so it is recorded in parts (Checkpoint) and
-// the device starts on its first layers while the host records the rest; a
-// site of its own, since decodeAhead's "decode" is one part.
-func sampledStep(m *gemma4.Model, row gemma4.Row) (*gemma4.Output, error) {
-	end := compute.Record(m.Backend(), "decode-sampled")
-	defer end()
-	return m.Forward([]gemma4.Row{row}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true})
-}
+// A decode step is the same ops every time: backends that can record it
+// launch it as one unit (CUDA graphs). After a sampled token the step is
+// issued with the device idle, so it is recorded in parts (Checkpoint) and
+// the device starts on its first layers while the host records the rest;
+// a site of its own, since decodeAhead's "decode" is one part.
+const sampledSite = "decode-sampled"
 
-// sampleAhead samples the token after host (the last step's logits) on
-// another goroutine while this one records the step that reads it, its
-// token a late upload (compute.LateUploader): the device waits for the
-// token only where the step's first part launches, so sampling and
-// recording overlap. It emits the token and returns the new step's logits,
-// or nil once the sequence is done; the step issued after a stop token is
-// wasted device work, as in decodeAhead.
-func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, host []float32, onToken func(int32)) (*compute.Tensor, error) {
-	picked := make(chan int32, 1)
+var sampledStep = gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true}
+
+// sampleAhead records the step after logits with its token a late upload
+// (compute.LateUploader), picked from logits, which reach the host behind
+// the step still running, only where the step's first part launches: the
+// host records while the device finishes the last step, and the device
+// waits only for the copy and the sampling. It emits the token and returns
+// the new step's logits, or nil once the sequence is done; the step issued
+// after a stop token is wasted device work, as in decodeAhead.
+func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *compute.Tensor, late compute.LateUploader, onToken func(int32)) (*compute.Tensor, error) {
+	read := late.ReadLate(logits)
+	var tok int32
 	var sampleErr error
-	go func() {
+	end := compute.Record(m.Backend(), sampledSite)
+	next, got := late.LateI32(1, func() (ids []int32) {
 		defer func() {
 			if p := recover(); p != nil {
 				sampleErr = fmt.Errorf("sampling: %v", p)
-				picked <- 0 // a token in the vocabulary, for the step already issued
+				ids = []int32{0} // a token in the vocabulary, for the step issued
 			}
 		}()
-		picked <- seq.Sample(host)
-	}()
-	tok := sync.OnceValue(func() int32 { return <-picked })
-	next := compute.LateI32(m.Backend(), 1, func() []int32 { return []int32{tok()} })
-	out, err := sampledStep(m, gemma4.Row{Next: next, Cache: cache})
-	t := tok()
-	if sampleErr != nil {
-		return nil, sampleErr
+		host, err := read()
+		if err != nil {
+			sampleErr = err
+			return []int32{0}
+		}
+		tok = seq.Sample(host)
+		return []int32{tok}
+	})
+	out, err := m.Forward([]gemma4.Row{{Next: next, Cache: cache}}, sampledStep)
+	end()
+	if gerr := got(); gerr != nil || sampleErr != nil {
+		return nil, errors.Join(gerr, sampleErr)
 	}
-	done := seq.Emit(t)
+	done := seq.Emit(tok)
 	if onToken != nil {
-		onToken(t)
+		onToken(tok)
 	}
 	switch {
 	case done:

@@ -276,9 +276,24 @@ type Late struct {
 }
 
 // LateI32 implements compute.LateUploader.
-func (b *Late) LateI32(n int, values func() []int32) *compute.Tensor {
+func (b *Late) LateI32(n int, values func() []int32) (*compute.Tensor, func() error) {
 	b.calls.Add(1)
-	return b.FromI32(values(), n)
+	return lateI32(b, n, values)
+}
+
+// ReadLate implements compute.LateUploader.
+func (b *Late) ReadLate(t *compute.Tensor) func() ([]float32, error) { return readLate(b, t) }
+
+// lateI32 and readLate take the values at once: a CPU runs each op as it
+// is issued.
+func lateI32(b compute.Backend, n int, values func() []int32) (*compute.Tensor, func() error) {
+	t := b.FromI32(values(), n)
+	return t, func() error { return nil }
+}
+
+func readLate(b compute.Backend, t *compute.Tensor) func() ([]float32, error) {
+	host := b.ToF32(t)
+	return func() ([]float32, error) { return host, nil }
 }
 
 // Calls is how many late uploads were asked for so far.

@@ -73,6 +73,9 @@ func (b *Prefetching) Reset(nanAt ...int) {
 
 // LateI32 implements compute.LateUploader, taking the values at once (see
 // Late): the GPU's sampled steps upload their tokens late.
-func (b *Prefetching) LateI32(n int, values func() []int32) *compute.Tensor {
-	return b.FromI32(values(), n)
+func (b *Prefetching) LateI32(n int, values func() []int32) (*compute.Tensor, func() error) {
+	return lateI32(b, n, values)
 }
+
+// ReadLate implements compute.LateUploader (see Late).
+func (b *Prefetching) ReadLate(t *compute.Tensor) func() ([]float32, error) { return readLate(b, t) }

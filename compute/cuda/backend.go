@@ -46,6 +46,7 @@ type Backend struct {
 	dev   *Device
 	pool  *pool
 	stage *staging
+	late  lateRead // ReadLate's pinned memory
 	k     map[string]Kernel
 
 	mu       sync.Mutex
@@ -416,43 +417,6 @@ func (b *Backend) FromI32(data []int32, shape ...int) *compute.Tensor {
 		panic(fmt.Sprintf("cuda: FromI32: %d values for shape %v (%d elements)", len(data), shape, n))
 	}
 	return b.upload(unsafe.Pointer(unsafe.SliceData(data)), 4*len(data), compute.I32, shape...)
-}
-
-var _ compute.LateUploader = (*Backend)(nil)
-
-// LateI32 implements compute.LateUploader. The copy is queued from the
-// staging ring like any small upload, and values fills its bytes: when the
-// copy is captured, just before the recording's graph launches (the copy
-// node reads the bytes then; see endCapture), and otherwise before the copy
-// is queued, on the device thread, which waits for them.
-func (b *Backend) LateI32(n int, values func() []int32) *compute.Tensor {
-	t := b.alloc(compute.I32, n)
-	at := b.stage.reserve(b.dev, 4*n)
-	if at == nil || n == 0 { // no room in the ring: wait for the values here
-		v := values()
-		if len(v) != n {
-			panic(fmt.Sprintf("cuda: LateI32: %d values for %d", len(v), n))
-		}
-		return b.FromI32(v, n)
-	}
-	fill := sync.OnceValue(func() error {
-		v := values()
-		if len(v) != n {
-			return fmt.Errorf("cuda: LateI32: %d values for %d", len(v), n)
-		}
-		copy(unsafe.Slice((*int32)(at), n), v)
-		return nil
-	})
-	dst := memOf(t).ptr
-	b.dev.post(func() error {
-		if rec := b.dev.graphs.rec; rec != nil {
-			rec.gates = append(rec.gates, fill)
-		} else if err := fill(); err != nil {
-			return err
-		}
-		return b.dev.copyIn(dst, at, 4*n)
-	})
-	return t
 }
 
 // Weight implements compute.Backend: the bytes are copied to the device

@@ -29,6 +29,7 @@ type driverAPI struct {
 	cuMemGetInfo             func(free, total *uint64) result
 	cuMemsetD8Async          func(dst uintptr, v uint8, n uint64, stream uintptr) result
 	cuMemAllocHost           func(p *unsafe.Pointer, n uint64) result
+	cuMemFreeHost            func(p unsafe.Pointer) result
 	cuMemcpyHtoDAsync        func(dst uintptr, src unsafe.Pointer, n uint64, stream uintptr) result
 	cuMemcpyDtoD             func(dst, src uintptr, n uint64) result
 	cuMemcpyDtoDAsync        func(dst, src uintptr, n uint64, stream uintptr) result
@@ -92,7 +93,7 @@ func loadDriver() (*driverAPI, error) {
 			"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuCtxSetCurrent": &d.cuCtxSetCurrent,
 			"cuCtxSynchronize": &d.cuCtxSynchronize, "cuMemAlloc_v2": &d.cuMemAlloc, "cuMemFree_v2": &d.cuMemFree,
 			"cuMemcpyHtoD_v2": &d.cuMemcpyHtoD, "cuMemcpyDtoH_v2": &d.cuMemcpyDtoH, "cuMemGetInfo_v2": &d.cuMemGetInfo,
-			"cuMemAllocHost_v2": &d.cuMemAllocHost, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
+			"cuMemAllocHost_v2": &d.cuMemAllocHost, "cuMemFreeHost": &d.cuMemFreeHost, "cuMemcpyHtoDAsync_v2": &d.cuMemcpyHtoDAsync, "cuMemcpyDtoD_v2": &d.cuMemcpyDtoD,
 			"cuMemcpyDtoDAsync_v2": &d.cuMemcpyDtoDAsync, "cuMemsetD8Async": &d.cuMemsetD8Async,
 			"cuModuleLoadData": &d.cuModuleLoadData, "cuModuleGetFunction": &d.cuModuleGetFunction,
 			"cuLaunchKernel": &d.cuLaunchKernel, "cuGetErrorString": &d.cuGetErrorString,

@@ -341,15 +341,17 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 	}
 }
 
-// TestLateUploadsFillBeforeTheyAreRead protects LateI32 (how sampled
-// decoding uploads a token it is still sampling): the ops that read a late
-// upload must read its values, which arrive only after the host has issued
-// those ops. In a recording the values are filled just before its graph
-// launches, also when a download ends the recording early or a checkpoint
-// launches its first part; a site's first step is not recorded and runs
-// directly, the device thread waiting for the values. Each step's values
-// are new and arrive 20 ms late, so a graph launched without them reads
-// the last step's or stale bytes.
+// TestLateUploadsFillBeforeTheyAreRead protects LateI32 and ReadLate (how
+// sampled decoding picks a token from the last step's logits while it
+// records the step that reads it): the ops that read a late upload must
+// read its values, which arrive only after the host has issued those ops.
+// In a recording the values are filled just before its graph launches,
+// also when a download ends the recording early or a checkpoint launches
+// its first part; a site's first step is not recorded and runs directly,
+// the device thread waiting for the values. The values come from a
+// ReadLate of a tensor the device computes just before, and arrive 20 ms
+// late, so a graph launched without them reads the last step's or stale
+// bytes.
 func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
 	b := backendOrSkip(t)
 	defer func(on bool) { checkpoints = on }(checkpoints)
@@ -363,11 +365,24 @@ func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
 	before := b.dev.GraphStats()
 	for step := range 9 {
 		want := []int32{int32(step*7) % V, int32(step*7+3) % V}
-		release := make(chan struct{})
-		time.AfterFunc(20*time.Millisecond, func() { close(release) })
+		// The ids as floats, computed on the device behind a large copy.
+		half := []float32{float32(want[0]) / 2, float32(want[1]) / 2}
+		big := b.Zeros(compute.F32, 32<<20)
+		b.Copy(big, 0, b.Zeros(compute.F32, 32<<20))
+		src := b.Add(b.FromF32(half, 2), b.FromF32(half, 2))
+		read := b.ReadLate(src)
 		calls := 0
 		end := compute.Record(b, "late")
-		ids := b.LateI32(2, func() []int32 { calls++; <-release; return want })
+		ids, got := b.LateI32(2, func() []int32 {
+			calls++
+			time.Sleep(20 * time.Millisecond)
+			host, err := read()
+			if err != nil {
+				t.Errorf("step %d: ReadLate: %v", step, err)
+				return []int32{0, 0}
+			}
+			return []int32{int32(host[0]), int32(host[1])}
+		})
 		switch step % 3 {
 		case 1:
 			compute.Checkpoint(b) // the upload's part launches first
@@ -376,10 +391,13 @@ func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
 		}
 		rows := b.GatherAt(emb, ids)
 		end()
-		got := b.ToF32(rows)
+		if err := got(); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		out := b.ToF32(rows)
 		for r, id := range want {
 			for j := range D {
-				if g, w := got[r*D+j], table[int(id)*D+j]; g != w {
+				if g, w := out[r*D+j], table[int(id)*D+j]; g != w {
 					t.Fatalf("step %d: row %d element %d = %v, want %v (token %d): the gather read the token before its late value", step, r, j, g, w, id)
 				}
 			}

@@ -1,0 +1,137 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"tandem/compute"
+)
+
+var _ compute.LateUploader = (*Backend)(nil)
+
+// LateI32 implements compute.LateUploader. The copy is queued from the
+// staging ring like any small upload, and values fills its bytes: when the
+// copy is captured, after the recording's graph is updated and just before
+// it launches (the copy node reads the bytes then; see endCapture), and
+// otherwise before the copy is queued. Either way values runs on the
+// device thread, which waits for it.
+func (b *Backend) LateI32(n int, values func() []int32) (*compute.Tensor, func() error) {
+	t := b.alloc(compute.I32, n)
+	var at unsafe.Pointer
+	if n > 0 {
+		at = b.stage.reserve(b.dev, 4*n)
+	}
+	fill := sync.OnceValue(func() error { // on the device thread
+		v := values()
+		switch {
+		case len(v) != n:
+			return fmt.Errorf("cuda: LateI32: %d values for %d", len(v), n)
+		case n == 0:
+			return nil
+		case at == nil:
+			return b.dev.d.check("cuMemcpyHtoD", b.dev.d.cuMemcpyHtoD(memOf(t).ptr, unsafe.Pointer(unsafe.SliceData(v)), uint64(4*n)))
+		}
+		copy(unsafe.Slice((*int32)(at), n), v)
+		return nil
+	})
+	got := func() error { return b.dev.do(fill) } // after every call before it
+	if at == nil {
+		// No room in the ring (or nothing to copy): the values now, ending
+		// a recording in progress, before anything reads them.
+		b.dev.do(fill)
+		return t, got
+	}
+	dst := memOf(t).ptr
+	b.dev.post(func() error {
+		if rec := b.dev.graphs.rec; rec != nil {
+			rec.gates = append(rec.gates, fill)
+		} else if err := fill(); err != nil {
+			return err
+		}
+		return b.dev.copyIn(dst, at, 4*n)
+	})
+	return t, got
+}
+
+// lateRead is the pinned host memory ReadLate's copies land in, one copy
+// at a time (another waits for the device instead).
+type lateRead struct {
+	mu   sync.Mutex
+	busy bool
+	base unsafe.Pointer
+	size int
+}
+
+// ReadLate implements compute.LateUploader: the copy lands in pinned
+// memory, behind the work issued so far, and the wait (on the device
+// thread, inside a late upload's values) is an event's.
+func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
+	if t.DType() != compute.F32 {
+		w := b.alloc(compute.F32, t.Len())
+		b.Copy(w, 0, t.Reshape(t.Len()))
+		t = w
+	}
+	n := 4 * t.Len()
+	r := &b.late
+	r.mu.Lock()
+	free := !r.busy && n > 0
+	r.busy = r.busy || free
+	r.mu.Unlock()
+	if !free {
+		host := b.ToF32(t)
+		return func() ([]float32, error) { return host, nil }
+	}
+	release := func() { r.mu.Lock(); r.busy = false; r.mu.Unlock() }
+	if r.size < n {
+		err := b.dev.do(func() error {
+			if r.base != nil {
+				b.dev.d.cuMemFreeHost(r.base)
+				r.base, r.size = nil, 0
+			}
+			var p unsafe.Pointer
+			if err := b.dev.d.check("cuMemAllocHost", b.dev.d.cuMemAllocHost(&p, uint64(n))); err != nil {
+				return err
+			}
+			r.base, r.size = p, n
+			return nil
+		})
+		if err != nil {
+			release()
+			host := b.ToF32(t)
+			return func() ([]float32, error) { return host, nil }
+		}
+	}
+	src := memOf(t).ptr
+	var ev uintptr
+	var queued error
+	// Sent, not posted: the copy and its event go on the live stream, so a
+	// recording in progress ends first.
+	b.dev.send(func() {
+		b.dev.endCapture()
+		if queued = b.dev.d.check("cuEventCreate", b.dev.d.cuEventCreate(&ev, eventDisableTiming)); queued != nil {
+			return
+		}
+		if queued = b.dev.d.check("cuMemcpyDtoHAsync", b.dev.d.cuMemcpyDtoHAsync(r.base, src, uint64(n), b.dev.stream)); queued != nil {
+			return
+		}
+		queued = b.dev.d.check("cuEventRecord", b.dev.d.cuEventRecord(ev, b.dev.stream))
+	})
+	// Runs on the device thread, after the call sent above (queued and ev
+	// are its).
+	return sync.OnceValues(func() ([]float32, error) {
+		defer release()
+		if ev != 0 {
+			defer b.dev.d.cuEventDestroy(ev)
+		}
+		if queued != nil {
+			return nil, queued
+		}
+		if err := b.dev.d.check("cuEventSynchronize", b.dev.block(func() result { return b.dev.d.cuEventSynchronize(ev) })); err != nil {
+			return nil, err
+		}
+		out := make([]float32, n/4)
+		copy(out, unsafe.Slice((*float32)(r.base), n/4))
+		return out, nil
+	})
+}
