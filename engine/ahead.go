@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -189,6 +190,154 @@ func (e *Engine) decodeAhead(rs []*request) {
 		// With a request ended the run stops here anyway; a step ahead that
 		// failed touched no cache (Forward checks before it writes), and the
 		// next step on the host's turn meets and reports the same error.
+		if aheadErr != nil && !ended {
+			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
+			return
+		}
+		if next == nil {
+			return
+		}
+		cur = next
+	}
+}
+
+// canSampleAhead reports whether the engine may sample ahead: the backend
+// uploads late (compute.LateUploader), the model takes device tokens, and
+// no test gates the steps (as canAhead).
+func canSampleAhead(cfg Config) bool {
+	_, late := cfg.Model.Backend().(compute.LateUploader)
+	return late && cfg.Model.DeviceTokens() && cfg.beforeStep == nil && aheadSetting()
+}
+
+// sampleRequests are the running requests whose steps sampleAhead may run,
+// or nil: every one past its prompt, without a drafter or logprobs.
+func (e *Engine) sampleRequests() []*request {
+	if !e.late || len(e.active) == 0 {
+		return nil
+	}
+	for _, r := range e.active {
+		if r.prefilling() || r.draft != nil || r.logprobs {
+			return nil
+		}
+	}
+	return slices.Clone(e.active)
+}
+
+// sampleAhead runs the steps of rs as generation.Generate runs a sampled
+// sequence's: each step is recorded while the last one runs, its tokens a
+// late upload (compute.LateUploader) that the device thread samples from
+// the last step's logits, copied back behind it (ReadLate), just before
+// the step's first part launches. Without it the device waited, each step,
+// for the host to read the logits, sample, and record the step. The tokens
+// are the engine's without it: each request samples through its own Seq,
+// in order.
+//
+// The run ends as decodeAhead's does: when keepAhead says so, its last
+// tokens sampled on the host; or when a request ends while a step is in
+// flight, which is then rolled back for the requests still running (an
+// ended request keeps the token it fed, whose KV is right).
+func (e *Engine) sampleAhead(rs []*request) {
+	b := e.m.Backend()
+	late := b.(compute.LateUploader)
+	site := "decode-sampled" // as generation's
+	if len(rs) > 1 {
+		site = fmt.Sprintf("decode-sampled,%d", len(rs))
+	}
+	opt := gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true}
+	rows := make([]gemma4.Row, len(rs))
+	for i, r := range rs {
+		rows[i] = gemma4.Row{Tokens: []int32{r.seq.History[len(r.seq.History)-1]}, Cache: r.cache}
+	}
+	end := compute.Record(b, site)
+	out, err := e.m.Forward(rows, opt)
+	end()
+	if err != nil {
+		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
+		return
+	}
+	cur := out.Logits
+	t0 := time.Now()
+	// sampleAll picks each request's token from host, the last step's
+	// logits [len(rs), V].
+	sampleAll := func(host []float32) []int32 {
+		V := len(host) / len(rs)
+		toks := make([]int32, len(rs))
+		for i, r := range rs {
+			toks[i] = r.seq.Sample(host[i*V : (i+1)*V])
+		}
+		return toks
+	}
+	for {
+		var toks []int32
+		var next *compute.Tensor
+		var aheadErr error // reported once cur's tokens are out, as a step on the host's turn would
+		if e.keepAhead(rs) {
+			read := late.ReadLate(cur)
+			var sampleErr error
+			end := compute.Record(b, site)
+			fed, got := late.LateI32(len(rs), func() (ids []int32) {
+				defer func() {
+					if p := recover(); p != nil {
+						sampleErr, ids = fmt.Errorf("sampling: %v", p), make([]int32, len(rs)) // tokens in the vocabulary, for the step issued
+					}
+				}()
+				host, err := read()
+				if err != nil {
+					sampleErr = err
+					return make([]int32, len(rs))
+				}
+				toks = sampleAll(host)
+				return toks
+			})
+			for i, r := range rs {
+				rows[i] = gemma4.Row{Next: b.Slice(fed, i, i+1), Cache: r.cache}
+			}
+			out, aheadErr = e.m.Forward(rows, opt)
+			end()
+			if err := errors.Join(got(), sampleErr); err != nil {
+				e.failAll(fmt.Errorf("engine: %w", err))
+				return
+			}
+			if aheadErr == nil {
+				next = out.Logits
+			}
+		} else {
+			toks = sampleAll(b.ToF32(cur))
+		}
+		now := time.Now()
+		e.locked(func() {
+			e.stats.Steps++
+			e.stats.GeneratedTokens += int64(len(rs))
+			e.rate.add(t0, now, len(rs))
+		})
+		t0 = now
+		ended := false
+		for i, r := range rs {
+			r.seq.Emit(toks[i])
+			r.usage.CompletionTokens++
+			r.push([]int32{toks[i]}, nil)
+			ended = ended || r.seq.Done
+		}
+		if next != nil && ended {
+			next = nil
+			for _, r := range rs {
+				if r.seq.Done {
+					continue // end keeps the token it fed, whose KV is right
+				}
+				if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
+					e.end(r, FinishError, fmt.Errorf("engine: %w", err))
+				}
+			}
+		}
+		for _, r := range rs {
+			if r.seq.Done {
+				reason := FinishLength
+				if r.seq.StopReason == generation.StopToken {
+					reason = FinishStop
+				}
+				e.end(r, reason, nil)
+			}
+		}
 		if aheadErr != nil && !ended {
 			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
 			return

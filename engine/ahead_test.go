@@ -314,3 +314,80 @@ func ranAhead(t *testing.T, e *Engine, pf *computetest.Prefetching) {
 		t.Fatalf("%d readbacks never waited for", pf.Waiting)
 	}
 }
+
+// lateTarget is the tiny target on a backend that uploads late, so that
+// the engine samples ahead: the shared target where its backend does (the
+// GPU, or the CPU with TANDEM_TEST_BACKEND=cpu-async), else a copy on the
+// CPU wrapped by computetest.Late.
+func lateTarget(t *testing.T) *gemma4.Model {
+	t.Helper()
+	if _, ok := target.Backend().(compute.LateUploader); ok {
+		return target
+	}
+	m, err := gemma4.Load(targetDir, &computetest.Late{Backend: cpu.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// Sampled requests sampled ahead (each step recorded while the last runs,
+// its tokens sampled from the last step's logits where it launches) must
+// stream what they stream alone, with the same finish: budgets of one, two
+// and more, top-k and top-p, a stop token mid-stream (the step in flight
+// rolled back), greedy with a penalty (sampled on the host too), and three
+// requests together, one of which stops early.
+func TestSampleAheadMatchesAlone(t *testing.T) {
+	m := lateTarget(t)
+	prompt := promptOf(12, 41)
+	hot := sample.Params{Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 9}
+	free, _, _ := alone(t, Request{Prompt: prompt, MaxTokens: 30, Sample: hot}, nil, 0, 0)
+	// A stop token the second of three requests meets mid-run, first at its
+	// fifth token: the step in flight is rolled back for the other two.
+	second := Request{Prompt: promptOf(7, 42), MaxTokens: 12, Sample: sample.Params{Temperature: 1, Seed: 4}}
+	free2, _, _ := alone(t, second, nil, 0, 0)
+	at := 4
+	for slices.Index(free2, free2[at]) != at {
+		at++
+	}
+	second.StopTokens = []int32{free2[at]}
+	cases := []struct {
+		name string
+		reqs []Request
+	}{
+		{"budget of one", []Request{{Prompt: prompt, MaxTokens: 1, Sample: hot}}},
+		{"budget of two", []Request{{Prompt: prompt, MaxTokens: 2, Sample: hot}}},
+		{"long", []Request{{Prompt: prompt, MaxTokens: 30, Sample: hot}}},
+		{"temperature alone", []Request{{Prompt: prompt, MaxTokens: 20, Sample: sample.Params{Temperature: 0.7, Seed: 3}}}},
+		{"stop token mid-stream", []Request{{Prompt: prompt, MaxTokens: 30, Sample: hot, StopTokens: []int32{free[8]}}}},
+		{"greedy with a penalty", []Request{{Prompt: prompt, MaxTokens: 12, Sample: sample.Params{RepetitionPenalty: 1.3}}}},
+		{"three together, one stopping early", []Request{
+			{Prompt: prompt, MaxTokens: 25, Sample: hot},
+			second,
+			{Prompt: promptOf(15, 43), MaxTokens: 18, Sample: sample.Params{Temperature: 0.9, TopK: 5, Seed: 5}},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, Config{Model: m, Parallel: len(tc.reqs)})
+			var chs []<-chan Event
+			for _, r := range tc.reqs {
+				chs = append(chs, submit(t, e, context.Background(), r))
+			}
+			for i, ch := range chs {
+				got := collect(t, ch)
+				want, reason, _ := alone(t, tc.reqs[i], nil, 0, 0)
+				if i == 1 && len(tc.reqs) == 3 && reason != FinishStop {
+					t.Fatalf("the second request finished %q, want its stop token", reason)
+				}
+				if !slices.Equal(got.tokens, want) || got.final.FinishReason != reason {
+					t.Fatalf("request %d sampled ahead: %v (%s); alone: %v (%s)", i, got.tokens, got.final.FinishReason, want, reason)
+				}
+			}
+			if tc.reqs[0].MaxTokens > 1 && e.lateRuns.Load() == 0 {
+				t.Fatal("nothing was sampled ahead")
+			}
+		})
+	}
+}

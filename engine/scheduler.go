@@ -56,8 +56,10 @@ type Engine struct {
 	prefix    *prefixCache
 	lateHeads int          // verify rows the walk read that logits did not compute (tests expect none)
 	ahead     bool         // greedy requests may decode ahead (canAhead)
+	late      bool         // sampled requests may sample ahead (canSampleAhead)
 	aheadRuns atomic.Int64 // runs decoded ahead (read by tests)
 	aheadMost atomic.Int64 // the most requests a run decoded together (tests)
+	lateRuns  atomic.Int64 // runs sampled ahead (tests)
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.
@@ -119,6 +121,7 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 		done:    make(chan struct{}),
 		prefix:  newPrefixCache(max(cfg.PrefixCacheTokens, 0)),
 		ahead:   canAhead(cfg),
+		late:    canSampleAhead(cfg),
 	}
 	if cfg.Drafter != nil {
 		e.maxStep = max(e.maxStep, cfg.DraftTokens+1)

@@ -52,7 +52,8 @@ func (w *row) pickAt(j int, logits func(int) []float32) int32 {
 //
 // When every running request is greedy and past its prompt, the step goes
 // to decodeAhead instead, which runs their steps one ahead of the host
-// until another request could start or one ends.
+// until another request could start or one ends; when some sample, to
+// sampleAhead, which records each step while the last one runs.
 func (e *Engine) step() {
 	defer func() {
 		// The kernels panic only on programming errors; a server must not
@@ -69,6 +70,11 @@ func (e *Engine) step() {
 			e.aheadMost.Store(n)
 		}
 		e.decodeAhead(rs)
+		return
+	}
+	if rs := e.sampleRequests(); rs != nil {
+		e.lateRuns.Add(1)
+		e.sampleAhead(rs)
 		return
 	}
 	t0 := time.Now()
