@@ -148,45 +148,14 @@ func (e *Engine) decodeAhead(rs []*request) {
 				nan[i] = true
 			}
 		}
-		now := time.Now()
-		e.locked(func() {
-			e.stats.Steps++
-			e.stats.GeneratedTokens += int64(len(rs))
-			e.rate.add(t0, now, len(rs))
-		})
-		t0 = now
-		ended := false
-		for i, r := range rs {
-			r.seq.Emit(toks[i])
-			r.usage.CompletionTokens++
-			r.push([]int32{toks[i]}, nil)
-			ended = ended || r.seq.Done
-		}
+		var ended bool
+		t0, ended = e.emitRun(rs, toks, t0)
 		if next != nil && (slices.Contains(nan, true) || ended) {
 			next.Read() // fed a pick the host overruled, or a finished request's token
 			next = nil
-			for i, r := range rs {
-				if r.seq.Done && !nan[i] {
-					continue // end keeps the token it fed, whose KV is right
-				}
-				if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
-					if r.seq.Done {
-						r.cache = nil // ended below; keep nothing of a cache that holds a wrong token
-						continue
-					}
-					e.end(r, FinishError, fmt.Errorf("engine: %w", err))
-				}
-			}
+			e.rollBack(rs, nan)
 		}
-		for _, r := range rs {
-			if r.seq.Done {
-				reason := FinishLength
-				if r.seq.StopReason == generation.StopToken {
-					reason = FinishStop
-				}
-				e.end(r, reason, nil)
-			}
-		}
+		e.endDone(rs)
 		// With a request ended the run stops here anyway; a step ahead that
 		// failed touched no cache (Forward checks before it writes), and the
 		// next step on the host's turn meets and reports the same error.
@@ -304,40 +273,13 @@ func (e *Engine) sampleAhead(rs []*request) {
 		} else {
 			toks = sampleAll(b.ToF32(cur))
 		}
-		now := time.Now()
-		e.locked(func() {
-			e.stats.Steps++
-			e.stats.GeneratedTokens += int64(len(rs))
-			e.rate.add(t0, now, len(rs))
-		})
-		t0 = now
-		ended := false
-		for i, r := range rs {
-			r.seq.Emit(toks[i])
-			r.usage.CompletionTokens++
-			r.push([]int32{toks[i]}, nil)
-			ended = ended || r.seq.Done
-		}
+		var ended bool
+		t0, ended = e.emitRun(rs, toks, t0)
 		if next != nil && ended {
 			next = nil
-			for _, r := range rs {
-				if r.seq.Done {
-					continue // end keeps the token it fed, whose KV is right
-				}
-				if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
-					e.end(r, FinishError, fmt.Errorf("engine: %w", err))
-				}
-			}
+			e.rollBack(rs, nil)
 		}
-		for _, r := range rs {
-			if r.seq.Done {
-				reason := FinishLength
-				if r.seq.StopReason == generation.StopToken {
-					reason = FinishStop
-				}
-				e.end(r, reason, nil)
-			}
-		}
+		e.endDone(rs)
 		if aheadErr != nil && !ended {
 			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
 			return
@@ -346,5 +288,56 @@ func (e *Engine) sampleAhead(rs []*request) {
 			return
 		}
 		cur = next
+	}
+}
+
+// emitRun counts a step of a run ahead, whose work began at t0, and emits
+// each request's token; it returns when the step's tokens came out, and
+// whether a request ended.
+func (e *Engine) emitRun(rs []*request, toks []int32, t0 time.Time) (now time.Time, ended bool) {
+	now = time.Now()
+	e.locked(func() {
+		e.stats.Steps++
+		e.stats.GeneratedTokens += int64(len(rs))
+		e.rate.add(t0, now, len(rs))
+	})
+	for i, r := range rs {
+		r.seq.Emit(toks[i])
+		r.usage.CompletionTokens++
+		r.push([]int32{toks[i]}, nil)
+		ended = ended || r.seq.Done
+	}
+	return now, ended
+}
+
+// endDone ends the requests of a run that are done, with their reasons.
+func (e *Engine) endDone(rs []*request) {
+	for _, r := range rs {
+		if r.seq.Done {
+			reason := FinishLength
+			if r.seq.StopReason == generation.StopToken {
+				reason = FinishStop
+			}
+			e.end(r, reason, nil)
+		}
+	}
+}
+
+// rollBack takes the step in flight of a run out of its requests' caches,
+// but for a request that ended on a token the host did not overrule (its
+// row of overruled, nil for none): it keeps the token it fed, whose KV is
+// right.
+func (e *Engine) rollBack(rs []*request, overruled []bool) {
+	for i, r := range rs {
+		if r.seq.Done && (overruled == nil || !overruled[i]) {
+			continue
+		}
+		if err := r.cache.Truncate(r.cache.Len() - 1); err != nil {
+			if r.seq.Done {
+				r.cache = nil // ended later; keep nothing of a cache that holds a wrong token
+				continue
+			}
+			e.end(r, FinishError, fmt.Errorf("engine: %w", err))
+		}
 	}
 }
