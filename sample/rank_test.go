@@ -124,28 +124,98 @@ func TestDistributionGivesNaNNoMass(t *testing.T) {
 	}
 }
 
-// BenchmarkDistribution times one token's distribution over Gemma 4's
-// vocabulary (262,144), for the settings clients send most: OpenAI's
-// defaults (temperature alone), Gemma's generation config (top-k 64, top-p
-// 0.95), and top-p alone, which ranks the whole vocabulary.
-func BenchmarkDistribution(b *testing.B) {
+// benchParams are the settings clients send most: OpenAI's defaults
+// (temperature alone), Gemma's generation config (top-k 64, top-p 0.95),
+// and top-p alone, which ranks the whole vocabulary.
+var benchParams = []struct {
+	name string
+	p    Params
+}{
+	{"temperature", Params{Temperature: 1}},
+	{"top-k-64-top-p", Params{Temperature: 1, TopK: 64, TopP: 0.95}},
+	{"top-p", Params{Temperature: 1, TopP: 0.9}},
+}
+
+// benchLogits is a row of Gemma 4's vocabulary (262,144).
+func benchLogits() []float32 {
 	r := rand.New(rand.NewPCG(1, 2))
 	logits := make([]float32, 262144)
 	for i := range logits {
 		logits[i] = float32(r.NormFloat64() * 3)
 	}
-	for _, c := range []struct {
-		name string
-		p    Params
-	}{
-		{"temperature", Params{Temperature: 1}},
-		{"top-k-64-top-p", Params{Temperature: 1, TopK: 64, TopP: 0.95}},
-		{"top-p", Params{Temperature: 1, TopP: 0.9}},
-	} {
+	return logits
+}
+
+// BenchmarkDistribution times one token's distribution.
+func BenchmarkDistribution(b *testing.B) {
+	logits := benchLogits()
+	for _, c := range benchParams {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				c.p.Distribution(logits, nil)
 			}
 		})
+	}
+}
+
+// BenchmarkNext times one sampled token, as decoding takes it.
+func BenchmarkNext(b *testing.B) {
+	logits := benchLogits()
+	for _, c := range benchParams {
+		b.Run(c.name, func(b *testing.B) {
+			s := New(c.p)
+			for b.Loop() {
+				s.Next(logits, nil)
+			}
+		})
+	}
+}
+
+// TestNextIsDrawOfDistribution protects Next's shortcuts (its distribution's
+// memory kept between tokens, only the last token's entries cleared, and
+// the draw over top-k's candidates alone): token after token, with logits
+// that change (and once, their count), each pick must be Draw of
+// Distribution with the same uniform number, and the memory must hold
+// nothing outside the entries the next token clears.
+func TestNextIsDrawOfDistribution(t *testing.T) {
+	for _, p := range []Params{
+		{Temperature: 1, Seed: 1},
+		{Temperature: 0.8, TopK: 20, Seed: 2},
+		{Temperature: 1.2, TopK: 64, TopP: 0.9, Seed: 3},
+		{Temperature: 1, TopP: 0.8, Seed: 4},
+		{Temperature: 1, MinP: 0.05, RepetitionPenalty: 1.3, Seed: 5},
+		{Temperature: 0.5, TopK: 3, FrequencyPenalty: 0.5, Seed: 6},
+	} {
+		r := rand.New(rand.NewPCG(p.Seed, 8))
+		s, twin := New(p), New(p)
+		var history []int32
+		for step := range 120 {
+			n := 5000
+			if step >= 60 {
+				n = 4500 // a vocabulary of another size: all of the memory is cleared
+			}
+			l := make([]float32, n)
+			for i := range l {
+				l[i] = float32(r.NormFloat64() * 3)
+				if i%50 == 0 {
+					l[i] = 4 // ties near the top
+				}
+			}
+			got := s.NextAfter(l, history, 0)
+			want := Draw(p.DistributionAfter(l, history, 0), twin.Uniform())
+			if got != want {
+				t.Fatalf("params %+v, token %d: Next picked %d, Draw of Distribution %d", p, step, got, want)
+			}
+			// The next token's distribution starts from zeros: whatever this
+			// one set lies in dirty, which Next clears first.
+			if s.dirty != nil {
+				for i, q := range s.probs {
+					if q != 0 && !slices.Contains(s.dirty, int32(i)) {
+						t.Fatalf("params %+v, token %d: probs[%d] = %v is set outside the entries Next clears", p, step, i, q)
+					}
+				}
+			}
+			history = append(history, got)
+		}
 	}
 }

@@ -77,6 +77,7 @@ type Sampler struct {
 	p     Params
 	rng   *rand.Rand
 	probs []float64 // Next's distribution, kept: a vocabulary's is megabytes a token
+	dirty []int32   // the entries of probs the last token set; nil: any
 }
 
 // New makes a sampler; the same Params (seed included) give the same tokens.
@@ -143,10 +144,20 @@ func (s *Sampler) NextAfter(logits []float32, history []int32, prompt int) int32
 		s.p.PenalizeAfter(l, history, prompt)
 		return Argmax(l)
 	}
-	s.probs = slices.Grow(s.probs[:0], len(logits))[:len(logits)]
-	clear(s.probs)
-	probs := s.p.distribution(s.probs, logits, history, prompt)
-	return Draw(probs, s.rng.Float64())
+	if len(s.probs) != len(logits) || s.dirty == nil {
+		s.probs = slices.Grow(s.probs[:0], len(logits))[:len(logits)]
+		clear(s.probs)
+	} else {
+		for _, i := range s.dirty {
+			s.probs[i] = 0
+		}
+	}
+	probs, kept := s.p.distribution(s.probs, logits, history, prompt)
+	s.dirty = kept
+	if kept == nil {
+		return Draw(probs, s.rng.Float64())
+	}
+	return drawAt(probs, kept, s.rng.Float64())
 }
 
 // Uniform draws the sampler's next uniform number in [0, 1).
@@ -194,12 +205,14 @@ func (p Params) Distribution(logits []float32, history []int32) []float64 {
 // inside a group of equal logits, the lower token ids are kept. NaN logits
 // get no mass (all NaN: one-hot on token 0).
 func (p Params) DistributionAfter(logits []float32, history []int32, prompt int) []float64 {
-	return p.distribution(make([]float64, len(logits)), logits, history, prompt)
+	probs, _ := p.distribution(make([]float64, len(logits)), logits, history, prompt)
+	return probs
 }
 
 // distribution is DistributionAfter into probs, which must be zeros of the
-// logits' length.
-func (p Params) distribution(probs []float64, logits []float32, history []int32, prompt int) []float64 {
+// logits' length. kept lists, in index order, the only entries it may have
+// set, where top-k cut the candidates (nil: any).
+func (p Params) distribution(probs []float64, logits []float32, history []int32, prompt int) (_ []float64, kept []int32) {
 	l := logits
 	if p.penalizes() {
 		l = slices.Clone(logits)
@@ -207,7 +220,7 @@ func (p Params) distribution(probs []float64, logits []float32, history []int32,
 	}
 	if p.Greedy() {
 		probs[Argmax(l)] = 1
-		return probs
+		return probs, nil
 	}
 	topP := p.TopP > 0 && p.TopP < 1
 	cut := p.TopK > 0 && p.TopK < len(l)
@@ -215,7 +228,7 @@ func (p Params) distribution(probs []float64, logits []float32, history []int32,
 	// the k-th largest, so ties with it stay), listed in index order (kept;
 	// nil: every token). Only top-k and top-p need them ranked, and only
 	// top-p needs a whole vocabulary ranked.
-	var order, kept []int32
+	var order []int32
 	if cut || topP {
 		r := newRanking(l, p.TopK)
 		order = make([]int32, len(r.ranked))
@@ -227,10 +240,18 @@ func (p Params) distribution(probs []float64, logits []float32, history []int32,
 			kept = slices.Sorted(slices.Values(order))
 		}
 	}
-	best := Argmax(l)
-	if l[best] != l[best] { // every logit NaN: nothing to sample from
-		probs[best] = 1
-		return probs
+	var best int32
+	switch {
+	case len(order) > 0:
+		best = order[0] // the argmax: ranked ties put the lowest index first
+	case cut || topP: // every logit NaN: nothing to sample from
+		probs[0] = 1
+		return probs, nil
+	default:
+		if best = Argmax(l); l[best] != l[best] {
+			probs[best] = 1
+			return probs, nil
+		}
 	}
 	exps(probs, l, kept, float64(l[best]), p.Temperature)
 	normalize(probs, kept)
@@ -254,7 +275,7 @@ func (p Params) distribution(probs []float64, logits []float32, history []int32,
 	if p.MinP > 0 && dropBelow(probs, kept, p.MinP*probs[best]) {
 		normalize(probs, kept)
 	}
-	return probs
+	return probs, kept
 }
 
 // exps sets probs[i] = exp((l[i] - maxL) / temperature) at the candidates
@@ -332,6 +353,25 @@ func dropBelow(probs []float64, kept []int32, floor float64) bool {
 // penalizes reports whether PenalizeAfter changes anything.
 func (p Params) penalizes() bool {
 	return (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0
+}
+
+// drawAt is Draw over probs whose positive entries are all at kept (in
+// index order): the same pick, without a vocabulary's walk.
+func drawAt(probs []float64, kept []int32, u float64) int32 {
+	var cum float64
+	last := int32(-1)
+	for _, i := range kept {
+		q := probs[i]
+		if q <= 0 {
+			continue
+		}
+		cum += q
+		last = i
+		if u < cum {
+			return i
+		}
+	}
+	return last
 }
 
 // Draw picks an index from probs with the uniform number u in [0, 1):
