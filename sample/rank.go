@@ -92,18 +92,8 @@ func (r *ranking) free() {
 	rankings.Unlock()
 }
 
-// entryIndex and entryValue unpack a ranked entry.
+// entryIndex unpacks a ranked entry's index.
 func entryIndex(e uint64) int32 { return int32(uint32(e)) }
-
-func entryValue(e uint64) float32 {
-	b := ^uint32(e >> 32)
-	if b&(1<<31) != 0 {
-		b &^= 1 << 31
-	} else {
-		b = ^b
-	}
-	return math.Float32frombits(b)
-}
 
 // descKey maps a non-NaN value to a key that sorts ascending as the values
 // sort descending, with -0 and +0 the same key.

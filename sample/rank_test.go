@@ -54,9 +54,6 @@ func TestRankingMatchesStableSort(t *testing.T) {
 			got := make([]int32, len(rk.ranked))
 			for j, e := range rk.ranked {
 				got[j] = entryIndex(e)
-				if v, w := entryValue(e), l[got[j]]; v != w || (v == 0 && math.Signbit(float64(v))) {
-					t.Fatalf("n %d: entry %d unpacks to value %v, the logit is %v (want -0 as +0)", n, j, v, w)
-				}
 			}
 			rk.free()
 			if want := stableRank(l, k); !slices.Equal(got, want) {
