@@ -155,15 +155,7 @@ func (e *Engine) decodeAhead(rs []*request) {
 			next = nil
 			e.rollBack(rs, nan)
 		}
-		e.endDone(rs)
-		// With a request ended the run stops here anyway; a step ahead that
-		// failed touched no cache (Forward checks before it writes), and the
-		// next step on the host's turn meets and reports the same error.
-		if aheadErr != nil && !ended {
-			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
-			return
-		}
-		if next == nil {
+		if e.endStep(rs, ended, aheadErr) || next == nil {
 			return
 		}
 		cur = next
@@ -279,12 +271,7 @@ func (e *Engine) sampleAhead(rs []*request) {
 			next = nil
 			e.rollBack(rs, nil)
 		}
-		e.endDone(rs)
-		if aheadErr != nil && !ended {
-			e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
-			return
-		}
-		if next == nil {
+		if e.endStep(rs, ended, aheadErr) || next == nil {
 			return
 		}
 		cur = next
@@ -308,6 +295,21 @@ func (e *Engine) emitRun(rs []*request, toks []int32, t0 time.Time) (now time.Ti
 		ended = ended || r.seq.Done
 	}
 	return now, ended
+}
+
+// endStep ends the requests of a run that are done, with their reasons,
+// and reports whether the run fails: its step ahead failed (aheadErr)
+// while no request ended. With a request ended the run stops anyway; a
+// step ahead that failed touched no cache (Forward checks before it
+// writes), and the next step on the host's turn meets and reports the same
+// error.
+func (e *Engine) endStep(rs []*request, ended bool, aheadErr error) bool {
+	e.endDone(rs)
+	if aheadErr != nil && !ended {
+		e.failAll(fmt.Errorf("engine: forward pass: %w", aheadErr))
+		return true
+	}
+	return false
 }
 
 // endDone ends the requests of a run that are done, with their reasons.
