@@ -3,7 +3,7 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|checkpoint|sampled]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|checkpoint|sampled|sampled-spec]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
@@ -12,7 +12,7 @@
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # checkpoint: a 31B verify's checkpoint interval swept, with and without
 # PDL for verifies; sampled: sampled decoding, temperature alone and with
-# Gemma 4's top-k and top-p.
+# Gemma 4's top-k and top-p; sampled-spec: sampled speculative decoding.
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
@@ -110,6 +110,13 @@ for w in "${want[@]}"; do
       for shape in e2b 31b; do
         bench "sampled-$shape-temperature" -- --preset "gemma4-$shape" --temperature 1 --contexts 128 --tokens 64 --engine
         bench "sampled-$shape-gemma" -- --preset "gemma4-$shape" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64 --engine
+      done
+      ;;
+    sampled-spec) # sampled speculative decoding with Gemma 4's defaults, E2B and 31B, at P = 0.8 and 0 (each draft's distribution is computed on the host)
+      for shape in e2b 31b; do
+        for p in 0.8 0; do
+          bench "sampled-spec-$shape-$p" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance "$p" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64
+        done
       done
       ;;
     checkpoint) # a 31B P = 0 round with every, every second and every third checkpoint, and none; by default and without PDL for verifies
