@@ -215,12 +215,14 @@ type LateUploader interface {
 	// LateI32 queues an upload of n values that values computes: it is
 	// called once, before anything that reads the tensor runs on the
 	// device (with a recording, just before its graph launches), and may
-	// take its time. got waits until values has run (not for the device's
-	// work) and reports what failed; call it after the recording ends.
+	// take its time, but must not panic and must return n values (it may
+	// run on the device's own thread). got waits until values has run (not
+	// for the device's work) and reports what failed; call it after the
+	// recording ends.
 	LateI32(n int, values func() []int32) (t *Tensor, got func() error)
 	// ReadLate queues a copy of t to the host, behind the work issued so
 	// far; the function it returns waits for it, and may be called only
-	// from a late upload's values.
+	// from the values of a late upload queued after this ReadLate.
 	ReadLate(t *Tensor) func() ([]float32, error)
 }
 

@@ -57,10 +57,11 @@ func (b *Backend) LateI32(n int, values func() []int32) (*compute.Tensor, func()
 // lateRead is the pinned host memory ReadLate's copies land in, one copy
 // at a time (another waits for the device instead).
 type lateRead struct {
-	mu   sync.Mutex
-	busy bool
-	base unsafe.Pointer
-	size int
+	mu      sync.Mutex
+	busy    bool
+	base    unsafe.Pointer
+	size    int
+	pending func() ([]float32, error) // the wait of the copy in the buffer
 }
 
 // ReadLate implements compute.LateUploader: the copy lands in pinned
@@ -75,6 +76,13 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 	n := 4 * t.Len()
 	r := &b.late
 	r.mu.Lock()
+	if pending := r.pending; r.busy && pending != nil {
+		// A wait nobody called (its step failed before its late upload ran
+		// its values): take it on the device thread, which frees the buffer.
+		r.mu.Unlock()
+		b.dev.do(func() error { _, err := pending(); return err })
+		r.mu.Lock()
+	}
 	free := !r.busy && n > 0
 	r.busy = r.busy || free
 	r.mu.Unlock()
@@ -82,7 +90,7 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 		host := b.ToF32(t)
 		return func() ([]float32, error) { return host, nil }
 	}
-	release := func() { r.mu.Lock(); r.busy = false; r.mu.Unlock() }
+	release := func() { r.mu.Lock(); r.busy, r.pending = false, nil; r.mu.Unlock() }
 	if r.size < n {
 		err := b.dev.do(func() error {
 			if r.base != nil {
@@ -119,12 +127,13 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 	})
 	// Runs on the device thread, after the call sent above (queued and ev
 	// are its).
-	return sync.OnceValues(func() ([]float32, error) {
+	wait := sync.OnceValues(func() ([]float32, error) {
 		defer release()
 		if ev != 0 {
 			defer b.dev.d.cuEventDestroy(ev)
 		}
 		if queued != nil {
+			b.dev.d.cuCtxSynchronize() // a copy queued before the failure must not land in a buffer handed out again
 			return nil, queued
 		}
 		if err := b.dev.d.check("cuEventSynchronize", b.dev.block(func() result { return b.dev.d.cuEventSynchronize(ev) })); err != nil {
@@ -134,4 +143,8 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 		copy(out, unsafe.Slice((*float32)(r.base), n/4))
 		return out, nil
 	})
+	r.mu.Lock()
+	r.pending = wait
+	r.mu.Unlock()
+	return wait
 }
