@@ -15,7 +15,8 @@ import (
 
 // aheadEnv is read each time an engine starts: "0", "off", "false" or
 // "no" keeps every engine step on the host's turn (for comparisons);
-// anything else, or nothing, lets greedy requests decode ahead.
+// anything else, or nothing, lets greedy requests decode ahead and sampled
+// ones sample ahead.
 const aheadEnv = "TANDEM_ENGINE_AHEAD"
 
 // Live reports whether name is a switch New reads, so that a process may
