@@ -536,14 +536,20 @@ func (b *Backend) ToF32(t *compute.Tensor) []float32 {
 	if t.Len() == 0 {
 		return []float32{}
 	}
-	if t.DType() != compute.F32 {
-		w := b.alloc(compute.F32, t.Len())
-		b.Copy(w, 0, t.Reshape(t.Len()))
-		t = w
-	}
+	t = b.asF32(t)
 	out := make([]float32, t.Len())
 	b.download(unsafe.Pointer(unsafe.SliceData(out)), 4*len(out), t)
 	return out
+}
+
+// asF32 is t, or a copy widened to F32 when it is BF16 or F16.
+func (b *Backend) asF32(t *compute.Tensor) *compute.Tensor {
+	if t.DType() == compute.F32 {
+		return t
+	}
+	w := b.alloc(compute.F32, t.Len())
+	b.Copy(w, 0, t.Reshape(t.Len()))
+	return w
 }
 
 var _ compute.Prefetcher = (*Backend)(nil)

@@ -68,12 +68,12 @@ type lateRead struct {
 // memory, behind the work issued so far, and the wait (on the device
 // thread, inside a late upload's values) is an event's.
 func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
-	if t.DType() != compute.F32 {
-		w := b.alloc(compute.F32, t.Len())
-		b.Copy(w, 0, t.Reshape(t.Len()))
-		t = w
-	}
+	t = b.asF32(t)
 	n := 4 * t.Len()
+	now := func() func() ([]float32, error) { // a copy waited for here instead
+		host := b.ToF32(t)
+		return func() ([]float32, error) { return host, nil }
+	}
 	r := &b.late
 	r.mu.Lock()
 	if pending := r.pending; r.busy && pending != nil {
@@ -87,8 +87,7 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 	r.busy = r.busy || free
 	r.mu.Unlock()
 	if !free {
-		host := b.ToF32(t)
-		return func() ([]float32, error) { return host, nil }
+		return now()
 	}
 	release := func() { r.mu.Lock(); r.busy, r.pending = false, nil; r.mu.Unlock() }
 	if r.size < n {
@@ -106,8 +105,7 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 		})
 		if err != nil {
 			release()
-			host := b.ToF32(t)
-			return func() ([]float32, error) { return host, nil }
+			return now()
 		}
 	}
 	src := memOf(t).ptr
