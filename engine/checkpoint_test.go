@@ -4,10 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"tandem/compute"
 	"tandem/compute/computetest"
 	"tandem/compute/cpu"
-	"tandem/model/gemma4"
+	"tandem/model/gemma4/gemma4test"
 	"tandem/sample"
 )
 
@@ -17,15 +16,8 @@ import (
 // one sampled token too. The tiny E2B preset's ten layers take one
 // checkpoint a pass: the prompt's step, then one a decode step.
 func TestStepsCheckpoint(t *testing.T) {
-	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := &computetest.Checkpointing{Backend: cpu.New(0)}
-	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := gemma4test.Random(t, "gemma4-tiny-e2b", c)
 	e, err := New(Config{Model: m, Parallel: 1, CtxSize: 256})
 	if err != nil {
 		t.Fatal(err)

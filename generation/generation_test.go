@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"tandem/compute"
 	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
+	"tandem/model/gemma4/gemma4test"
 	"tandem/sample"
 )
 
@@ -472,15 +472,8 @@ func TestPrefillReturnsLastRowOfLogitsAll(t *testing.T) {
 // a prompt's pass. The tiny E2B preset's ten layers take one checkpoint a
 // pass: the prompt's, then one a decode step.
 func TestHostStepsCheckpoint(t *testing.T) {
-	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := &computetest.Checkpointing{Backend: cpu.New(0)}
-	m, err := p.Random(c, compute.BF16, 7, gemma4.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := gemma4test.Random(t, "gemma4-tiny-e2b", c)
 	res := generate(t, m, prompt(m, 5, 1), Options{MaxTokens: 4, Sample: sample.Params{Temperature: 0.8, Seed: 3}})
 	if want := 1 + len(res.Tokens) - 1; c.Calls() != want {
 		t.Errorf("%d checkpoints for a prompt and %d decode steps, want %d", c.Calls(), len(res.Tokens)-1, want)
@@ -493,17 +486,11 @@ func TestHostStepsCheckpoint(t *testing.T) {
 // must be the host loop's, at every budget and on stop tokens. The late
 // path must also have run for every step it can take (all but the last).
 func TestSampleAheadMatchesHostLoop(t *testing.T) {
-	p, err := gemma4.LookupPreset("gemma4-tiny-e2b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	late := &computetest.Late{Backend: cpu.New(0)}
 	host := &computetest.Checkpointing{Backend: cpu.New(0)} // hides the same backend interfaces
-	models := map[string]*gemma4.Model{}
-	for name, b := range map[string]compute.Backend{"late": late, "host": host} {
-		if models[name], err = p.Random(b, compute.BF16, 7, gemma4.LoadOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	models := map[string]*gemma4.Model{
+		"late": gemma4test.Random(t, "gemma4-tiny-e2b", late),
+		"host": gemma4test.Random(t, "gemma4-tiny-e2b", host),
 	}
 	ids := prompt(models["host"], 9, 4)
 	hot := sample.Params{Temperature: 1.5, TopK: 40, TopP: 0.95, Seed: 5}
