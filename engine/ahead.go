@@ -37,19 +37,31 @@ func aheadSetting() bool {
 // (a step decoded ahead is issued before the previous one's token is out).
 func canAhead(cfg Config) bool {
 	_, async := cfg.Model.Backend().(compute.Prefetcher)
-	return async && cfg.Model.DeviceTokens() && cfg.beforeStep == nil && aheadSetting()
+	return async && canRun(cfg)
+}
+
+// canRun reports what running steps ahead of the host (decodeAhead,
+// sampleAhead) needs beyond the backend: a model that takes device tokens,
+// no test gating the steps, and TANDEM_ENGINE_AHEAD not off.
+func canRun(cfg Config) bool {
+	return cfg.Model.DeviceTokens() && cfg.beforeStep == nil && aheadSetting()
 }
 
 // aheadRequests are the running requests whose next steps may be decoded
 // ahead together, or nil: every one of them past its prompt, without a
 // drafter, its tokens depending on the argmax alone (greedy without
 // penalties or logprobs).
-func (e *Engine) aheadRequests() []*request {
-	if !e.ahead || len(e.active) == 0 {
+func (e *Engine) aheadRequests() []*request { return e.runRequests(e.ahead, true) }
+
+// runRequests are the running requests, if on and every one is past its
+// prompt, without a drafter or logprobs, and (argmaxOnly) greedy on the
+// argmax alone; else nil.
+func (e *Engine) runRequests(on, argmaxOnly bool) []*request {
+	if !on || len(e.active) == 0 {
 		return nil
 	}
 	for _, r := range e.active {
-		if r.prefilling() || r.draft != nil || r.logprobs || !r.seq.Params().ArgmaxOnly() {
+		if r.prefilling() || r.draft != nil || r.logprobs || argmaxOnly && !r.seq.Params().ArgmaxOnly() {
 			return nil
 		}
 	}
@@ -168,22 +180,12 @@ func (e *Engine) decodeAhead(rs []*request) {
 // no test gates the steps (as canAhead).
 func canSampleAhead(cfg Config) bool {
 	_, late := cfg.Model.Backend().(compute.LateUploader)
-	return late && cfg.Model.DeviceTokens() && cfg.beforeStep == nil && aheadSetting()
+	return late && canRun(cfg)
 }
 
 // sampleRequests are the running requests whose steps sampleAhead may run,
 // or nil: every one past its prompt, without a drafter or logprobs.
-func (e *Engine) sampleRequests() []*request {
-	if !e.late || len(e.active) == 0 {
-		return nil
-	}
-	for _, r := range e.active {
-		if r.prefilling() || r.draft != nil || r.logprobs {
-			return nil
-		}
-	}
-	return slices.Clone(e.active)
-}
+func (e *Engine) sampleRequests() []*request { return e.runRequests(e.late, false) }
 
 // sampleAhead runs the steps of rs as generation.Generate runs a sampled
 // sequence's: each step is recorded while the last one runs, its tokens a
