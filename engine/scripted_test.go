@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"tandem/sample"
 	"tandem/spec"
 )
 
@@ -41,7 +42,7 @@ func (s *script) Propose(r spec.Round) (spec.Proposal, error) {
 				q[i] = 0.3 / float64(vocab)
 			}
 			q[tok] += 0.7
-			p.Probs = append(p.Probs, q)
+			p.Probs = append(p.Probs, sample.Dense(q))
 		}
 	}
 	return p, nil

@@ -253,9 +253,17 @@ func (p Params) distribution(probs []float64, logits []float32, history []int32,
 			return probs, nil
 		}
 	}
+	p.shape(probs, l, kept, order, best)
+	return probs, kept
+}
+
+// shape sets probs at the candidates (kept, in index order; nil: every
+// token) to the tempered softmax of l, then cuts it by top-p (order: the
+// candidates ranked, when top-p is on) and min-p. best is the argmax.
+func (p Params) shape(probs []float64, l []float32, kept, order []int32, best int32) {
 	exps(probs, l, kept, float64(l[best]), p.Temperature)
 	normalize(probs, kept)
-	if topP {
+	if p.TopP > 0 && p.TopP < 1 {
 		// Summed from the least likely token up, as HF does, so that a mass
 		// reached exactly is decided the same way; the most likely stays.
 		var cum float64
@@ -275,7 +283,6 @@ func (p Params) distribution(probs []float64, logits []float32, history []int32,
 	if p.MinP > 0 && dropBelow(probs, kept, p.MinP*probs[best]) {
 		normalize(probs, kept)
 	}
-	return probs, kept
 }
 
 // exps sets probs[i] = exp((l[i] - maxL) / temperature) at the candidates

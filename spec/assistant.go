@@ -134,6 +134,7 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 			return nil, err
 		}
 		var greedy []int32 // computed once for all rows, when some row drafts greedily
+		tops := topsFor(a, out.Normed, ds, idx)
 		for x, i := range idx {
 			d := ds[i]
 			if d.Sample.Greedy() {
@@ -145,12 +146,19 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 				if hist[i] == nil {
 					hist[i] = slices.Clone(rs[i].History)
 				}
-				// One row at a time: the centroid head fills the tokens
-				// outside its clusters with the minimum over all rows of
-				// the call (as HF does), so a batched call would change q.
-				lg := b.ToF32(a.Logits(b.Slice(out.Normed, x, x+1)))
-				q := d.Sample.DistributionAfter(lg, hist[i], rs[i].Prompt)
-				toks[i] = sample.Draw(q, d.rng.Uniform())
+				q, ok := sample.Dist{}, false
+				if tops != nil {
+					q, ok = d.Sample.FromTop(tops[x])
+				}
+				if !ok {
+					// One row at a time: the centroid head fills the tokens
+					// outside its clusters with the minimum over all rows
+					// of the call (as HF does), so a batched call would
+					// change q (top-k's cut never reaches those tokens).
+					lg := b.ToF32(a.Logits(b.Slice(out.Normed, x, x+1)))
+					q = sample.Dense(d.Sample.DistributionAfter(lg, hist[i], rs[i].Prompt))
+				}
+				toks[i] = q.Draw(d.rng.Uniform())
 				props[i].Probs = append(props[i].Probs, q)
 				hist[i] = append(hist[i], toks[i])
 			}
@@ -160,4 +168,24 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 		end()
 	}
 	return props, nil
+}
+
+// topsFor is each of a drafter step's rows' largest logits, read in one
+// download, where some row samples with a top-k that they decide
+// (sample.Params.TopNeeded); nil where none does, or the head cannot give
+// them. rows[x] drafts for ds[idx[x]].
+func topsFor(a *gemma4.Assistant, normed *compute.Tensor, ds []*Assistant, idx []int) []sample.Top {
+	V, n := a.Config.Text.VocabSize, 0
+	for _, i := range idx {
+		n = max(n, ds[i].Sample.TopNeeded(V))
+	}
+	if n == 0 {
+		return nil
+	}
+	vals, ids, ok := a.TopAt(normed, n)
+	if !ok {
+		return nil
+	}
+	b := a.Backend()
+	return sample.Tops(b.ToF32(vals), b.ToI32(ids), n, V)
 }

@@ -91,7 +91,15 @@ type Verdict struct {
 // verify row i (pending, then drafts 1..i as inputs). It records the round
 // in st and emits the tokens into seq.
 func (j Judge) Round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32) Verdict {
-	return j.round(seq, st, prop, row, nil)
+	return j.round(seq, st, prop, row, nil, nil)
+}
+
+// RoundTop is Round with each verify row's largest logits (tops[i], at
+// least the sequence's sample.Params.TopNeeded of them), which decide the
+// target's distributions under top-k without row's vocabulary; row is read
+// only where they do not (sample.Params.FromTop).
+func (j Judge) RoundTop(seq *generation.Seq, st *Stats, prop Proposal, tops []sample.Top, row func(int) []float32) Verdict {
+	return j.round(seq, st, prop, row, nil, tops)
 }
 
 // RoundPicked is Round with each verify row's argmax already picked (on
@@ -103,10 +111,11 @@ func (j Judge) RoundPicked(seq *generation.Seq, st *Stats, prop Proposal, pick f
 	if !seq.Params().ArgmaxOnly() {
 		panic("spec: RoundPicked for a sequence whose sampling needs the logits")
 	}
-	return j.round(seq, st, prop, nil, pick)
+	return j.round(seq, st, prop, nil, pick, nil)
 }
 
-func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32, pick func(int) int32) Verdict {
+func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32, pick func(int) int32,
+	tops []sample.Top) Verdict {
 	k := len(prop.Tokens)
 	var v Verdict
 	switch {
@@ -115,9 +124,12 @@ func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 		for v.Accepted < k && rng.Uniform() < j.SyntheticAcceptance {
 			v.Accepted++
 		}
-		if pick != nil {
+		switch {
+		case pick != nil:
 			v.Next = pick(v.Accepted)
-		} else {
+		case tops != nil && tops[v.Accepted].Values[0] == tops[v.Accepted].Values[0]:
+			v.Next = tops[v.Accepted].IDs[0] // a device's top-k leads with the argmax, NaN aside
+		default:
 			v.Next = sample.Argmax(row(v.Accepted))
 		}
 	case pick != nil:
@@ -128,7 +140,7 @@ func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 			return seq.Sampler().NextAfter(row(n), hist[:base+n], seq.Prompt) // penalised over the history up to row n
 		})
 	default:
-		v.Next, v.Accepted = rejectionSample(seq, prop, row)
+		v.Next, v.Accepted = rejectionSample(seq, prop, row, tops)
 	}
 	for _, tok := range append(prop.Tokens[:v.Accepted:v.Accepted], v.Next) {
 		v.Emitted = append(v.Emitted, tok)
@@ -159,21 +171,30 @@ func greedyWalk(prop Proposal, choose func(int) int32) (next int32, n int) {
 // drafter's; at the first rejection it draws from the residual
 // normalize(max(0, p − q)); if every draft is accepted it draws the bonus
 // from p. The emitted tokens are distributed exactly as plain sampling's.
-func rejectionSample(seq *generation.Seq, prop Proposal, row func(int) []float32) (next int32, n int) {
+// p comes from tops where they decide it, else from row's logits.
+func rejectionSample(seq *generation.Seq, prop Proposal, row func(int) []float32, tops []sample.Top) (next int32, n int) {
 	p, s := seq.Params(), seq.Sampler()
 	hist := withDrafts(seq, prop)
 	base, k := len(seq.History), len(prop.Tokens)
+	target := func(n int) sample.Dist {
+		if tops != nil {
+			if d, ok := p.FromTop(tops[n]); ok {
+				return d
+			}
+		}
+		return sample.Dense(p.DistributionAfter(row(n), hist[:base+n], seq.Prompt))
+	}
 	for n < k {
 		d := prop.Tokens[n]
-		pt := p.DistributionAfter(row(n), hist[:base+n], seq.Prompt)
-		q := prop.Probs[n]
-		if u := s.Uniform(); q[d] > 0 && u < pt[d]/q[d] {
+		pt := target(n)
+		qd := prop.Probs[n].At(d)
+		if u := s.Uniform(); qd > 0 && u < pt.At(d)/qd {
 			n++
 			continue
 		}
-		return sample.Draw(residual(pt, q), s.Uniform()), n
+		return residual(pt, prop.Probs[n]).Draw(s.Uniform()), n
 	}
-	return sample.Draw(p.DistributionAfter(row(k), hist[:base+k], seq.Prompt), s.Uniform()), k
+	return target(k).Draw(s.Uniform()), k
 }
 
 // withDrafts is the history followed by the drafts: the target's row i has
@@ -183,20 +204,22 @@ func withDrafts(seq *generation.Seq, prop Proposal) []int32 {
 	return append(append(h, seq.History...), prop.Tokens...)
 }
 
-// residual is normalize(max(0, p − q)); where p ≤ q everywhere (which
-// happens only through rounding once p and q agree) it is p itself.
-func residual(p, q []float64) []float64 {
-	r := make([]float64, len(p))
+// residual is normalize(max(0, p − q)) over p's tokens (where p has none,
+// neither has the residual); where p ≤ q everywhere (which happens only
+// through rounding once p and q agree) it is p itself. Sparse or dense, it
+// sums and draws in token order, so the token drawn is the same.
+func residual(p, q sample.Dist) sample.Dist {
+	r := sample.Dist{Index: p.Index, Prob: make([]float64, len(p.Prob))}
 	var z float64
-	for i := range p {
-		r[i] = max(0, p[i]-q[i])
-		z += r[i]
+	for j, pj := range p.Prob {
+		r.Prob[j] = max(0, pj-q.At(p.Token(j)))
+		z += r.Prob[j]
 	}
 	if z <= 0 || math.IsNaN(z) {
 		return p
 	}
-	for i := range r {
-		r[i] /= z
+	for j := range r.Prob {
+		r.Prob[j] /= z
 	}
 	return r
 }

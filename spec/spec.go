@@ -99,7 +99,7 @@ type Result struct {
 // distribution Tokens[i] was drawn from (nil for greedy drafting).
 type Proposal struct {
 	Tokens []int32
-	Probs  [][]float64
+	Probs  []sample.Dist
 }
 
 // Round is what a drafter knows when a round starts.
@@ -291,11 +291,23 @@ func hostRound(m *gemma4.Model, d Drafter, seq *generation.Seq, cache *kvcache.C
 	t0 := time.Now()
 	end := compute.Record(b, fmt.Sprintf("verify%d", r.K+1))
 	out, err := m.Forward([]gemma4.Row{{Tokens: append([]int32{r.Pending}, prop.Tokens...), Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
-	end()
 	if err != nil {
+		end()
 		return Verdict{}, nil, err
 	}
-	v := judge.Round(seq, st, prop, VerifyRows(m, out.Hidden, 0, r.K+1))
+	// Sampling with a top-k reads each row's largest logits, which decide
+	// its distribution (sample.Params.FromTop), not the vocabulary.
+	V := m.Config.Text.VocabSize
+	var vals, ids *compute.Tensor
+	if n := seq.Params().TopNeeded(V); n > 0 {
+		vals, ids = b.TopK(m.Logits(out.Hidden), n)
+	}
+	end()
+	var tops []sample.Top
+	if vals != nil {
+		tops = sample.Tops(b.ToF32(vals), b.ToI32(ids), vals.Dim(-1), V)
+	}
+	v := judge.RoundTop(seq, st, prop, tops, VerifyRows(m, out.Hidden, 0, r.K+1))
 	st.VerifyTime += time.Since(t0)
 	return v, out.Hidden, nil
 }

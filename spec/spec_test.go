@@ -328,7 +328,7 @@ func (d noisyTarget) Propose(r spec.Round) (spec.Proposal, error) {
 			q[i] /= z
 		}
 		tok := sample.Draw(q, d.rng.Float64())
-		p.Tokens, p.Probs = append(p.Tokens, tok), append(p.Probs, q)
+		p.Tokens, p.Probs = append(p.Tokens, tok), append(p.Probs, sample.Dense(q))
 		seq = append(seq, tok)
 	}
 	return p, nil
@@ -521,5 +521,50 @@ func deviceRoundsMatchHostRounds(t *testing.T, preset, ahead string) {
 		case ahead == "always" && tc.synthetic == 0.7 && tc.nanAt == nil && (ds.Ahead == 0 || ds.AheadMissed == 0):
 			t.Fatalf("%s: %d rounds drafted ahead, %d missed; want both", name, ds.Ahead, ds.AheadMissed)
 		}
+	}
+}
+
+// TestSampledTopsKeepTheTokens protects sampling from a device's top-k
+// (sample.Params.FromTop): rounds whose drafter and verify read each row's
+// largest logits give the tokens and statistics of rounds that read whole
+// rows (TANDEM_SAMPLE_TOPS=0), for drafters with and without a centroid
+// head, filters on top of top-k, penalties (which read whole rows), and the
+// synthetic coin (whose correction is the top's argmax).
+func TestSampledTopsKeepTheTokens(t *testing.T) {
+	for _, preset := range presets {
+		t.Run(preset, func(t *testing.T) {
+			m, a := pair(t, preset)
+			p := prompt(30, m.Config.Text.VocabSize, 6)
+			for i, sp := range []sample.Params{
+				{Temperature: 1, TopK: 5},
+				{Temperature: 0.8, TopK: 8, TopP: 0.9},
+				{Temperature: 1.3, TopK: 3, MinP: 0.05},
+				{Temperature: 1, TopK: 5, RepetitionPenalty: 1.2},
+			} {
+				for _, k := range []int{1, 3} {
+					for _, synthetic := range []float64{-1, 0.5} {
+						sp.Seed = uint64(10*i + k)
+						so := spec.Options{Options: generation.Options{MaxTokens: 30, Sample: sp}, DraftTokens: k,
+							Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
+						run := func(tops string) *spec.Result {
+							t.Setenv(sample.TopsEnv, tops)
+							res, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, sp), p, so, nil)
+							if err != nil {
+								t.Fatal(err)
+							}
+							return res
+						}
+						got, want := run("1"), run("0")
+						name := fmt.Sprintf("params %+v, k=%d, synthetic %v", sp, k, synthetic)
+						if !slices.Equal(got.Tokens, want.Tokens) {
+							t.Fatalf("%s: with tops %v, whole rows %v", name, got.Tokens, want.Tokens)
+						}
+						if g, w := got.Stats, want.Stats; g.Rounds != w.Rounds || g.Accepted != w.Accepted || !slices.Equal(g.AcceptedAt, w.AcceptedAt) {
+							t.Fatalf("%s: stats with tops %+v, whole rows %+v", name, g, w)
+						}
+					}
+				}
+			}
+		})
 	}
 }

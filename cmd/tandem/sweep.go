@@ -7,6 +7,7 @@ import (
 
 	"tandem/compute/cuda"
 	"tandem/engine"
+	"tandem/sample"
 	"tandem/spec"
 )
 
@@ -21,7 +22,8 @@ type sweepGroup struct {
 // pairs separated by ","; "none" is the process's own settings, and empty
 // groups are skipped (a 31B group costs seconds of device time). Only
 // switches read at every call can change within a process: the CUDA
-// backend's live ones (cuda.Live) and the speculative loop's (spec.Live).
+// backend's live ones (cuda.Live), the speculative loop's (spec.Live),
+// the engine's (engine.Live) and sampling's (sample.TopsEnv).
 // Without a sweep there is one group, the process's own settings, unnamed.
 func parseSweep(s string) ([]sweepGroup, error) {
 	var gs []sweepGroup
@@ -40,7 +42,7 @@ func parseSweep(s string) ([]sweepGroup, error) {
 			switch {
 			case !ok || !strings.HasPrefix(k, "TANDEM_"):
 				return nil, fmt.Errorf("--sweep: %q is not TANDEM_NAME=VALUE", kv)
-			case !cuda.Live(k) && !spec.Live(k) && !engine.Live(k):
+			case !cuda.Live(k) && !spec.Live(k) && !engine.Live(k) && k != sample.TopsEnv:
 				return nil, fmt.Errorf("--sweep: %s is not a switch read at every call (one read once at start-up goes in the environment for the whole run)", k)
 			}
 			g.env = append(g.env, [2]string{k, v})

@@ -92,7 +92,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
 		"attn_cluster", "attn_cluster_rounds", "random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
@@ -1853,8 +1853,10 @@ func (b *Backend) ArgmaxKeyed(x, keys *compute.Tensor) *compute.Tensor {
 	return out
 }
 
-// TopK implements compute.Backend. It makes k passes over each row, which
-// suits the small k of centroid heads and top logprobs.
+// TopK implements compute.Backend. A k of 1 is argmax; larger ones sort
+// tiles (topk_sort), which takes a vocabulary's 64 best in three short
+// passes where topk's k sweeps of the row took milliseconds. A k past half
+// a tile, which the sorts cannot cut, makes topk's k passes.
 func (b *Backend) TopK(x *compute.Tensor, k int) (values, indices *compute.Tensor) {
 	f32(x, "TopK")
 	if x.Rank() == 0 || k < 0 || k > x.Dim(-1) {
@@ -1863,12 +1865,51 @@ func (b *Backend) TopK(x *compute.Tensor, k int) (values, indices *compute.Tenso
 	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), k)
 	values, indices = b.alloc(compute.F32, shape...), b.alloc(compute.I32, shape...)
 	R := compute.NumElements(x.Shape()[:x.Rank()-1])
-	if k == 1 {
+	switch {
+	case R == 0 || k == 0:
+	case k == 1:
 		b.argmax(ptrOf(values), ptrOf(indices), x)
-		return values, indices
-	}
-	if R > 0 && k > 0 {
+	case k <= topKTile/2:
+		b.topKSort(values, indices, x, R, k)
+	default:
 		b.launch("topk", [3]uint32{uint32(R), 1, 1}, 256, ptrOf(values), ptrOf(indices), ptrOf(x), x.Dim(-1), k)
 	}
 	return values, indices
+}
+
+// topKTile is topk_sort's TOPK_TILE: the most candidates one block sorts.
+const topKTile = 2048
+
+// topKSort runs topk_sort's passes over x's R rows: each cuts a row's n
+// candidates to one tile's k best per tile, until one tile holds them all.
+func (b *Backend) topKSort(values, indices, x *compute.Tensor, R, k int) {
+	D := x.Dim(-1)
+	n := D
+	var in *compute.Tensor // the last pass's keys, two I32 words each; nil: read x
+	inPtr := func() any {
+		if in == nil {
+			return nil
+		}
+		return ptrOf(in)
+	}
+	for {
+		tile := topKTile
+		for tile/2 >= max(n, 2) {
+			tile /= 2
+		}
+		tiles := (n + tile - 1) / tile
+		if tiles == 1 {
+			b.launch("topk_sort", [3]uint32{uint32(R), 1, 1}, 256, nil, ptrOf(values), ptrOf(indices), ptrOf(x), inPtr(), D, n, k, tile)
+			break
+		}
+		out := b.alloc(compute.I32, R*tiles*k*2)
+		b.launch("topk_sort", [3]uint32{uint32(R), uint32(tiles), 1}, 256, ptrOf(out), nil, nil, ptrOf(x), inPtr(), D, n, k, tile)
+		if in != nil {
+			b.recycle(in)
+		}
+		in, n = out, tiles*k
+	}
+	if in != nil {
+		b.recycle(in)
+	}
 }

@@ -242,6 +242,34 @@ var opCases = []opCase{
 		v, i := be.TopK(t, 1)
 		return []*compute.Tensor{be.Argmax(t), v, i}
 	}},
+	{"TopK/vocabulary", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
+		// topk_sort's passes: a vocabulary's row (three passes, a partial
+		// last tile), ties across tiles and at the cut, NaNs, signed zeros,
+		// −Inf, a row of equal values and a row of NaN; k from 2 to the
+		// largest the sorts take, and one past it (topk's k passes).
+		const R, D = 5, 262144 + 77
+		x := randF32(r, R*D)
+		x[100], x[9000], x[D-1] = 9, 9, 9 // a tie across tiles: the lower index first
+		for j := range 70 {               // ties at every cut from 2 to 64
+			x[D+1000+j*3000] = 7
+		}
+		x[D+20000], x[D+2] = float32(math.NaN()), float32(math.NaN()) // NaN ranks first
+		for j := range D {
+			x[2*D+j] = float32(math.Inf(-1))
+		}
+		x[2*D+25000], x[2*D+5000], x[2*D+7] = float32(math.Copysign(0, -1)), 0, -1 // −0 ties +0
+		for j := range D {
+			x[3*D+j], x[4*D+j] = 0.5, float32(math.NaN())
+		}
+		t := be.FromF32(x, R, D)
+		var out []*compute.Tensor
+		for _, k := range []int{2, 65, 1024, 1025} {
+			v, i := be.TopK(t, k)
+			out = append(out, v, i)
+		}
+		v, i := be.TopK(be.FromF32(x[:3*2049], 3, 2049), 1000) // one pass after the first, two tiles
+		return append(out, v, i)
+	}},
 	{"ArgmaxKeyed-GatherI32", 0, func(be compute.Backend, r *rand.Rand) []*compute.Tensor {
 		const R, D = 5, 1300
 		x, keys := randF32(r, R*D), make([]int32, R*D)

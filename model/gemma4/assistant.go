@@ -456,6 +456,44 @@ func (a *Assistant) ArgmaxAt(n *compute.Tensor) *compute.Tensor {
 	return out
 }
 
+// TopAt is each row's m largest logits and their token ids, as F32 and I32
+// [B, m] on the backend: what TopK of Logits gives, where Logits would
+// build the vocabulary. The centroid head ranks only its selected tokens;
+// the others share one logit at most the least of those (Logits), so a
+// row's m largest are among them, up to ties with the m-th. It reports
+// false where a row selects fewer than m tokens (or the vocabulary holds
+// fewer).
+func (a *Assistant) TopAt(n *compute.Tensor, m int) (vals, ids *compute.Tensor, ok bool) {
+	b := a.b
+	if a.centroids == nil {
+		if m > a.Config.Text.VocabSize {
+			return nil, nil, false
+		}
+		vals, ids = b.TopK(b.MatMul(n, a.head), m)
+		return vals, ids, true
+	}
+	top := a.topClusters(n)
+	for r := range n.Dim(0) {
+		tokens, sel := a.selectedRow(n, top, r)
+		L := sel.Dim(-1)
+		if m > L {
+			return nil, nil, false
+		}
+		v, pos := b.TopK(sel, m)
+		t := b.GatherAt(tokens.Reshape(L, 1), pos.Reshape(m)).Reshape(1, m)
+		if vals == nil {
+			vals, ids = v, t
+		} else {
+			vals, ids = b.Concat(vals, v), b.Concat(ids, t) // rows joined end to end
+		}
+	}
+	if vals == nil {
+		return nil, nil, false
+	}
+	B := n.Dim(0)
+	return vals.Reshape(B, m), ids.Reshape(B, m), true
+}
+
 // topClusters is each row's top-k centroids, [B, k] I32.
 func (a *Assistant) topClusters(n *compute.Tensor) *compute.Tensor {
 	_, top := a.b.TopK(a.b.MatMul(n, a.centroids), a.Config.CentroidTopK)

@@ -1,6 +1,7 @@
 package gemma4_test
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -8,10 +9,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"tandem/checkpoint/safetensors"
+	"tandem/compute"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
 )
@@ -105,6 +108,7 @@ func TestAssistantMatchesHFTransformers(t *testing.T) {
 						for j := range Ht {
 							maxH = max(maxH, math.Abs(float64(next[j]-wantHidden[step*Ht+j])))
 						}
+						checkTopAt(t, a, so.Normed, logits)
 						fast := a.Argmax(so.Normed)[0]
 						if full := argmax(logits); fast != full {
 							t.Fatalf("T=%d %s step %d: fast-path argmax %d, full-vocabulary argmax %d", T, conv.name, step, fast, full)
@@ -172,5 +176,39 @@ func TestAssistantBinding(t *testing.T) {
 	}
 	if wrong.Target() != nil {
 		t.Fatal("a failed Bind left the drafter bound")
+	}
+}
+
+// checkTopAt checks TopAt against the full logits of its one row: the m
+// largest values in order, each with the id of a token holding it, no id
+// twice; and a refusal exactly where the centroid head selects fewer than m.
+func checkTopAt(t *testing.T, a *gemma4.Assistant, normed *compute.Tensor, logits []float32) {
+	t.Helper()
+	b := a.Backend()
+	want := slices.Clone(logits)
+	slices.SortFunc(want, func(x, y float32) int { return cmp.Compare(y, x) })
+	selected := len(logits)
+	if a.Config.UseOrderedEmbeddings {
+		selected = a.Config.CentroidTopK * (len(logits) / a.Config.NumCentroids)
+	}
+	for _, m := range []int{1, 2, 65, selected, selected + 1} {
+		vals, ids, ok := a.TopAt(normed, m)
+		if ok != (m <= selected && m <= len(logits)) {
+			t.Fatalf("TopAt(%d) reported %v with %d tokens selected", m, ok, selected)
+		}
+		if !ok {
+			continue
+		}
+		vs, is := b.ToF32(vals), b.ToI32(ids)
+		if !slices.Equal(vs, want[:m]) {
+			t.Fatalf("TopAt(%d): values %v, want %v", m, vs[:min(m, 8)], want[:min(m, 8)])
+		}
+		seen := map[int32]bool{}
+		for j, id := range is {
+			if seen[id] || logits[id] != vs[j] {
+				t.Fatalf("TopAt(%d): entry %d names token %d (logit %v) for %v", m, j, id, logits[id], vs[j])
+			}
+			seen[id] = true
+		}
 	}
 }

@@ -806,6 +806,61 @@ extern "C" __global__ void topk(float* vals, int* idx, const float* x, int D, in
     }
 }
 
+// topk_sort finds each row's k best (above's order) by sorting tiles: block
+// (r, c) sorts tile c of row r's candidates, at most TOPK_TILE of them, and
+// keeps its k best, so each pass cuts a row's n candidates to
+// ceil(n / TOPK_TILE)·k until one tile is left. A candidate is a 64-bit key
+// whose ascending order is above's: rank_key(value) above the index (NaN
+// first; −0 as +0; ties by lower index), and ~0 for no candidate. The first
+// pass reads x (in == nullptr: candidates are x's D values); later ones the
+// last pass's keys (n a row). The last pass (out == nullptr) writes values,
+// read back from x, and indices. Every pass is exact, so the result is the
+// k-pass topk's, in a few sorts instead of k sweeps of the row.
+#define TOPK_TILE 2048
+__device__ __forceinline__ unsigned long long rank_key(float v, int i) {
+    unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); // ascending with v
+    if (v != v) u = 0xffffffffu;                       // NaN ranks first
+    return ((unsigned long long)(~u) << 32) | (unsigned)i;
+}
+extern "C" __global__ void topk_sort(unsigned long long* out, float* vals, int* idx, const float* x,
+                                     const unsigned long long* in, int D, int n, int k, int tile) {
+    pdl_start();
+    __shared__ unsigned long long s[TOPK_TILE];
+    const int r = blockIdx.x, lo = blockIdx.y * tile;
+    for (int j = threadIdx.x; j < tile; j += blockDim.x) {
+        const int at = lo + j;
+        unsigned long long key = ~0ull;
+        if (at < n) key = in ? in[(size_t)r * n + at] : rank_key(x[(size_t)r * D + at], at);
+        s[j] = key;
+    }
+    // Bitonic sort, ascending.
+    for (int size = 2; size <= tile; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < tile / 2; t += blockDim.x) {
+                const int i = 2 * t - (t & (stride - 1)), j = i + stride;
+                const unsigned long long a = s[i], b = s[j];
+                if ((a > b) == ((i & size) == 0)) {
+                    s[i] = b;
+                    s[j] = a;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        const unsigned long long key = s[j];
+        if (out) {
+            out[((size_t)r * gridDim.y + blockIdx.y) * k + j] = key;
+        } else {
+            const int i = (int)(unsigned)key;
+            if (vals) vals[(size_t)r * k + j] = x[(size_t)r * D + i];
+            idx[(size_t)r * k + j] = i;
+        }
+    }
+}
+
 // Attention, in three kernels. The host orders each batch row's keys by
 // position: span[b] holds the row's first and last key positions (2b and
 // 2b + 1; 0 and −1 for a row without keys) and slot_of[b][r] the slot
