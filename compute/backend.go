@@ -220,10 +220,12 @@ type LateUploader interface {
 	// for the device's work) and reports what failed; call it after the
 	// recording ends.
 	LateI32(n int, values func() []int32) (t *Tensor, got func() error)
-	// ReadLate queues a copy of t to the host, behind the work issued so
-	// far; the function it returns waits for it, and may be called only
-	// from the values of a late upload queued after this ReadLate.
-	ReadLate(t *Tensor) func() ([]float32, error)
+	// ReadLate queues copies of ts to the host, behind the work issued so
+	// far; the function it returns waits for them, and may be called only
+	// from the values of a late upload queued after this ReadLate. Each
+	// tensor comes back as its 32-bit words (F32 or I32; BF16 and F16 are
+	// widened to F32): see Float32s and Int32s.
+	ReadLate(ts ...*Tensor) func() ([][]uint32, error)
 }
 
 // Record begins a recording on b if it records, and returns the function

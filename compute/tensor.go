@@ -1,6 +1,9 @@
 package compute
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Tensor is a dense row-major array in one backend's memory. The backend that
 // made it is the only one that may read its data. Tensors are values the model
@@ -99,4 +102,14 @@ func SameShape(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// Float32s views 32-bit words as the float32 values they hold (no copy).
+func Float32s(w []uint32) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
+}
+
+// Int32s views 32-bit words as the int32 values they hold (no copy).
+func Int32s(w []uint32) []int32 {
+	return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
 }

@@ -212,31 +212,69 @@ func (e *Engine) sampleAhead(rs []*request) {
 	for i, r := range rs {
 		rows[i] = gemma4.Row{Tokens: []int32{r.seq.History[len(r.seq.History)-1]}, Cache: r.cache}
 	}
+	// Where every request samples with a top-k, the device ranks each
+	// row's top and only those come back (sample.Params.FromTop).
+	V, n := e.m.Config.Text.VocabSize, 0
+	for _, r := range rs {
+		k := r.seq.Params().TopNeeded(V)
+		if k == 0 {
+			n = 0
+			break
+		}
+		n = max(n, k)
+	}
+	var vals, ids *compute.Tensor // cur's top, where n > 0
+	forward := func() (*compute.Tensor, error) {
+		out, err := e.m.Forward(rows, opt)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			vals, ids = b.TopK(out.Logits, n)
+		}
+		return out.Logits, nil
+	}
 	end := compute.Record(b, site)
-	out, err := e.m.Forward(rows, opt)
+	cur, err := forward()
 	end()
 	if err != nil {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
 		return
 	}
-	cur := out.Logits
 	t0 := time.Now()
-	// sampleAll picks each request's token from host, the last step's
-	// logits [len(rs), V].
-	sampleAll := func(host []float32) []int32 {
-		V := len(host) / len(rs)
-		toks := make([]int32, len(rs))
-		for i, r := range rs {
-			toks[i] = r.seq.Sample(host[i*V : (i+1)*V])
+	// sampleAll picks each request's token from host: the last step's
+	// tops ([len(rs), n] values and ids) or its logits [len(rs), V]. A
+	// request whose top does not decide its token (a tie at top-k's cut, a
+	// NaN) draws nothing and is listed in undecided.
+	sampleAll := func(host [][]uint32) (toks []int32, undecided []int) {
+		toks = make([]int32, len(rs))
+		if n == 0 {
+			l := compute.Float32s(host[0])
+			for i, r := range rs {
+				toks[i] = r.seq.Sample(l[i*V : (i+1)*V])
+			}
+			return toks, nil
 		}
-		return toks
+		for i, top := range sample.Tops(compute.Float32s(host[0]), compute.Int32s(host[1]), n, V) {
+			var ok bool
+			if toks[i], ok = rs[i].seq.SampleTop(top); !ok {
+				undecided = append(undecided, i)
+			}
+		}
+		return toks, undecided
 	}
 	for {
 		var toks []int32
+		var undecided []int
 		var next *compute.Tensor
 		var aheadErr error // reported once cur's tokens are out, as a step on the host's turn would
 		if e.keepAhead(rs) {
-			read := late.ReadLate(cur)
+			var read func() ([][]uint32, error)
+			if n > 0 {
+				read = late.ReadLate(vals, ids)
+			} else {
+				read = late.ReadLate(cur)
+			}
 			var sampleErr error
 			end := compute.Record(b, site)
 			fed, got := late.LateI32(len(rs), func() (ids []int32) {
@@ -250,23 +288,37 @@ func (e *Engine) sampleAhead(rs []*request) {
 					sampleErr = err
 					return make([]int32, len(rs))
 				}
-				toks = sampleAll(host)
+				toks, undecided = sampleAll(host)
 				return toks
 			})
 			for i, r := range rs {
 				rows[i] = gemma4.Row{Next: b.Slice(fed, i, i+1), Cache: r.cache}
 			}
-			out, aheadErr = e.m.Forward(rows, opt)
+			last := cur
+			next, aheadErr = forward()
 			end()
 			if err := errors.Join(got(), sampleErr); err != nil {
 				e.failAll(fmt.Errorf("engine: %w", err))
 				return
 			}
-			if aheadErr == nil {
-				next = out.Logits
+			if len(undecided) > 0 {
+				// The step went out with stand-ins for them: roll it back,
+				// sample those from their logits, and end the run (the
+				// scheduler's next step feeds every token).
+				if aheadErr == nil {
+					e.rollBack(rs, nil)
+				}
+				next = nil
+				for _, i := range undecided {
+					toks[i] = rs[i].seq.Sample(b.ToF32(b.Slice(last, i, i+1)))
+				}
 			}
 		} else {
-			toks = sampleAll(b.ToF32(cur))
+			l := b.ToF32(cur)
+			toks = make([]int32, len(rs))
+			for i, r := range rs {
+				toks[i] = r.seq.Sample(l[i*V : (i+1)*V])
+			}
 		}
 		var ended bool
 		t0, ended = e.emitRun(rs, toks, t0)

@@ -352,6 +352,13 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 		at++
 	}
 	second.StopTokens = []int32{free2[at]}
+	// Every request samples from its top: the device ranks the tops and
+	// only those come back.
+	topKs := []Request{
+		{Prompt: prompt, MaxTokens: 25, Sample: hot},
+		{Prompt: promptOf(7, 42), MaxTokens: 14, Sample: sample.Params{Temperature: 0.9, TopK: 5, Seed: 5}},
+		{Prompt: promptOf(15, 43), MaxTokens: 18, Sample: sample.Params{Temperature: 1.1, TopK: 8, MinP: 0.05, Seed: 6}},
+	}
 	cases := []struct {
 		name string
 		reqs []Request
@@ -367,9 +374,17 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 			second,
 			{Prompt: promptOf(15, 43), MaxTokens: 18, Sample: sample.Params{Temperature: 0.9, TopK: 5, Seed: 5}},
 		}},
+		{"three with top-k together", topKs},
+		{"tops that do not decide", topKs}, // on the CPU, every third top read comes back with a NaN
 	}
+	spoil, _ := m.Backend().(*computetest.Late)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if spoil != nil {
+				if spoil.SpoilTops = 0; tc.name == "tops that do not decide" {
+					spoil.SpoilTops = 3
+				}
+			}
 			e := start(t, Config{Model: m, Parallel: len(tc.reqs)})
 			var chs []<-chan Event
 			for _, r := range tc.reqs {
@@ -378,7 +393,7 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 			for i, ch := range chs {
 				got := collect(t, ch)
 				want, reason, _ := alone(t, tc.reqs[i], nil, 0, 0)
-				if i == 1 && len(tc.reqs) == 3 && reason != FinishStop {
+				if i == 1 && tc.name == "three together, one stopping early" && reason != FinishStop {
 					t.Fatalf("the second request finished %q, want its stop token", reason)
 				}
 				if !slices.Equal(got.tokens, want) || got.final.FinishReason != reason {

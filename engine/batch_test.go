@@ -77,7 +77,8 @@ func runAll(t *testing.T, e *Engine, reqs []Request) []result {
 // running together with the drafter, joining and leaving the batch at
 // different steps, each produce exactly the tokens (and the speculative
 // rounds) they produce alone through spec.Generate; the greedy ones also
-// produce plain greedy decoding's tokens.
+// produce plain greedy decoding's tokens. The engine samples top-k
+// requests from tops ranked on the device, alone from whole rows.
 func TestConcurrentRequestsMatchAlone(t *testing.T) {
 	n := 32
 	if testing.Short() {
@@ -86,6 +87,9 @@ func TestConcurrentRequestsMatchAlone(t *testing.T) {
 	reqs := mixedRequests(t, n, func(p sample.Params) spec.Drafter { return assistantFor(t, p) })
 	e := start(t, Config{Drafter: helper, DraftTokens: 3, Parallel: 8, PrefillSize: 16, CtxSize: 128})
 	got := runAll(t, e, reqs)
+	// Alone, the requests sample from whole rows: the engine's tops
+	// (sample.Params.FromTop) must not change a token.
+	t.Setenv(sample.TopsEnv, "0")
 	var finals []Event
 	for i, r := range reqs {
 		want, reason, st := alone(t, r, assistantFor(t, r.Sample), 3, 16)

@@ -27,6 +27,10 @@ type row struct {
 	// that position's argmax picked on the device (−1 where the logits
 	// hold a NaN: the host decides from logits[j] then).
 	picks []int32
+	// tops[j], for a request sampling with a top-k that decides its tokens
+	// (sample.Params.TopNeeded), is that position's largest logits, ranked
+	// on the device; logits[j] is read only where they do not decide.
+	tops []sample.Top
 }
 
 // pickAt is position j's argmax: the device's pick, or sample.Argmax of
@@ -187,25 +191,40 @@ func (e *Engine) draftAll(rows []row) error {
 // the device, so the host reads one number per position instead of a
 // vocabulary of logits.
 func (e *Engine) logits(rows []row, out *gemma4.Output) {
-	var idx, pidx []int32
+	var idx, pidx, tidx []int32
 	var slots []*[]float32
 	var pslots []*int32
+	var tslots []*sample.Top
+	V, tn := e.m.Config.Text.VocabSize, 0
 	for i := range rows {
 		w := &rows[i]
 		r := w.r
 		pickOnly := r.seq.Params().ArgmaxOnly() && !r.logprobs
+		topN := r.seq.Params().TopNeeded(V)
+		if r.logprobs {
+			topN = 0
+		}
+		// The positions a request samples: the last, or every verify row.
+		first, n := out.Offsets[i+1]-1, 1
+		if !r.prefilling() && r.draft != nil {
+			first, n = out.Offsets[i], len(w.prop.Tokens)+1
+		}
 		switch {
 		case r.prefilling() && r.fed+len(w.tokens) < len(r.req.Prompt):
 			continue // a middle chunk: nothing to sample
 		case pickOnly:
-			first, n := out.Offsets[i+1]-1, 1 // the last position
-			if !r.prefilling() && r.draft != nil {
-				first, n = out.Offsets[i], len(w.prop.Tokens)+1 // every verify row
-			}
 			w.logits, w.picks = make([][]float32, n), make([]int32, n)
 			for j := range n {
 				pidx = append(pidx, int32(first+j))
 				pslots = append(pslots, &w.picks[j])
+			}
+			continue
+		case topN > 0:
+			tn = max(tn, topN) // a longer top's head is a shorter one
+			w.logits, w.tops = make([][]float32, n), make([]sample.Top, n)
+			for j := range n {
+				tidx = append(tidx, int32(first+j))
+				tslots = append(tslots, &w.tops[j])
 			}
 			continue
 		case r.prefilling() || r.draft == nil:
@@ -217,12 +236,12 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 		}
 		slots = append(slots, &w.logits[0])
 	}
-	e.head(out, idx, slots, pidx, pslots)
+	e.head(out, idx, slots, pidx, pslots, tidx, tslots, tn)
 	idx, slots = idx[:0], slots[:0]
 	for i := range rows {
 		w := &rows[i]
 		k := len(w.prop.Tokens)
-		if k == 0 || w.picks != nil {
+		if k == 0 || w.picks != nil || w.tops != nil {
 			continue
 		}
 		if w.r.seq.Params().Greedy() && w.r.seq.Sample(w.logits[0]) != w.prop.Tokens[0] {
@@ -233,29 +252,37 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 			slots = append(slots, &w.logits[j])
 		}
 	}
-	e.head(out, idx, slots, nil, nil)
+	e.head(out, idx, slots, nil, nil, nil, nil, 0)
 }
 
-// head runs the LM head over hidden rows idx and then pidx of out, in one
-// pass. Row idx[j]'s logits go to *slots[j]. Row pidx[j]'s argmax is picked
-// on the device (TopK 1: the lowest index on ties, as sample.Argmax) and
-// goes to *pslots[j], or −1 where the row holds a NaN (where the device's
-// pick and sample.Argmax part).
-func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx []int32, pslots []*int32) {
-	n := len(idx)
-	if n+len(pidx) == 0 {
+// head runs the LM head over hidden rows idx, then pidx, then tidx of out,
+// in one pass. Row idx[j]'s logits go to *slots[j]. Row pidx[j]'s argmax is
+// picked on the device (TopK 1: the lowest index on ties, as sample.Argmax)
+// and goes to *pslots[j], or −1 where the row holds a NaN (where the
+// device's pick and sample.Argmax part). Row tidx[j]'s tn largest logits
+// (TopK) go to *tslots[j].
+func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx []int32, pslots []*int32,
+	tidx []int32, tslots []*sample.Top, tn int) {
+	n, np := len(idx), len(pidx)
+	if n+np+len(tidx) == 0 {
 		return
 	}
 	b := e.m.Backend()
 	V := e.m.Config.Text.VocabSize
-	all := e.m.Logits(b.Gather(out.Hidden, append(slices.Clip(idx), pidx...)))
-	if len(pidx) > 0 {
-		vals, ids := b.TopK(b.Slice(all, n, n+len(pidx)), 1)
+	all := e.m.Logits(b.Gather(out.Hidden, append(append(slices.Clip(idx), pidx...), tidx...)))
+	if np > 0 {
+		vals, ids := b.TopK(b.Slice(all, n, n+np), 1)
 		vs, is := b.ToF32(vals), b.ToI32(ids)
 		for j, s := range pslots {
 			if *s = is[j]; vs[j] != vs[j] {
 				*s = -1
 			}
+		}
+	}
+	if len(tidx) > 0 {
+		vals, ids := b.TopK(b.Slice(all, n+np, n+np+len(tidx)), tn)
+		for j, top := range sample.Tops(b.ToF32(vals), b.ToI32(ids), tn, V) {
+			*tslots[j] = top
 		}
 	}
 	if n > 0 {
@@ -287,12 +314,18 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 			}
 		}
 		var tok int32
-		if w.picks != nil {
-			tok = w.pickAt(0, func(int) []float32 {
-				return spec.VerifyRows(e.m, out.Hidden, out.Offsets[i+1]-1, 1)(0)
-			})
+		last := func(int) []float32 { return spec.VerifyRows(e.m, out.Hidden, out.Offsets[i+1]-1, 1)(0) }
+		switch {
+		case w.picks != nil:
+			tok = w.pickAt(0, last)
 			r.seq.Emit(tok)
-		} else {
+		case w.tops != nil:
+			var ok bool
+			if tok, ok = r.seq.SampleTop(w.tops[0]); !ok {
+				tok = r.seq.Sample(last(0))
+			}
+			r.seq.Emit(tok)
+		default:
 			lg := w.logits[0]
 			tok, _ = r.seq.Next(lg)
 			if r.logprobs {
@@ -306,9 +339,9 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 		rowLogits := func(j int) []float32 {
 			if w.logits[j] == nil {
 				w.logits[j] = lazy(j)
-				if w.picks == nil { // not expected: logits computed what the walk reads
+				if w.picks == nil && w.tops == nil { // not expected: logits computed what the walk reads
 					e.lateHeads++
-				} // (picks leave logits to the rows a NaN sends to the host)
+				} // (picks and tops leave logits to the rows they do not decide)
 			}
 			return w.logits[j]
 		}
@@ -316,7 +349,7 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 		if w.picks != nil {
 			v = spec.Judge{}.RoundPicked(r.seq, &r.stats, w.prop, func(j int) int32 { return w.pickAt(j, rowLogits) })
 		} else {
-			v = spec.Judge{}.Round(r.seq, &r.stats, w.prop, rowLogits)
+			v = spec.Judge{}.RoundTop(r.seq, &r.stats, w.prop, w.tops, rowLogits)
 		}
 		emitted = v.Emitted
 		if r.logprobs {

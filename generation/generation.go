@@ -100,12 +100,17 @@ func Generate(ctx context.Context, m *gemma4.Model, prompt []int32, opt Options,
 	if !m.DeviceTokens() {
 		late = nil
 	}
+	var cur sampled // logits, and their top: sampleAhead's
 	for {
 		if late != nil && seq.Left() > 1 && ctx.Err() == nil {
+			if cur.logits != logits {
+				cur = withTop(m, seq, logits)
+			}
 			var err error
-			if logits, err = sampleAhead(m, cache, seq, logits, late, onToken); logits == nil || err != nil {
+			if cur, err = sampleAhead(m, cache, seq, cur, late, onToken); cur.logits == nil || err != nil {
 				return res, err
 			}
+			logits = cur.logits
 			continue
 		}
 		tok, done := seq.Next(b.ToF32(logits))
@@ -137,18 +142,53 @@ const sampledSite = "decode-sampled"
 
 var sampledStep = gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Checkpoint: true}
 
-// sampleAhead records the step after logits with its token a late upload
-// (compute.LateUploader), picked from logits, which reach the host behind
-// the step still running, only where the step's first part launches: the
-// host records while the device finishes the last step, and the device
-// waits only for the copy and the sampling. It emits the token and returns
-// the new step's logits, or nil once the sequence is done; the step issued
-// after a stop token is wasted device work, as in decodeAhead.
-func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *compute.Tensor, late compute.LateUploader, onToken func(int32)) (*compute.Tensor, error) {
-	read := late.ReadLate(logits)
+// sampled is a step's logits and, where the sequence's top-k decides its
+// token from them (sample.Params.TopNeeded), their top: vals and ids.
+type sampled struct{ logits, vals, ids *compute.Tensor }
+
+// withTop issues the top of logits where the sequence can sample from it.
+func withTop(m *gemma4.Model, seq *Seq, logits *compute.Tensor) sampled {
+	s := sampled{logits: logits}
+	if n := seq.Params().TopNeeded(m.Config.Text.VocabSize); n > 0 {
+		s.vals, s.ids = m.Backend().TopK(logits, n)
+	}
+	return s
+}
+
+// read queues the copy sampling reads: the top, where there is one, else
+// the logits.
+func (s sampled) read(late compute.LateUploader) func() ([][]uint32, error) {
+	if s.vals != nil {
+		return late.ReadLate(s.vals, s.ids)
+	}
+	return late.ReadLate(s.logits)
+}
+
+// sample picks the token from what read copied; false where the top does
+// not decide it (a tie at top-k's cut, a NaN), drawing nothing.
+func (s sampled) sample(seq *Seq, host [][]uint32, vocab int) (int32, bool) {
+	if s.vals != nil {
+		return seq.SampleTop(sample.Top{Values: compute.Float32s(host[0]), IDs: compute.Int32s(host[1]), Vocab: vocab})
+	}
+	return seq.Sample(compute.Float32s(host[0])), true
+}
+
+// sampleAhead records the step after cur with its token a late upload
+// (compute.LateUploader), picked from cur's top or logits, which reach the
+// host behind the step still running, only where the step's first part
+// launches: the host records while the device finishes the last step, and
+// the device waits only for the copy and the sampling. It emits the token
+// and returns the new step's logits, or none once the sequence is done;
+// the step issued after a stop token is wasted device work, as in
+// decodeAhead. Where the top does not decide the token, the step issued
+// with a stand-in is rolled back and the token sampled from the logits.
+func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, cur sampled, late compute.LateUploader, onToken func(int32)) (sampled, error) {
+	b, V := m.Backend(), m.Config.Text.VocabSize
+	read := cur.read(late)
 	var tok int32
+	var undecided bool
 	var sampleErr error
-	end := compute.Record(m.Backend(), sampledSite)
+	end := compute.Record(b, sampledSite)
 	next, got := late.LateI32(1, func() (ids []int32) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -161,13 +201,27 @@ func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *comput
 			sampleErr = err
 			return []int32{0}
 		}
-		tok = seq.Sample(host)
+		var ok bool
+		tok, ok = cur.sample(seq, host, V)
+		undecided = !ok
 		return []int32{tok}
 	})
 	out, err := m.Forward([]gemma4.Row{{Next: next, Cache: cache}}, sampledStep)
+	var s sampled
+	if err == nil {
+		s = withTop(m, seq, out.Logits)
+	}
 	end()
 	if gerr := got(); gerr != nil || sampleErr != nil {
-		return nil, errors.Join(gerr, sampleErr)
+		return sampled{}, errors.Join(gerr, sampleErr)
+	}
+	if undecided {
+		if err == nil {
+			if err := cache.Truncate(cache.Len() - 1); err != nil {
+				return sampled{}, err
+			}
+		}
+		tok = seq.Sample(b.ToF32(cur.logits))
 	}
 	done := seq.Emit(tok)
 	if onToken != nil {
@@ -175,11 +229,19 @@ func sampleAhead(m *gemma4.Model, cache *kvcache.Cache, seq *Seq, logits *comput
 	}
 	switch {
 	case done:
-		return nil, nil
+		return sampled{}, nil
 	case err != nil:
-		return nil, err
+		return sampled{}, err
+	case undecided:
+		end := compute.Record(b, sampledSite)
+		out, err := m.Forward([]gemma4.Row{{Tokens: []int32{tok}, Cache: cache}}, sampledStep)
+		if err == nil {
+			s = withTop(m, seq, out.Logits)
+		}
+		end()
+		return s, err
 	}
-	return out.Logits, nil
+	return s, nil
 }
 
 // decodeAhead is greedy decoding that stays one step ahead of the host, for

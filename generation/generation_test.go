@@ -504,9 +504,13 @@ func TestSampleAheadMatchesHostLoop(t *testing.T) {
 		{"a stop token mid-stream", Options{MaxTokens: 16, Sample: hot, StopTokens: []int32{free[6]}}},
 		{"one token", Options{MaxTokens: 1, Sample: hot}},
 		{"two tokens", Options{MaxTokens: 2, Sample: hot}},
+		{"tops that do not decide", Options{MaxTokens: 16, Sample: hot}}, // every third (late.SpoilTops)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if late.SpoilTops = 0; tt.name == "tops that do not decide" {
+				late.SpoilTops = 3
+			}
 			run := func(m *gemma4.Model) (*Result, []int32) {
 				var seen []int32
 				res, err := Generate(context.Background(), m, ids, tt.opt, func(tok int32) { seen = append(seen, tok) })

@@ -56,6 +56,10 @@ func (s *Seq) Sample(logits []float32) int32 {
 	return s.sampler.NextAfter(logits, s.History, s.Prompt)
 }
 
+// SampleTop is Sample from the row's largest logits, where they decide the
+// token (sample.Sampler.NextTop); false, drawing nothing, where they do not.
+func (s *Seq) SampleTop(top sample.Top) (int32, bool) { return s.sampler.NextTop(top) }
+
 // Next samples the token that follows History and emits it: one step of
 // plain decoding.
 func (s *Seq) Next(logits []float32) (tok int32, done bool) {

@@ -143,3 +143,14 @@ func (p Params) FromTop(top Top) (Dist, bool) {
 	p.shape(d.Prob, l, kept, order, best)
 	return d, true
 }
+
+// NextTop is NextAfter for a row whose largest logits are top, where they
+// decide the distribution (FromTop): the same token, from the same random
+// number. It reports false, drawing nothing, where they do not.
+func (s *Sampler) NextTop(top Top) (int32, bool) {
+	d, ok := s.p.FromTop(top)
+	if !ok {
+		return 0, false
+	}
+	return d.Draw(s.rng.Float64()), true
+}

@@ -5,6 +5,7 @@ package computetest
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"os"
 	"sort"
@@ -273,6 +274,12 @@ func (s *PCGState) Uint64() uint64 {
 type Late struct {
 	compute.Backend
 	calls atomic.Int64
+	// SpoilTops, if positive, makes every SpoilTops-th read of two or more
+	// tensors at once (a row's top: values and ids) come back with a NaN
+	// first value, which no top decides a token from: callers must fall
+	// back to the whole row.
+	SpoilTops int
+	tops      atomic.Int64
 }
 
 // LateI32 implements compute.LateUploader.
@@ -282,7 +289,19 @@ func (b *Late) LateI32(n int, values func() []int32) (*compute.Tensor, func() er
 }
 
 // ReadLate implements compute.LateUploader.
-func (b *Late) ReadLate(t *compute.Tensor) func() ([]float32, error) { return readLate(b, t) }
+func (b *Late) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
+	read := readLate(b, ts)
+	if b.SpoilTops <= 0 || len(ts) < 2 || b.tops.Add(1)%int64(b.SpoilTops) != 0 {
+		return read
+	}
+	return func() ([][]uint32, error) {
+		host, err := read()
+		if err == nil && len(host[0]) > 0 {
+			host[0][0] = math.Float32bits(float32(math.NaN()))
+		}
+		return host, err
+	}
+}
 
 // lateI32 and readLate take the values at once: a CPU runs each op as it
 // is issued.
@@ -291,9 +310,20 @@ func lateI32(b compute.Backend, n int, values func() []int32) (*compute.Tensor, 
 	return t, func() error { return nil }
 }
 
-func readLate(b compute.Backend, t *compute.Tensor) func() ([]float32, error) {
-	host := b.ToF32(t)
-	return func() ([]float32, error) { return host, nil }
+func readLate(b compute.Backend, ts []*compute.Tensor) func() ([][]uint32, error) {
+	host := make([][]uint32, len(ts))
+	for i, t := range ts {
+		if t.DType() == compute.I32 {
+			for _, v := range b.ToI32(t) {
+				host[i] = append(host[i], uint32(v))
+			}
+			continue
+		}
+		for _, v := range b.ToF32(t) {
+			host[i] = append(host[i], math.Float32bits(v))
+		}
+	}
+	return func() ([][]uint32, error) { return host, nil }
 }
 
 // Calls is how many late uploads were asked for so far.

@@ -78,4 +78,6 @@ func (b *Prefetching) LateI32(n int, values func() []int32) (*compute.Tensor, fu
 }
 
 // ReadLate implements compute.LateUploader (see Late).
-func (b *Prefetching) ReadLate(t *compute.Tensor) func() ([]float32, error) { return readLate(b, t) }
+func (b *Prefetching) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
+	return readLate(b, ts)
+}

@@ -370,7 +370,8 @@ func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
 		big := b.Zeros(compute.F32, 32<<20)
 		b.Copy(big, 0, b.Zeros(compute.F32, 32<<20))
 		src := b.Add(b.FromF32(half, 2), b.FromF32(half, 2))
-		read := b.ReadLate(src)
+		marks := b.FromI32([]int32{int32(step), -7}, 2) // a second tensor in the same read, I32
+		read := b.ReadLate(src, marks)
 		calls := 0
 		end := compute.Record(b, "late")
 		ids, got := b.LateI32(2, func() []int32 {
@@ -381,7 +382,11 @@ func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
 				t.Errorf("step %d: ReadLate: %v", step, err)
 				return []int32{0, 0}
 			}
-			return []int32{int32(host[0]), int32(host[1])}
+			if m := compute.Int32s(host[1]); len(host) != 2 || m[0] != int32(step) || m[1] != -7 {
+				t.Errorf("step %d: ReadLate's second tensor came back as %v", step, m)
+			}
+			f := compute.Float32s(host[0])
+			return []int32{int32(f[0]), int32(f[1])}
 		})
 		switch step % 3 {
 		case 1:

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -61,18 +62,28 @@ type lateRead struct {
 	busy    bool
 	base    unsafe.Pointer
 	size    int
-	pending func() ([]float32, error) // the wait of the copy in the buffer
+	pending func() ([][]uint32, error) // the wait of the copy in the buffer
 }
 
 // ReadLate implements compute.LateUploader: the copy lands in pinned
 // memory, behind the work issued so far, and the wait (on the device
 // thread, inside a late upload's values) is an event's.
-func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
-	t = b.asF32(t)
-	n := 4 * t.Len()
-	now := func() func() ([]float32, error) { // a copy waited for here instead
-		host := b.ToF32(t)
-		return func() ([]float32, error) { return host, nil }
+func (b *Backend) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
+	n := 0
+	ts = slices.Clone(ts)
+	for i, t := range ts {
+		if t.DType().Size() != 4 {
+			ts[i] = b.asF32(t)
+		}
+		n += 4 * ts[i].Len()
+	}
+	now := func() func() ([][]uint32, error) { // copies waited for here instead
+		host := make([][]uint32, len(ts))
+		for i, t := range ts {
+			host[i] = make([]uint32, t.Len())
+			b.download(unsafe.Pointer(unsafe.SliceData(host[i])), 4*t.Len(), t)
+		}
+		return func() ([][]uint32, error) { return host, nil }
 	}
 	r := &b.late
 	r.mu.Lock()
@@ -108,7 +119,6 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 			return now()
 		}
 	}
-	src := memOf(t).ptr
 	var ev uintptr
 	var queued error
 	// Sent, not posted: the copy and its event go on the live stream, so a
@@ -118,14 +128,19 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 		if queued = b.dev.d.check("cuEventCreate", b.dev.d.cuEventCreate(&ev, eventDisableTiming)); queued != nil {
 			return
 		}
-		if queued = b.dev.d.check("cuMemcpyDtoHAsync", b.dev.d.cuMemcpyDtoHAsync(r.base, src, uint64(n), b.dev.stream)); queued != nil {
-			return
+		at := r.base
+		for _, t := range ts {
+			m := 4 * t.Len()
+			if queued = b.dev.d.check("cuMemcpyDtoHAsync", b.dev.d.cuMemcpyDtoHAsync(at, memOf(t).ptr, uint64(m), b.dev.stream)); queued != nil {
+				return
+			}
+			at = unsafe.Add(at, m)
 		}
 		queued = b.dev.d.check("cuEventRecord", b.dev.d.cuEventRecord(ev, b.dev.stream))
 	})
 	// Runs on the device thread, after the call sent above (queued and ev
 	// are its).
-	wait := sync.OnceValues(func() ([]float32, error) {
+	wait := sync.OnceValues(func() ([][]uint32, error) {
 		defer release()
 		if ev != 0 {
 			defer b.dev.d.cuEventDestroy(ev)
@@ -137,8 +152,12 @@ func (b *Backend) ReadLate(t *compute.Tensor) func() ([]float32, error) {
 		if err := b.dev.d.check("cuEventSynchronize", b.dev.block(func() result { return b.dev.d.cuEventSynchronize(ev) })); err != nil {
 			return nil, err
 		}
-		out := make([]float32, n/4)
-		copy(out, unsafe.Slice((*float32)(r.base), n/4))
+		words := make([]uint32, n/4)
+		copy(words, unsafe.Slice((*uint32)(r.base), n/4))
+		out := make([][]uint32, len(ts))
+		for i, t := range ts {
+			out[i], words = words[:t.Len():t.Len()], words[t.Len():]
+		}
 		return out, nil
 	})
 	r.mu.Lock()
