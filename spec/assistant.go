@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -117,7 +118,14 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 		toks[i], hidden[i] = r.Pending, r.Hidden
 		steps = max(steps, r.K)
 	}
-	for j := range steps {
+	from := 0
+	if late, n := lateDrafting(a, ds, rs); n > 0 {
+		var err error
+		if from, err = proposeLate(a, ds, rs, late, n, props, toks, hidden, hist, steps); err != nil {
+			return nil, err
+		}
+	}
+	for j := from; j < steps; j++ {
 		var rows []gemma4.DraftRow
 		var idx []int // rows[x] drafts for sequence idx[x]
 		for i, r := range rs {
@@ -188,4 +196,168 @@ func topsFor(a *gemma4.Assistant, normed *compute.Tensor, ds []*Assistant, idx [
 	}
 	b := a.Backend()
 	return sample.Tops(b.ToF32(vals), b.ToI32(ids), n, V)
+}
+
+// lateDrafting reports whether ProposeBatch may draft through proposeLate,
+// and with how many of each row's largest logits: where the backend uploads
+// late and every sequence samples with a top-k that its tops decide.
+func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.LateUploader, int) {
+	late, ok := a.Backend().(compute.LateUploader)
+	if !ok {
+		return nil, 0
+	}
+	V, n := a.Config.Text.VocabSize, 0
+	for i, r := range rs {
+		if r.K == 0 {
+			continue
+		}
+		k := ds[i].Sample.TopNeeded(V)
+		if k == 0 || ds[i].Sample.Greedy() {
+			return nil, 0
+		}
+		n = max(n, k)
+	}
+	return late, n
+}
+
+// proposeLate drafts as ProposeBatch does, for sequences that all sample
+// from their tops (lateDrafting): each step is recorded while the last one
+// runs, its tokens a late upload (compute.LateUploader) drawn on the device
+// thread from the last step's tops, copied back behind it, just before the
+// step launches. Without it the device waited, every step, for the host to
+// read the tops, draw, and record the step. The draws are ProposeBatch's,
+// in the same order. Where a top does not decide a draft (a tie at top-k's
+// cut, a NaN), nothing more is drawn: that step's undecided drafts are
+// drawn from whole rows, and it returns the step ProposeBatch's own loop
+// goes on from (steps when every draft was drawn), having set props, toks,
+// hidden and hist as that loop would have.
+func proposeLate(a *gemma4.Assistant, ds []*Assistant, rs []Round, late compute.LateUploader, n int,
+	props []Proposal, toks []int32, hidden []*compute.Tensor, hist [][]int32, steps int) (int, error) {
+	b, V := a.Backend(), a.Config.Text.VocabSize
+	for i, r := range rs {
+		if r.K > 0 && hist[i] == nil {
+			hist[i] = slices.Clone(r.History)
+		}
+	}
+	type step struct {
+		idx  []int // rows[x] drafts for sequence idx[x]
+		out  *gemma4.StepOutput
+		read func() ([][]uint32, error)
+		drew []bool // each row's draft drawn from its top
+	}
+	var done []*step
+	stop := false // a top did not decide a draft, or drawing failed: draw nothing more
+	var drawErr error
+	// draw is the values of the late upload of s's drafts (on the device
+	// thread, one step after another).
+	draw := func(s *step) func() []int32 {
+		return func() (out []int32) {
+			out = make([]int32, len(s.idx)) // stand-ins where nothing is drawn
+			defer func() {
+				if p := recover(); p != nil {
+					drawErr, stop = fmt.Errorf("spec: drafting: %v", p), true
+				}
+			}()
+			host, err := s.read()
+			if err != nil {
+				drawErr, stop = err, true
+			}
+			if stop {
+				return out
+			}
+			s.drew = make([]bool, len(s.idx))
+			for x, top := range sample.Tops(compute.Float32s(host[0]), compute.Int32s(host[1]), n, V) {
+				i := s.idx[x]
+				q, ok := ds[i].Sample.FromTop(top)
+				if !ok {
+					stop = true
+					continue
+				}
+				out[x] = q.Draw(ds[i].rng.Uniform())
+				s.drew[x] = true
+				props[i].Tokens = append(props[i].Tokens, out[x])
+				props[i].Probs = append(props[i].Probs, q)
+			}
+			return out
+		}
+	}
+	var gots []func() error
+	wait := func() error {
+		var errs []error
+		for _, got := range gots {
+			errs = append(errs, got())
+		}
+		return errors.Join(append(errs, drawErr)...)
+	}
+	var prev *step
+	for j := range steps {
+		end := compute.Record(b, fmt.Sprintf("draft-late%d,%d", min(j, 1), len(rs)))
+		var fed *compute.Tensor
+		if prev != nil {
+			var got func() error
+			fed, got = late.LateI32(len(prev.idx), draw(prev))
+			gots = append(gots, got)
+		}
+		s := &step{}
+		var rows []gemma4.DraftRow
+		for i, r := range rs {
+			if r.K <= j {
+				continue
+			}
+			row := gemma4.DraftRow{Token: toks[i], Hidden: hidden[i], Snap: r.Snap}
+			if prev != nil {
+				x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
+				row.Next, row.Hidden = b.Slice(fed, x, x+1), b.Slice(prev.out.Next, x, x+1)
+			}
+			rows = append(rows, row)
+			s.idx = append(s.idx, i)
+		}
+		opt := ds[0].Opt
+		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
+		out, err := a.Step(rows, opt)
+		var vals, ids *compute.Tensor
+		ok := false
+		if err == nil {
+			vals, ids, ok = a.TopAt(out.Normed, n)
+		}
+		switch {
+		case err != nil:
+			end()
+			return 0, errors.Join(err, wait())
+		case !ok && j == 0:
+			end()
+			return 0, nil // the head cannot give n of its logits: drafted as ProposeBatch drafts
+		case !ok:
+			end()
+			return 0, errors.Join(errors.New("spec: drafting: the head gave a step's tops and not the next one's"), wait())
+		}
+		s.out, s.read = out, late.ReadLate(vals, ids)
+		end()
+		done = append(done, s)
+		prev = s
+	}
+	_, got := late.LateI32(len(prev.idx), draw(prev)) // the last drafts, drawn now
+	gots = append(gots, got)
+	if err := wait(); err != nil {
+		return 0, err
+	}
+	for j, s := range done {
+		undecided := false
+		for x, i := range s.idx {
+			if s.drew == nil || !s.drew[x] {
+				// As ProposeBatch's loop draws it (one row at a time).
+				undecided = true
+				lg := b.ToF32(a.Logits(b.Slice(s.out.Normed, x, x+1)))
+				q := sample.Dense(ds[i].Sample.DistributionAfter(lg, hist[i], rs[i].Prompt))
+				props[i].Tokens = append(props[i].Tokens, q.Draw(ds[i].rng.Uniform()))
+				props[i].Probs = append(props[i].Probs, q)
+			}
+			toks[i], hidden[i] = props[i].Tokens[j], b.Slice(s.out.Next, x, x+1)
+			hist[i] = append(hist[i], toks[i])
+		}
+		if undecided {
+			return j + 1, nil
+		}
+	}
+	return steps, nil
 }

@@ -3,9 +3,12 @@ package spec_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
+	"tandem/compute/computetest"
+	"tandem/compute/cpu"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -68,6 +71,90 @@ func TestProposeBatchEqualsAlone(t *testing.T) {
 	if _, err := spec.ProposeBatch(drafters()[:2], rounds); err == nil {
 		t.Error("ProposeBatch accepted 2 drafters for 5 rounds")
 	}
+}
+
+// TestProposeBatchDrawsAheadAsAlone: on a backend that uploads late,
+// sequences that all sample from their tops draw their drafts ahead
+// (proposeLate), batched, and each gets the drafts and distributions it
+// gets alone from whole rows, also where tops that do not decide
+// (SpoilTops) send the round back to whole rows after its first steps.
+func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
+	late := &computetest.Late{Backend: cpu.New(0)}
+	lm, la := pairOn(t, "gemma4-tiny-e2b", late)
+	m, a := pair(t, "gemma4-tiny-e2b")
+	params := []sample.Params{
+		{Temperature: 1, TopK: 5, Seed: 1},
+		{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2},
+		{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3},
+	}
+	ks := []int{3, 1, 4}
+	rounds := func(m *gemma4.Model) []spec.Round {
+		var rs []spec.Round
+		for i := range params {
+			p := prompt(10+7*i, m.Config.Text.VocabSize, uint64(i))
+			cache := m.NewCache(len(p))
+			out, err := m.Forward([]gemma4.Row{{Tokens: p, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, spec.Round{Pending: int32(7 + i), Hidden: m.Backend().Slice(out.Hidden, len(p)-1, len(p)),
+				Snap: m.Snapshot(cache), History: append(slices.Clone(p), int32(7+i)), Prompt: len(p) - 2, K: ks[i]})
+		}
+		return rs
+	}
+	drafters := func(a *gemma4.Assistant) []*spec.Assistant {
+		var ds []*spec.Assistant
+		for _, p := range params {
+			d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds = append(ds, d)
+		}
+		return ds
+	}
+	t.Setenv(sample.TopsEnv, "0")
+	var want []spec.Proposal
+	for i, d := range drafters(a) {
+		one, err := d.Propose(rounds(m)[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, one)
+	}
+	t.Setenv(sample.TopsEnv, "1")
+	for _, spoil := range []int{0, 2} {
+		late.SpoilTops = spoil
+		calls := late.Calls()
+		batch, err := spec.ProposeBatch(drafters(la), rounds(lm))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late.Calls() == calls {
+			t.Fatalf("spoil %d: nothing was drawn ahead", spoil)
+		}
+		for i := range params {
+			if !slices.Equal(batch[i].Tokens, want[i].Tokens) || !sameDists(batch[i].Probs, want[i].Probs, lm.Config.Text.VocabSize) {
+				t.Errorf("spoil %d, sequence %d: drawn ahead %v, alone from whole rows %v (or their distributions differ)", spoil, i, batch[i].Tokens, want[i].Tokens)
+			}
+		}
+	}
+}
+
+// sameDists reports whether two lists of distributions give every token
+// the same probability, bit for bit, sparse or dense.
+func sameDists(a, b []sample.Dist, vocab int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		for t := range int32(vocab) {
+			if math.Float64bits(a[i].At(t)) != math.Float64bits(b[i].At(t)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // TestPenalisedGreedySpeculativeEqualsPlain: frequency and presence

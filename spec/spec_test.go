@@ -529,11 +529,15 @@ func deviceRoundsMatchHostRounds(t *testing.T, preset, ahead string) {
 // largest logits give the tokens and statistics of rounds that read whole
 // rows (TANDEM_SAMPLE_TOPS=0), for drafters with and without a centroid
 // head, filters on top of top-k, penalties (which read whole rows), and the
-// synthetic coin (whose correction is the top's argmax).
+// synthetic coin (whose correction is the top's argmax). On a backend that
+// uploads late the drafts are drawn ahead (proposeLate), and tops that do
+// not decide (late.SpoilTops) send drafting back to whole rows mid-round.
 func TestSampledTopsKeepTheTokens(t *testing.T) {
 	for _, preset := range presets {
 		t.Run(preset, func(t *testing.T) {
 			m, a := pair(t, preset)
+			late := &computetest.Late{Backend: cpu.New(0)}
+			lm, la := pairOn(t, preset, late)
 			p := prompt(30, m.Config.Text.VocabSize, 6)
 			for i, sp := range []sample.Params{
 				{Temperature: 1, TopK: 5},
@@ -546,7 +550,7 @@ func TestSampledTopsKeepTheTokens(t *testing.T) {
 						sp.Seed = uint64(10*i + k)
 						so := spec.Options{Options: generation.Options{MaxTokens: 30, Sample: sp}, DraftTokens: k,
 							Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
-						run := func(tops string) *spec.Result {
+						run := func(m *gemma4.Model, a *gemma4.Assistant, tops string) *spec.Result {
 							t.Setenv(sample.TopsEnv, tops)
 							res, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, sp), p, so, nil)
 							if err != nil {
@@ -554,13 +558,26 @@ func TestSampledTopsKeepTheTokens(t *testing.T) {
 							}
 							return res
 						}
-						got, want := run("1"), run("0")
-						name := fmt.Sprintf("params %+v, k=%d, synthetic %v", sp, k, synthetic)
-						if !slices.Equal(got.Tokens, want.Tokens) {
-							t.Fatalf("%s: with tops %v, whole rows %v", name, got.Tokens, want.Tokens)
-						}
-						if g, w := got.Stats, want.Stats; g.Rounds != w.Rounds || g.Accepted != w.Accepted || !slices.Equal(g.AcceptedAt, w.AcceptedAt) {
-							t.Fatalf("%s: stats with tops %+v, whole rows %+v", name, g, w)
+						want := run(m, a, "0")
+						for _, c := range []struct {
+							name  string
+							m     *gemma4.Model
+							a     *gemma4.Assistant
+							spoil int
+						}{{"tops", m, a, 0}, {"drawn ahead", lm, la, 0}, {"drawn ahead, every fourth top spoilt", lm, la, 4}} {
+							late.SpoilTops = c.spoil
+							calls := late.Calls()
+							got := run(c.m, c.a, "1")
+							name := fmt.Sprintf("%s: params %+v, k=%d, synthetic %v", c.name, sp, k, synthetic)
+							if ahead := late.Calls() > calls; ahead != (c.m == lm && sp.RepetitionPenalty == 0) {
+								t.Fatalf("%s: drafts drawn ahead: %v", name, ahead)
+							}
+							if !slices.Equal(got.Tokens, want.Tokens) {
+								t.Fatalf("%s: %v, whole rows %v", name, got.Tokens, want.Tokens)
+							}
+							if g, w := got.Stats, want.Stats; g.Rounds != w.Rounds || g.Accepted != w.Accepted || !slices.Equal(g.AcceptedAt, w.AcceptedAt) {
+								t.Fatalf("%s: stats %+v, whole rows %+v", name, g, w)
+							}
 						}
 					}
 				}

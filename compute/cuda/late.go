@@ -55,17 +55,26 @@ func (b *Backend) LateI32(n int, values func() []int32) (*compute.Tensor, func()
 	return t, got
 }
 
-// lateRead is the pinned host memory ReadLate's copies land in, one copy
-// at a time (another waits for the device instead).
+// lateRead is the pinned host memory ReadLate's copies land in: a few
+// buffers, one copy each, so that a pipeline can queue its next read
+// before the last one's wait has run (with none free, a copy is waited for
+// at once instead).
 type lateRead struct {
-	mu      sync.Mutex
+	mu    sync.Mutex
+	slots [lateSlots]lateSlot
+}
+
+const lateSlots = 4
+
+type lateSlot struct {
 	busy    bool
 	base    unsafe.Pointer
 	size    int
 	pending func() ([][]uint32, error) // the wait of the copy in the buffer
+	seq     uint64                     // when it was taken: the oldest is reclaimed first
 }
 
-// ReadLate implements compute.LateUploader: the copy lands in pinned
+// ReadLate implements compute.LateUploader: the copies land in pinned
 // memory, behind the work issued so far, and the wait (on the device
 // thread, inside a late upload's values) is an event's.
 func (b *Backend) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
@@ -85,22 +94,14 @@ func (b *Backend) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 		}
 		return func() ([][]uint32, error) { return host, nil }
 	}
-	r := &b.late
-	r.mu.Lock()
-	if pending := r.pending; r.busy && pending != nil {
-		// A wait nobody called (its step failed before its late upload ran
-		// its values): take it on the device thread, which frees the buffer.
-		r.mu.Unlock()
-		b.dev.do(func() error { _, err := pending(); return err })
-		r.mu.Lock()
-	}
-	free := !r.busy && n > 0
-	r.busy = r.busy || free
-	r.mu.Unlock()
-	if !free {
+	if n == 0 {
 		return now()
 	}
-	release := func() { r.mu.Lock(); r.busy, r.pending = false, nil; r.mu.Unlock() }
+	r := b.lateSlot()
+	if r == nil {
+		return now()
+	}
+	release := func() { b.late.mu.Lock(); r.busy, r.pending = false, nil; b.late.mu.Unlock() }
 	if r.size < n {
 		err := b.dev.do(func() error {
 			if r.base != nil {
@@ -160,8 +161,46 @@ func (b *Backend) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 		}
 		return out, nil
 	})
-	r.mu.Lock()
+	b.late.mu.Lock()
 	r.pending = wait
-	r.mu.Unlock()
+	b.late.mu.Unlock()
 	return wait
+}
+
+// lateSlot takes a free buffer, or nil. With none free it first takes back
+// the oldest wait nobody called yet (a step that failed before its late
+// upload ran its values leaves one; so does a pipeline deeper than the
+// buffers), waiting for it on the device thread, which frees its buffer.
+func (b *Backend) lateSlot() *lateSlot {
+	l := &b.late
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var oldest *lateSlot
+	var last uint64
+	for i := range l.slots {
+		s := &l.slots[i]
+		last = max(last, s.seq)
+		switch {
+		case !s.busy && (oldest == nil || oldest.busy):
+			oldest = s
+		case s.busy && s.pending != nil && oldest == nil:
+			oldest = s
+		case s.busy && s.pending != nil && oldest.busy && s.seq < oldest.seq:
+			oldest = s
+		}
+	}
+	if oldest == nil {
+		return nil // every buffer taken by a ReadLate still being set up
+	}
+	if oldest.busy {
+		pending := oldest.pending
+		l.mu.Unlock()
+		b.dev.do(func() error { _, err := pending(); return err })
+		l.mu.Lock()
+		if oldest.busy {
+			return nil
+		}
+	}
+	oldest.busy, oldest.seq = true, last+1
+	return oldest
 }

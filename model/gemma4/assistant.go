@@ -288,7 +288,7 @@ type DraftRow struct {
 	Token int32 // the token to embed
 	// Next, when set, is the token as an I32 tensor [1] on the backend, in
 	// place of Token: a draft ArgmaxAt chose that the host has not read.
-	// It must lie in the vocabulary.
+	// It must lie in the vocabulary. A step's rows all have one or none.
 	Next   *compute.Tensor
 	Hidden *compute.Tensor // [1, Ht]: the target's post-norm hidden (first step) or the drafter's own
 	Snap   Snapshot
@@ -320,13 +320,19 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	if B != 1 || rows[0].Hidden.DType() != compute.F32 || !compute.SameShape(rows[0].Hidden.Shape(), []int{1, a.Config.BackboneHiddenSize}) {
 		hs = b.Zeros(compute.F32, B, a.Config.BackboneHiddenSize)
 	}
-	var next *compute.Tensor
+	var next *compute.Tensor // the rows' device tokens [B]: every row's or none
 	for i, r := range rows {
 		if r.Next != nil {
-			if B != 1 || r.Next.DType() != compute.I32 || r.Next.Len() != 1 {
-				return nil, fmt.Errorf("draft: a device token (%v) must be a lone row's", r.Next)
+			if r.Next.DType() != compute.I32 || r.Next.Len() != 1 || (next == nil) != (i == 0) {
+				return nil, fmt.Errorf("draft: row %d's device token (%v) must be one I32, and every row's or none", i, r.Next)
 			}
-			next = r.Next.Reshape(1)
+			if next == nil {
+				next = r.Next.Reshape(1)
+			} else {
+				next = b.Concat(next, r.Next.Reshape(1))
+			}
+		} else if next != nil {
+			return nil, fmt.Errorf("draft: row %d has no device token where row 0 has one: every row's or none", i)
 		} else if r.Token < 0 || int(r.Token) >= c.VocabSize {
 			return nil, fmt.Errorf("draft: row %d token %d outside the vocabulary [0, %d)", i, r.Token, c.VocabSize)
 		}

@@ -12,7 +12,9 @@
 # device against rounds read on the host (TANDEM_SPEC_ROUNDS=host).
 # checkpoint: a 31B verify's checkpoint interval swept, with and without
 # PDL for verifies; sampled: sampled decoding, temperature alone and with
-# Gemma 4's top-k and top-p; sampled-spec: sampled speculative decoding.
+# Gemma 4's top-k and top-p; sampled-spec: sampled speculative decoding;
+# both Gemma runs against whole rows sampled on the host
+# (TANDEM_SAMPLE_TOPS=0, the way before the seventeenth session).
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
@@ -109,13 +111,15 @@ for w in "${want[@]}"; do
     sampled) # sampled decoding on E2B and 31B: temperature alone (OpenAI's defaults) and Gemma 4's generation config (top-k 64, top-p 0.95), directly and through the engine
       for shape in e2b 31b; do
         bench "sampled-$shape-temperature" -- --preset "gemma4-$shape" --temperature 1 --contexts 128 --tokens 64 --engine
-        bench "sampled-$shape-gemma" -- --preset "gemma4-$shape" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64 --engine
+        bench "sampled-$shape-gemma" -- --preset "gemma4-$shape" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64 --engine \
+          --sweep 'none;TANDEM_SAMPLE_TOPS=0'
       done
       ;;
     sampled-spec) # sampled speculative decoding with Gemma 4's defaults, E2B and 31B, at P = 0.8 and 0 (each draft's distribution is computed on the host)
       for shape in e2b 31b; do
         for p in 0.8 0; do
-          bench "sampled-spec-$shape-$p" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance "$p" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64
+          bench "sampled-spec-$shape-$p" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance "$p" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64 \
+            --sweep 'none;TANDEM_SAMPLE_TOPS=0'
         done
       done
       ;;
