@@ -81,7 +81,7 @@ func TestProposeBatchEqualsAlone(t *testing.T) {
 func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
 	late := &computetest.Late{Backend: cpu.New(0)}
 	lm, la := pairOn(t, "gemma4-tiny-e2b", late)
-	m, a := pair(t, "gemma4-tiny-e2b")
+	m, a := pairOn(t, "gemma4-tiny-e2b", cpu.New(0)) // the same numbers as late's
 	params := []sample.Params{
 		{Temperature: 1, TopK: 5, Seed: 1},
 		{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2},
