@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -96,6 +95,45 @@ func (d *Assistant) ProposeAt(r Round) (*compute.Tensor, error) {
 // would get alone: the drafter's kernels are batch-invariant, and its
 // random numbers are drawn in the same order.
 func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
+	g, err := newDrafting(ds, rs)
+	if err != nil || g == nil {
+		return nil, err
+	}
+	from := 0
+	if late, n := lateDrafting(g.a, ds, rs); n > 0 {
+		w, err := g.drawAhead(late, n)
+		if err != nil {
+			return nil, err
+		}
+		if w != nil {
+			w.last() // drawn now
+			if from, _, err = w.finish(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := g.onHost(from); err != nil {
+		return nil, err
+	}
+	return g.props, nil
+}
+
+// drafting is ProposeBatch's state: each sequence's proposal so far, the
+// token and hidden its next step embeds, and, once it samples, its history
+// with its drafts (for the penalties).
+type drafting struct {
+	a      *gemma4.Assistant
+	ds     []*Assistant
+	rs     []Round
+	props  []Proposal
+	toks   []int32
+	hidden []*compute.Tensor
+	hist   [][]int32
+	steps  int // the most drafts a sequence asked for
+}
+
+// newDrafting checks ds against rs; nil where there is nothing to draft.
+func newDrafting(ds []*Assistant, rs []Round) (*drafting, error) {
 	if len(ds) != len(rs) {
 		return nil, fmt.Errorf("spec: %d drafters for %d rounds", len(ds), len(rs))
 	}
@@ -108,29 +146,25 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 			return nil, fmt.Errorf("spec: drafter %d wraps another assistant or other options than drafter 0", i)
 		}
 	}
-	b := a.Backend()
-	props := make([]Proposal, len(rs))
-	toks := make([]int32, len(rs))
-	hidden := make([]*compute.Tensor, len(rs))
-	hist := make([][]int32, len(rs))
-	steps := 0
+	g := &drafting{a: a, ds: ds, rs: rs, props: make([]Proposal, len(rs)), toks: make([]int32, len(rs)),
+		hidden: make([]*compute.Tensor, len(rs)), hist: make([][]int32, len(rs))}
 	for i, r := range rs {
-		toks[i], hidden[i] = r.Pending, r.Hidden
-		steps = max(steps, r.K)
+		g.toks[i], g.hidden[i] = r.Pending, r.Hidden
+		g.steps = max(g.steps, r.K)
 	}
-	from := 0
-	if late, n := lateDrafting(a, ds, rs); n > 0 {
-		var err error
-		if from, err = proposeLate(a, ds, rs, late, n, props, toks, hidden, hist, steps); err != nil {
-			return nil, err
-		}
-	}
-	for j := from; j < steps; j++ {
+	return g, nil
+}
+
+// onHost runs the steps from from on, reading each step's logits (or
+// tops, or argmaxes) on the host before the next.
+func (g *drafting) onHost(from int) error {
+	a, b, opt := g.a, g.a.Backend(), g.ds[0].Opt
+	for j := from; j < g.steps; j++ {
 		var rows []gemma4.DraftRow
 		var idx []int // rows[x] drafts for sequence idx[x]
-		for i, r := range rs {
+		for i, r := range g.rs {
 			if r.K > j {
-				rows = append(rows, gemma4.DraftRow{Token: toks[i], Hidden: hidden[i], Snap: r.Snap})
+				rows = append(rows, gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap})
 				idx = append(idx, i)
 			}
 		}
@@ -139,43 +173,60 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 		out, err := a.Step(rows, opt)
 		if err != nil {
 			end()
-			return nil, err
+			return err
 		}
 		var greedy []int32 // computed once for all rows, when some row drafts greedily
-		tops := topsFor(a, out.Normed, ds, idx)
+		tops := topsFor(a, out.Normed, g.ds, idx)
 		for x, i := range idx {
-			d := ds[i]
+			d := g.ds[i]
 			if d.Sample.Greedy() {
 				if greedy == nil {
 					greedy = a.Argmax(out.Normed)
 				}
-				toks[i] = greedy[x]
+				g.toks[i] = greedy[x]
+				g.props[i].Tokens = append(g.props[i].Tokens, g.toks[i])
 			} else {
-				if hist[i] == nil {
-					hist[i] = slices.Clone(rs[i].History)
-				}
 				q, ok := sample.Dist{}, false
 				if tops != nil {
 					q, ok = d.Sample.FromTop(tops[x])
 				}
 				if !ok {
-					// One row at a time: the centroid head fills the tokens
-					// outside its clusters with the minimum over all rows
-					// of the call (as HF does), so a batched call would
-					// change q (top-k's cut never reaches those tokens).
-					lg := b.ToF32(a.Logits(b.Slice(out.Normed, x, x+1)))
-					q = sample.Dense(d.Sample.DistributionAfter(lg, hist[i], rs[i].Prompt))
+					q = g.wholeRow(out, x, i)
 				}
-				toks[i] = q.Draw(d.rng.Uniform())
-				props[i].Probs = append(props[i].Probs, q)
-				hist[i] = append(hist[i], toks[i])
+				g.add(i, q, q.Draw(d.rng.Uniform()))
 			}
-			props[i].Tokens = append(props[i].Tokens, toks[i])
-			hidden[i] = b.Slice(out.Next, x, x+1)
+			g.hidden[i] = b.Slice(out.Next, x, x+1)
 		}
 		end()
 	}
-	return props, nil
+	return nil
+}
+
+// wholeRow is sequence i's draft distribution from the whole logits of
+// row x of a step's output. One row at a time: the centroid head fills the
+// tokens outside its clusters with the minimum over all rows of the call
+// (as HF does), so a batched call would change q (top-k's cut never
+// reaches those tokens).
+func (g *drafting) wholeRow(out *gemma4.StepOutput, x, i int) sample.Dist {
+	b := g.a.Backend()
+	lg := b.ToF32(g.a.Logits(b.Slice(out.Normed, x, x+1)))
+	return sample.Dense(g.ds[i].Sample.DistributionAfter(lg, g.history(i), g.rs[i].Prompt))
+}
+
+// history is sequence i's history with its drafts so far.
+func (g *drafting) history(i int) []int32 {
+	if g.hist[i] == nil {
+		g.hist[i] = slices.Clone(g.rs[i].History)
+	}
+	return g.hist[i]
+}
+
+// add appends a sampled draft tok, drawn from q, to sequence i's proposal.
+func (g *drafting) add(i int, q sample.Dist, tok int32) {
+	g.toks[i] = tok
+	g.props[i].Tokens = append(g.props[i].Tokens, tok)
+	g.props[i].Probs = append(g.props[i].Probs, q)
+	g.hist[i] = append(g.history(i), tok)
 }
 
 // topsFor is each of a drafter step's rows' largest logits, read in one
@@ -196,168 +247,4 @@ func topsFor(a *gemma4.Assistant, normed *compute.Tensor, ds []*Assistant, idx [
 	}
 	b := a.Backend()
 	return sample.Tops(b.ToF32(vals), b.ToI32(ids), n, V)
-}
-
-// lateDrafting reports whether ProposeBatch may draft through proposeLate,
-// and with how many of each row's largest logits: where the backend uploads
-// late and every sequence samples with a top-k that its tops decide.
-func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.LateUploader, int) {
-	late, ok := a.Backend().(compute.LateUploader)
-	if !ok {
-		return nil, 0
-	}
-	V, n := a.Config.Text.VocabSize, 0
-	for i, r := range rs {
-		if r.K == 0 {
-			continue
-		}
-		k := ds[i].Sample.TopNeeded(V)
-		if k == 0 || ds[i].Sample.Greedy() {
-			return nil, 0
-		}
-		n = max(n, k)
-	}
-	return late, n
-}
-
-// proposeLate drafts as ProposeBatch does, for sequences that all sample
-// from their tops (lateDrafting): each step is recorded while the last one
-// runs, its tokens a late upload (compute.LateUploader) drawn on the device
-// thread from the last step's tops, copied back behind it, just before the
-// step launches. Without it the device waited, every step, for the host to
-// read the tops, draw, and record the step. The draws are ProposeBatch's,
-// in the same order. Where a top does not decide a draft (a tie at top-k's
-// cut, a NaN), nothing more is drawn: that step's undecided drafts are
-// drawn from whole rows, and it returns the step ProposeBatch's own loop
-// goes on from (steps when every draft was drawn), having set props, toks,
-// hidden and hist as that loop would have.
-func proposeLate(a *gemma4.Assistant, ds []*Assistant, rs []Round, late compute.LateUploader, n int,
-	props []Proposal, toks []int32, hidden []*compute.Tensor, hist [][]int32, steps int) (int, error) {
-	b, V := a.Backend(), a.Config.Text.VocabSize
-	for i, r := range rs {
-		if r.K > 0 && hist[i] == nil {
-			hist[i] = slices.Clone(r.History)
-		}
-	}
-	type step struct {
-		idx  []int // rows[x] drafts for sequence idx[x]
-		out  *gemma4.StepOutput
-		read func() ([][]uint32, error)
-		drew []bool // each row's draft drawn from its top
-	}
-	var done []*step
-	stop := false // a top did not decide a draft, or drawing failed: draw nothing more
-	var drawErr error
-	// draw is the values of the late upload of s's drafts (on the device
-	// thread, one step after another).
-	draw := func(s *step) func() []int32 {
-		return func() (out []int32) {
-			out = make([]int32, len(s.idx)) // stand-ins where nothing is drawn
-			defer func() {
-				if p := recover(); p != nil {
-					drawErr, stop = fmt.Errorf("spec: drafting: %v", p), true
-				}
-			}()
-			host, err := s.read()
-			if err != nil {
-				drawErr, stop = err, true
-			}
-			if stop {
-				return out
-			}
-			s.drew = make([]bool, len(s.idx))
-			for x, top := range sample.Tops(compute.Float32s(host[0]), compute.Int32s(host[1]), n, V) {
-				i := s.idx[x]
-				q, ok := ds[i].Sample.FromTop(top)
-				if !ok {
-					stop = true
-					continue
-				}
-				out[x] = q.Draw(ds[i].rng.Uniform())
-				s.drew[x] = true
-				props[i].Tokens = append(props[i].Tokens, out[x])
-				props[i].Probs = append(props[i].Probs, q)
-			}
-			return out
-		}
-	}
-	var gots []func() error
-	wait := func() error {
-		var errs []error
-		for _, got := range gots {
-			errs = append(errs, got())
-		}
-		return errors.Join(append(errs, drawErr)...)
-	}
-	var prev *step
-	for j := range steps {
-		end := compute.Record(b, fmt.Sprintf("draft-late%d,%d", min(j, 1), len(rs)))
-		var fed *compute.Tensor
-		if prev != nil {
-			var got func() error
-			fed, got = late.LateI32(len(prev.idx), draw(prev))
-			gots = append(gots, got)
-		}
-		s := &step{}
-		var rows []gemma4.DraftRow
-		for i, r := range rs {
-			if r.K <= j {
-				continue
-			}
-			row := gemma4.DraftRow{Token: toks[i], Hidden: hidden[i], Snap: r.Snap}
-			if prev != nil {
-				x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
-				row.Next, row.Hidden = b.Slice(fed, x, x+1), b.Slice(prev.out.Next, x, x+1)
-			}
-			rows = append(rows, row)
-			s.idx = append(s.idx, i)
-		}
-		opt := ds[0].Opt
-		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
-		out, err := a.Step(rows, opt)
-		var vals, ids *compute.Tensor
-		ok := false
-		if err == nil {
-			vals, ids, ok = a.TopAt(out.Normed, n)
-		}
-		switch {
-		case err != nil:
-			end()
-			return 0, errors.Join(err, wait())
-		case !ok && j == 0:
-			end()
-			return 0, nil // the head cannot give n of its logits: drafted as ProposeBatch drafts
-		case !ok:
-			end()
-			return 0, errors.Join(errors.New("spec: drafting: the head gave a step's tops and not the next one's"), wait())
-		}
-		s.out, s.read = out, late.ReadLate(vals, ids)
-		end()
-		done = append(done, s)
-		prev = s
-	}
-	_, got := late.LateI32(len(prev.idx), draw(prev)) // the last drafts, drawn now
-	gots = append(gots, got)
-	if err := wait(); err != nil {
-		return 0, err
-	}
-	for j, s := range done {
-		undecided := false
-		for x, i := range s.idx {
-			if s.drew == nil || !s.drew[x] {
-				// As ProposeBatch's loop draws it (one row at a time).
-				undecided = true
-				lg := b.ToF32(a.Logits(b.Slice(s.out.Normed, x, x+1)))
-				q := sample.Dense(ds[i].Sample.DistributionAfter(lg, hist[i], rs[i].Prompt))
-				props[i].Tokens = append(props[i].Tokens, q.Draw(ds[i].rng.Uniform()))
-				props[i].Probs = append(props[i].Probs, q)
-			}
-			toks[i], hidden[i] = props[i].Tokens[j], b.Slice(s.out.Next, x, x+1)
-			hist[i] = append(hist[i], toks[i])
-		}
-		if undecided {
-			return j + 1, nil
-		}
-	}
-	return steps, nil
 }

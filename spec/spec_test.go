@@ -566,11 +566,15 @@ func TestSampledTopsKeepTheTokens(t *testing.T) {
 							spoil int
 						}{{"tops", m, a, 0}, {"drawn ahead", lm, la, 0}, {"drawn ahead, every fourth top spoilt", lm, la, 4}} {
 							late.SpoilTops = c.spoil
-							calls := late.Calls()
+							calls, verifies := late.Calls(), late.Recorded(fmt.Sprintf("verify-late%d", k+1))
 							got := run(c.m, c.a, "1")
 							name := fmt.Sprintf("%s: params %+v, k=%d, synthetic %v", c.name, sp, k, synthetic)
-							if ahead := late.Calls() > calls; ahead != (c.m == lm && sp.RepetitionPenalty == 0) {
-								t.Fatalf("%s: drafts drawn ahead: %v", name, ahead)
+							ahead := c.m == lm && sp.RepetitionPenalty == 0
+							if drew := late.Calls() > calls; drew != ahead {
+								t.Fatalf("%s: drafts drawn ahead: %v", name, drew)
+							}
+							if unread := late.Recorded(fmt.Sprintf("verify-late%d", k+1)) > verifies; unread != ahead {
+								t.Fatalf("%s: drafts verified unread: %v", name, unread)
 							}
 							if !slices.Equal(got.Tokens, want.Tokens) {
 								t.Fatalf("%s: %v, whole rows %v", name, got.Tokens, want.Tokens)

@@ -280,6 +280,29 @@ type Late struct {
 	// back to the whole row.
 	SpoilTops int
 	tops      atomic.Int64
+	mu        sync.Mutex
+	sites     map[string]int
+}
+
+// BeginRecord implements compute.Recorder, counting the recordings by
+// site: which of its paths a caller took.
+func (b *Late) BeginRecord(site string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sites == nil {
+		b.sites = map[string]int{}
+	}
+	b.sites[site]++
+}
+
+// EndRecord implements compute.Recorder.
+func (b *Late) EndRecord() {}
+
+// Recorded is how many recordings site began so far.
+func (b *Late) Recorded(site string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sites[site]
 }
 
 // LateI32 implements compute.LateUploader.

@@ -1,0 +1,219 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"tandem/compute"
+	"tandem/model/gemma4"
+	"tandem/sample"
+)
+
+// lateDrafting reports whether drafting may draw ahead (drawAhead), and
+// with how many of each row's largest logits: where the backend uploads
+// late and every sequence samples with a top-k that its tops decide.
+func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.LateUploader, int) {
+	late, ok := a.Backend().(compute.LateUploader)
+	if !ok {
+		return nil, 0
+	}
+	V, n := a.Config.Text.VocabSize, 0
+	for i, r := range rs {
+		if r.K == 0 {
+			continue
+		}
+		k := ds[i].Sample.TopNeeded(V)
+		if k == 0 {
+			return nil, 0
+		}
+		n = max(n, k)
+	}
+	return late, n
+}
+
+// drawing is drafting whose steps drawAhead issued, their drafts drawn on
+// the device thread.
+type drawing struct {
+	g     *drafting
+	late  compute.LateUploader
+	n     int // largest logits per row
+	steps []*lateStep
+	gots  []func() error
+	// stop is set (on the device thread) once a top did not decide a draft
+	// or drawing failed (err): nothing more is drawn.
+	stop bool
+	err  error
+}
+
+// lateStep is one drafter step drawAhead issued.
+type lateStep struct {
+	idx   []int // its rows draft for sequences idx
+	out   *gemma4.StepOutput
+	read  func() ([][]uint32, error) // its tops, copied back behind it
+	drawn *compute.Tensor            // its drafts, a late upload [len(idx)]
+	drew  []bool                     // each row's draft drawn from its top
+}
+
+// drawAhead issues every drafter step of g, each recorded while the last
+// one runs, its tokens a late upload (compute.LateUploader) drawn on the
+// device thread from the last step's tops, copied back behind it, just
+// before the step launches. Without it the device waited, every step, for
+// the host to read the tops, draw, and record the step. The draws are
+// onHost's, in the same order. The last step's drafts are not queued yet
+// (last), nor waited for (finish). It returns nil where the head cannot
+// give n of its logits.
+func (g *drafting) drawAhead(late compute.LateUploader, n int) (*drawing, error) {
+	a, b := g.a, g.a.Backend()
+	w := &drawing{g: g, late: late, n: n}
+	for j := range g.steps {
+		end := compute.Record(b, fmt.Sprintf("draft-late%d,%d", min(j, 1), len(g.rs)))
+		var prev *lateStep
+		if j > 0 {
+			prev = w.steps[j-1]
+			w.queue(prev)
+		}
+		s := &lateStep{}
+		var rows []gemma4.DraftRow
+		for i, r := range g.rs {
+			if r.K <= j {
+				continue
+			}
+			row := gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap}
+			if prev != nil {
+				x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
+				row.Next, row.Hidden = b.Slice(prev.drawn, x, x+1), b.Slice(prev.out.Next, x, x+1)
+			}
+			rows = append(rows, row)
+			s.idx = append(s.idx, i)
+		}
+		opt := g.ds[0].Opt
+		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
+		out, err := a.Step(rows, opt)
+		var vals, ids *compute.Tensor
+		ok := false
+		if err == nil {
+			vals, ids, ok = a.TopAt(out.Normed, n)
+		}
+		switch {
+		case err != nil:
+			end()
+			return nil, errors.Join(err, w.wait())
+		case !ok && j == 0:
+			end()
+			return nil, nil
+		case !ok:
+			end()
+			return nil, errors.Join(errors.New("spec: drafting: the head gave a step's tops and not the next one's"), w.wait())
+		}
+		s.out, s.read = out, late.ReadLate(vals, ids)
+		end()
+		w.steps = append(w.steps, s)
+	}
+	return w, nil
+}
+
+// queue queues s's drafts as a late upload, drawn just before what reads
+// them launches (in the recording in progress, if any; else at once).
+func (w *drawing) queue(s *lateStep) {
+	var got func() error
+	s.drawn, got = w.late.LateI32(len(s.idx), w.draw(s))
+	w.gots = append(w.gots, got)
+}
+
+// draw is the values of the late upload of s's drafts.
+func (w *drawing) draw(s *lateStep) func() []int32 {
+	g := w.g
+	V := g.a.Config.Text.VocabSize
+	return func() (out []int32) {
+		out = make([]int32, len(s.idx)) // stand-ins where nothing is drawn
+		defer func() {
+			if p := recover(); p != nil {
+				w.err, w.stop = fmt.Errorf("spec: drafting: %v", p), true
+			}
+		}()
+		host, err := s.read()
+		if err != nil {
+			w.err, w.stop = err, true
+		}
+		if w.stop {
+			return out
+		}
+		s.drew = make([]bool, len(s.idx))
+		for x, top := range sample.Tops(compute.Float32s(host[0]), compute.Int32s(host[1]), w.n, V) {
+			i := s.idx[x]
+			q, ok := g.ds[i].Sample.FromTop(top)
+			if !ok {
+				w.stop = true
+				continue
+			}
+			out[x] = q.Draw(g.ds[i].rng.Uniform())
+			s.drew[x] = true
+			g.props[i].Tokens = append(g.props[i].Tokens, out[x])
+			g.props[i].Probs = append(g.props[i].Probs, q)
+		}
+		return out
+	}
+}
+
+// last queues the last step's drafts (in the recording in progress: the
+// verify that reads them).
+func (w *drawing) last() { w.queue(w.steps[len(w.steps)-1]) }
+
+// tokens is sequence i's drafts on the backend, I32 [its K], once last
+// has queued the last step's.
+func (w *drawing) tokens(i int) *compute.Tensor {
+	b := w.g.a.Backend()
+	var t *compute.Tensor
+	for _, s := range w.steps {
+		x := slices.Index(s.idx, i)
+		if x < 0 {
+			break
+		}
+		d := b.Slice(s.drawn, x, x+1)
+		if t == nil {
+			t = d
+		} else {
+			t = b.Concat(t, d)
+		}
+	}
+	return t
+}
+
+// wait waits for every draw queued.
+func (w *drawing) wait() error {
+	var errs []error
+	for _, got := range w.gots {
+		errs = append(errs, got())
+	}
+	return errors.Join(append(errs, w.err)...)
+}
+
+// finish waits for the draws and leaves g as onHost would: it returns the
+// step onHost goes on from, and whether every draft was drawn from its top
+// (from is then g.steps). Where one was not, that step's undecided drafts
+// are drawn from whole rows, and the later steps, which embedded
+// stand-ins, are discarded.
+func (w *drawing) finish() (from int, all bool, err error) {
+	if err := w.wait(); err != nil {
+		return 0, false, err
+	}
+	g, b := w.g, w.g.a.Backend()
+	for j, s := range w.steps {
+		undecided := false
+		for x, i := range s.idx {
+			if s.drew == nil || !s.drew[x] {
+				undecided = true
+				q := g.wholeRow(s.out, x, i)
+				g.props[i].Tokens = append(g.props[i].Tokens, q.Draw(g.ds[i].rng.Uniform()))
+				g.props[i].Probs = append(g.props[i].Probs, q)
+			}
+			g.toks[i], g.hidden[i] = g.props[i].Tokens[j], b.Slice(s.out.Next, x, x+1)
+			g.hist[i] = append(g.history(i), g.toks[i])
+		}
+		if undecided {
+			return j + 1, false, nil
+		}
+	}
+	return g.steps, true, nil
+}
