@@ -257,7 +257,7 @@ var opCases = []opCase{
 		for j := range D {
 			x[2*D+j] = float32(math.Inf(-1))
 		}
-		x[2*D+25000], x[2*D+5000], x[2*D+7] = float32(math.Copysign(0, -1)), 0, -1 // −0 ties +0
+		x[2*D+5000], x[2*D+25000], x[2*D+7] = float32(math.Copysign(0, -1)), 0, -1 // −0 ties +0: the lower index first
 		for j := range D {
 			x[3*D+j], x[4*D+j] = 0.5, float32(math.NaN())
 		}

@@ -14,7 +14,9 @@
 # PDL for verifies; sampled: sampled decoding, temperature alone and with
 # Gemma 4's top-k and top-p; sampled-spec: sampled speculative decoding;
 # both Gemma runs against whole rows sampled on the host
-# (TANDEM_SAMPLE_TOPS=0, the way before the seventeenth session).
+# (TANDEM_SAMPLE_TOPS=0, the way before the seventeenth session), and
+# sampled-spec also against rounds that read their drafts before the verify
+# (TANDEM_SPEC_ROUNDS=host).
 # long: the 31B shape at contexts 4k and 32k. profile-round: kernel profiles
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
@@ -119,7 +121,7 @@ for w in "${want[@]}"; do
       for shape in e2b 31b; do
         for p in 0.8 0; do
           bench "sampled-spec-$shape-$p" -- --preset "gemma4-$shape" --draft auto --synthetic-acceptance "$p" --temperature 1 --top-k 64 --top-p 0.95 --contexts 128 --tokens 64 \
-            --sweep 'none;TANDEM_SAMPLE_TOPS=0'
+            --sweep 'none;TANDEM_SPEC_ROUNDS=host;TANDEM_SAMPLE_TOPS=0'
         done
       done
       ;;

@@ -16,6 +16,10 @@ mutants=(
   'pdl-wait|compute/cuda/kernels/ops.cu|extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n) {
     pdl_start();|extern "C" __global__ void copy_words(unsigned* dst, const unsigned* src, int n) {
     asm volatile("griddepcontrol.launch_dependents;" :::);|^TestProgrammaticLaunchWaits$'
+  # topk_sort'"'"'s later passes ranking x'"'"'s first values instead of the last pass'"'"'s keys
+  'topk-merge|compute/cuda/kernels/ops.cu|if (at < n) key = in ? in[(size_t)r * n + at] : rank_key(x[(size_t)r * D + at], at);|if (at < n) key = rank_key(x[(size_t)r * D + at], at);|^TestOpsMatchCPU/TopK/vocabulary$'
+  # topk_sort ranking −0 below +0 where every comparison takes them as equal
+  'topk-negzero|compute/cuda/kernels/ops.cu|unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);|unsigned u = __float_as_uint(v);|^TestOpsMatchCPU/TopK/vocabulary$'
   # a recording's late uploads never filled before its graph launches: the graph reads stale bytes
   'late-gate|compute/cuda/graph.go|			for _, gate := range rec.gates {|			for _, gate := range rec.gates[:0] {|^TestLateUploadsFillBeforeTheyAreRead$'
   # a token of a routed pass reads the next token's input
