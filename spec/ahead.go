@@ -85,7 +85,8 @@ func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *gen
 // host's time between the verdict and the first draft kernel (a millisecond
 // or more on the H200); a wrong one costs the device the wasted drafts
 // (about 2 ms on the 31B shape), so it guesses only when the last rounds
-// agree. That is the default (TANDEM_SPEC_AHEAD unset or =auto): on the
+// agree (all of them, at least three, until eight were seen; then seven
+// of the last eight). That is the default (TANDEM_SPEC_AHEAD unset or =auto): on the
 // H200 it took the 31B shape's round at synthetic acceptance 0 from 28.6
 // to 27.4 ms. =always guesses the last round's outcome every round (for
 // tests and comparisons); =0 (off, false, no) never drafts ahead.
@@ -96,8 +97,12 @@ type aheadGuess struct {
 }
 
 // aheadWindow is how many rounds aheadGuess looks back over, and
-// aheadAgree how many of them must share the outcome it guesses.
-const aheadWindow, aheadAgree = 8, 7
+// aheadAgree how many of them must share the outcome it guesses. Before
+// the window fills, it guesses once the first aheadStart rounds, and every
+// one after them, agree: a generation's first rounds would otherwise never
+// draft ahead (a 64-token run at synthetic acceptance 0 lost its first 8
+// of 63 rounds' guesses).
+const aheadWindow, aheadAgree, aheadStart = 8, 7, 3
 
 var warnedAhead atomic.Bool
 
@@ -131,8 +136,16 @@ func (g *aheadGuess) next(k int) (int, bool) {
 		return 0, false
 	case g.mode == "always":
 		return min(g.last[(g.n-1)%aheadWindow], k), true
-	case g.n < aheadWindow:
+	case g.n < aheadStart:
 		return 0, false
+	case g.n < aheadWindow:
+		// Before the window fills, every round so far must agree.
+		for _, a := range g.last[1:g.n] {
+			if a != g.last[0] {
+				return 0, false
+			}
+		}
+		return g.last[0], g.last[0] <= k
 	}
 	count := map[int]int{}
 	for _, a := range g.last {

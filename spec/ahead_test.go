@@ -8,8 +8,9 @@ import (
 
 // TestAheadGuess protects when drafting ahead guesses and what: as
 // "auto" unless turned off (=0, =off); "always" guesses the last outcome (at most the round's
-// depth) from the second round; "auto" only once the last eight rounds
-// include seven alike, and only an outcome the round in flight can have.
+// depth) from the second round; "auto" once the first three rounds and
+// every one since agree, or, from the eighth on, seven of the last eight,
+// and only an outcome the round in flight can have.
 func TestAheadGuess(t *testing.T) {
 	for _, tc := range []struct {
 		mode   string
@@ -21,14 +22,19 @@ func TestAheadGuess(t *testing.T) {
 	}{
 		{"", []int{0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, true, "auto unless turned off"},
 		{"yes", []int{0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, true, "auto for a value it does not know"},
-		{"yes", []int{0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "auto for a value it does not know, fewer than eight rounds"},
+		{"yes", []int{0, 0}, 3, 0, false, "auto for a value it does not know, fewer than three rounds"},
 		{"0", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
 		{"off", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
 		{"false", []int{0, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "off"},
 		{"always", nil, 3, 0, false, "nothing seen yet"},
 		{"always", []int{2}, 3, 2, true, "the last outcome"},
 		{"always", []int{0, 3}, 1, 1, true, "at most the depth in flight"},
-		{"auto", []int{0, 0, 0, 0, 0, 0, 0}, 3, 0, false, "fewer than eight rounds"},
+		{"auto", []int{0, 0}, 3, 0, false, "fewer than three rounds"},
+		{"auto", []int{0, 0, 0}, 3, 0, true, "the first three alike"},
+		{"auto", []int{2, 2, 2, 2, 2, 2, 2}, 3, 2, true, "fewer than eight rounds, all alike"},
+		{"auto", []int{0, 0, 0, 1, 0, 0, 0}, 3, 0, false, "fewer than eight rounds, one unlike"},
+		{"auto", []int{1, 0, 0, 0}, 3, 0, false, "fewer than eight rounds, the first unlike"},
+		{"auto", []int{3, 3, 3}, 2, 0, false, "the first three alike, an outcome the round cannot have"},
 		{"auto", []int{0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, true, "eight alike"},
 		{"auto", []int{3, 3, 1, 3, 3, 3, 3, 3}, 3, 3, true, "seven of eight"},
 		{"auto", []int{3, 3, 1, 3, 3, 2, 3, 3}, 3, 0, false, "six of eight"},
