@@ -217,3 +217,78 @@ func (w *drawing) finish() (from int, all bool, err error) {
 	}
 	return g.steps, true, nil
 }
+
+// Drawn is drafting for many sequences drawn ahead (DrawBatch), the
+// drafts left on the backend for a verify to take unread.
+type Drawn struct {
+	g    *drafting
+	w    *drawing
+	from int // the step onHost goes on from, once Finish has run
+}
+
+// DrawBatch is ProposeBatch drawing ahead (drawAhead), for a caller that
+// verifies the drafts unread: nil where it cannot draw ahead (a sequence
+// that does not sample from its tops, a backend that does not upload late,
+// a head that cannot give the tops), and the caller proposes as before.
+func DrawBatch(ds []*Assistant, rs []Round) (*Drawn, error) {
+	g, err := newDrafting(ds, rs)
+	if err != nil || g == nil {
+		return nil, err
+	}
+	late, n := lateDrafting(g.a, ds, rs)
+	if n == 0 {
+		return nil, nil
+	}
+	w, err := g.drawAhead(late, n)
+	if err != nil || w == nil {
+		return nil, err
+	}
+	return &Drawn{g: g, w: w}, nil
+}
+
+// Tokens queues the last drafts (in the recording in progress: the verify
+// that reads them) and returns each sequence's drafts on the backend, I32
+// [its K] (nil for a sequence that asked for none). Call it once.
+func (d *Drawn) Tokens() []*compute.Tensor {
+	d.w.last()
+	out := make([]*compute.Tensor, len(d.g.rs))
+	for i, r := range d.g.rs {
+		if r.K > 0 {
+			out[i] = d.w.tokens(i)
+		}
+	}
+	return out
+}
+
+// Finish waits for the draws and reports, for each sequence, whether its
+// drafts are the tokens Tokens gave. Where a top did not decide a draft,
+// the drafts from there on were stand-ins, for that sequence and every
+// one drafting past it: their verifies must be taken back (their caches
+// truncated) before Proposals drafts the rest, since the drafter attends
+// to the target's cache.
+func (d *Drawn) Finish() ([]bool, error) {
+	var err error
+	if d.from, _, err = d.w.finish(); err != nil {
+		return nil, err
+	}
+	ok := make([]bool, len(d.g.rs))
+	for i := range ok {
+		ok[i] = true
+		for _, s := range d.w.steps {
+			if x := slices.Index(s.idx, i); x >= 0 && (s.drew == nil || !s.drew[x]) {
+				ok[i] = false
+			}
+		}
+	}
+	return ok, nil
+}
+
+// Proposals returns each sequence's proposal, after Finish: the drafts
+// drawn ahead, completed on the host where Finish reported stand-ins (the
+// same draws ProposeBatch makes).
+func (d *Drawn) Proposals() ([]Proposal, error) {
+	if err := d.g.onHost(d.from); err != nil {
+		return nil, err
+	}
+	return d.g.props, nil
+}

@@ -230,8 +230,8 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 				next, err = nil, nil
 			}
 			v, verified = in.finish(m, seq, judge, &res.Stats)
-		} else if late, n := lateFor(m, d, seq, r); n > 0 {
-			v, verified, err = lateRound(m, d.(*Assistant), late, n, seq, cache, judge, &res.Stats, r)
+		} else if a, ok := d.(*Assistant); ok && r.K > 0 && m.DeviceTokens() && os.Getenv(roundsEnv) != "host" {
+			v, verified, err = lateRound(m, a, seq, cache, judge, &res.Stats, r)
 		} else {
 			v, verified, err = hostRound(m, d, seq, cache, judge, &res.Stats, r)
 		}
@@ -271,17 +271,6 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		hidden = b.Slice(verified, v.Accepted, v.Accepted+1)
 	}
 	return res, nil
-}
-
-// lateFor reports whether r's round may draw its drafts ahead and verify
-// them unread (lateRound): an Assistant drafter sampling from its tops
-// (lateDrafting), on a model that embeds tokens on the device.
-func lateFor(m *gemma4.Model, d Drafter, seq *generation.Seq, r Round) (compute.LateUploader, int) {
-	a, ok := d.(*Assistant)
-	if !ok || r.K == 0 || !m.DeviceTokens() || os.Getenv(roundsEnv) == "host" {
-		return nil, 0
-	}
-	return lateDrafting(a.A, []*Assistant{a}, []Round{r})
 }
 
 // hostRound runs one round reading on the host: the drafter's proposal,
@@ -331,54 +320,52 @@ func verifyTops(m *gemma4.Model, seq *generation.Seq, hidden *compute.Tensor) fu
 	return func() []sample.Top { return sample.Tops(b.ToF32(vals), b.ToI32(ids), n, V) }
 }
 
-// lateRound is hostRound for a drafter that draws ahead (drawAhead): the
+// lateRound is hostRound for a drafter that draws ahead (DrawBatch): the
 // verify is recorded while the drafts run, its tokens theirs on the
 // device, so that it launches as the last drafts are drawn. Where a top
 // did not decide a draft the verify read stand-ins: it is taken back, and
-// the round's drafting finishes on the host and verifies as hostRound
-// does.
-func lateRound(m *gemma4.Model, d *Assistant, late compute.LateUploader, n int, seq *generation.Seq, cache *kvcache.Cache,
-	judge Judge, st *Stats, r Round) (Verdict, *compute.Tensor, error) {
+// the round verifies its drafts, completed on the host, as hostRound does.
+func lateRound(m *gemma4.Model, d *Assistant, seq *generation.Seq, cache *kvcache.Cache, judge Judge, st *Stats,
+	r Round) (Verdict, *compute.Tensor, error) {
 	b := m.Backend()
 	t0 := time.Now()
-	g, err := newDrafting([]*Assistant{d}, []Round{r})
+	dr, err := DrawBatch([]*Assistant{d}, []Round{r})
 	if err != nil {
 		return Verdict{}, nil, err
 	}
-	w, err := g.drawAhead(late, n)
-	if err != nil {
-		return Verdict{}, nil, err
-	}
-	if w == nil { // the head cannot give the tops
+	if dr == nil {
 		return hostRound(m, d, seq, cache, judge, st, r)
 	}
 	st.DraftTime += time.Since(t0)
 	t0 = time.Now()
 	T := cache.Len()
 	end := compute.Record(b, fmt.Sprintf("verify-late%d", r.K+1))
-	w.last()
-	toks := b.Concat(b.FromI32([]int32{r.Pending}, 1), w.tokens(0))
+	toks := b.Concat(b.FromI32([]int32{r.Pending}, 1), dr.Tokens()[0])
 	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
 	var tops func() []sample.Top
 	if err == nil {
 		tops = verifyTops(m, seq, out.Hidden)
 	}
 	end()
-	from, all, ferr := w.finish()
+	drawn, ferr := dr.Finish()
 	if err = errors.Join(err, ferr); err != nil {
 		return Verdict{}, nil, err
 	}
-	if !all {
+	if !drawn[0] {
+		// Before the rest is drafted: the drafter attends to the cache.
 		if err := cache.Truncate(T); err != nil {
 			return Verdict{}, nil, err
 		}
-		if err := g.onHost(from); err != nil {
-			return Verdict{}, nil, err
-		}
-		st.DraftTime += time.Since(t0)
-		return hostRound(m, proposed(g.props[0]), seq, cache, judge, st, r)
 	}
-	v := judge.RoundTop(seq, st, g.props[0], tops(), VerifyRows(m, out.Hidden, 0, r.K+1))
+	props, err := dr.Proposals()
+	if err != nil {
+		return Verdict{}, nil, err
+	}
+	if !drawn[0] {
+		st.DraftTime += time.Since(t0)
+		return hostRound(m, proposed(props[0]), seq, cache, judge, st, r)
+	}
+	v := judge.RoundTop(seq, st, props[0], tops(), VerifyRows(m, out.Hidden, 0, r.K+1))
 	st.VerifyTime += time.Since(t0)
 	return v, out.Hidden, nil
 }
