@@ -406,3 +406,57 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 		})
 	}
 }
+
+// Requests whose drafts are drawn ahead (spec.DrawBatch: each draft drawn
+// on the device thread from the drafter's top, the step's verify taking
+// them unread) must stream what they stream alone from whole rows: three
+// sampling requests, one still prefilling while the others verify, and,
+// on the CPU, tops that now and then do not decide (SpoilTops), whose
+// verifies are taken back and verified again the next step.
+func TestDrawnDraftsMatchAlone(t *testing.T) {
+	m := lateTarget(t)
+	d := helper
+	if m != target {
+		var err error
+		if d, err = gemma4.LoadAssistant(draftDir, m.Backend()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Bind(m); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+	}
+	late, _ := m.Backend().(*computetest.Late)
+	reqs := []Request{
+		{Prompt: promptOf(9, 51), MaxTokens: 25, Sample: sample.Params{Temperature: 1, TopK: 5, Seed: 1}},
+		{Prompt: promptOf(40, 52), MaxTokens: 20, Sample: sample.Params{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2}},
+		{Prompt: promptOf(5, 53), MaxTokens: 14, Sample: sample.Params{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3}},
+	}
+	for _, spoil := range []int{0, 3} {
+		if late == nil && spoil > 0 {
+			continue // a GPU's tops are never spoilt
+		}
+		t.Run(fmt.Sprintf("spoil %d", spoil), func(t *testing.T) {
+			t.Setenv(sample.TopsEnv, "1")
+			calls, steps := 0, 0
+			if late != nil {
+				late.SpoilTops, calls, steps = spoil, late.Calls(), late.Recorded("step-late")
+			}
+			e := start(t, Config{Model: m, Drafter: d, DraftTokens: 3, Parallel: len(reqs), PrefillSize: 16, CtxSize: 128})
+			got := runAll(t, e, reqs)
+			if late != nil && (late.Calls() == calls || late.Recorded("step-late") == steps) {
+				t.Fatal("no draft was drawn ahead for a step to verify unread")
+			}
+			t.Setenv(sample.TopsEnv, "0") // alone, from whole rows
+			for i, r := range reqs {
+				want, reason, st := alone(t, r, assistantFor(t, r.Sample), 3, 16)
+				if !slices.Equal(got[i].tokens, want) || got[i].final.FinishReason != reason {
+					t.Errorf("request %d drawn ahead: %v (%s); alone: %v (%s)", i, got[i].tokens, got[i].final.FinishReason, want, reason)
+				}
+				if u := got[i].final.Usage; u.Rounds != st.Rounds || u.Accepted != st.Accepted {
+					t.Errorf("request %d: %d rounds, %d accepted; alone %d and %d", i, u.Rounds, u.Accepted, st.Rounds, st.Accepted)
+				}
+			}
+		})
+	}
+}

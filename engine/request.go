@@ -38,6 +38,11 @@ type request struct {
 	hidden *compute.Tensor // [1, H]: the target's post-norm hidden state before the pending token (drafting only)
 	draft  *spec.Assistant // nil: plain decoding
 	stats  spec.Stats
+	// carry is a proposal whose verify was taken back (its drafts, drawn
+	// ahead, met a top that did not decide one; spec.Drawn): the next step
+	// verifies it instead of drafting anew, so the drafter's random stream
+	// is drawn as alone.
+	carry *spec.Proposal
 }
 
 func newRequest(ctx context.Context, r Request) *request {

@@ -37,6 +37,10 @@ type Engine struct {
 	log     *slog.Logger
 	// propose drafts for many sequences (spec.ProposeBatch; tests script it).
 	propose func([]*spec.Assistant, []spec.Round) ([]spec.Proposal, error)
+	// draw draws drafts ahead for a verify that takes them unread
+	// (spec.DrawBatch); nil where drafts are proposed (tests that script
+	// them).
+	draw func([]*spec.Assistant, []spec.Round) (*spec.Drawn, error)
 
 	wake chan struct{} // capacity 1: "look at the queue"
 	done chan struct{} // closed when the loop has exited
@@ -63,7 +67,13 @@ type Engine struct {
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.
-func New(cfg Config) (*Engine, error) { return newEngine(cfg, spec.ProposeBatch) }
+func New(cfg Config) (*Engine, error) {
+	e, err := newEngine(cfg, spec.ProposeBatch)
+	if err == nil {
+		e.draw = spec.DrawBatch
+	}
+	return e, err
+}
 
 func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec.Proposal, error)) (*Engine, error) {
 	if cfg.Model == nil {

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -31,6 +33,9 @@ type row struct {
 	// (sample.Params.TopNeeded), is that position's largest logits, ranked
 	// on the device; logits[j] is read only where they do not decide.
 	tops []sample.Top
+	// void is a verify taken back: its drafts were drawn ahead and met a
+	// top that did not decide one (r.carry holds the proposal now).
+	void bool
 }
 
 // pickAt is position j's argmax: the device's pick, or sample.Argmax of
@@ -83,26 +88,49 @@ func (e *Engine) step() {
 	}
 	t0 := time.Now()
 	rows := e.plan()
-	if err := e.draftAll(rows); err != nil {
+	drawn, who, err := e.draftAll(rows)
+	if err != nil {
 		e.failAll(fmt.Errorf("engine: drafting: %w", err))
 		return
 	}
+	b := e.m.Backend()
 	in := make([]gemma4.Row, len(rows))
 	site := make([]byte, 0, 4*len(rows)+4)
 	site = append(site, "step"...)
+	if drawn != nil {
+		site = append(site, "-late"...) // the tokens a late upload: other ops
+	}
 	for i := range rows {
 		rows[i].T = rows[i].r.cache.Len()
 		in[i] = gemma4.Row{Tokens: rows[i].tokens, Cache: rows[i].r.cache}
-		site = strconv.AppendInt(append(site, ','), int64(len(rows[i].tokens)), 10)
+		n := len(rows[i].tokens)
+		if j := slices.Index(who, i); drawn != nil && j >= 0 {
+			n += spec.Depth(rows[i].r.seq, e.cfg.DraftTokens)
+		}
+		site = strconv.AppendInt(append(site, ','), int64(n), 10)
 	}
 	// Steps of one shape (rows × tokens) are recorded as one graph where
 	// the backend records (CUDA graphs), in parts (Checkpoint): the step is
 	// issued after the last one's results were read, with the device
 	// idle, so it starts on the first layers while the host records the
-	// rest, a step of lone tokens too.
-	end := compute.Record(e.m.Backend(), string(site))
+	// rest, a step of lone tokens too. With drafts drawn ahead the step is
+	// recorded while they run, every row's tokens on the device.
+	end := compute.Record(b, string(site))
+	if drawn != nil {
+		drafts := drawn.Tokens()
+		for i := range in {
+			next := b.FromI32(in[i].Tokens, len(in[i].Tokens))
+			if j := slices.Index(who, i); j >= 0 {
+				next = b.Concat(next, drafts[j])
+			}
+			in[i] = gemma4.Row{Next: next, Cache: in[i].Cache}
+		}
+	}
 	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true})
 	end()
+	if drawn != nil {
+		err = errors.Join(err, e.drawnProposals(rows, drawn, who))
+	}
 	if err != nil {
 		e.failAll(fmt.Errorf("engine: forward pass: %w", err))
 		return
@@ -141,14 +169,24 @@ func (e *Engine) plan() []row {
 }
 
 // draftAll proposes drafts for every decoding request with a drafter, in
-// one batch, and appends them to its row.
-func (e *Engine) draftAll(rows []row) error {
+// one batch, and appends them to its row. Where they are drawn ahead
+// (e.draw) it returns the drafts in flight and the rows they are for
+// (who), appending nothing yet: the step's forward pass takes them unread
+// and drawnProposals reads them. A request carrying a proposal whose
+// verify was taken back verifies it without drafting.
+func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 	var ds []*spec.Assistant
 	var rounds []spec.Round
 	var who []int
 	for i, w := range rows {
 		r := w.r
 		if r.draft == nil || r.prefilling() {
+			continue
+		}
+		if r.carry != nil {
+			rows[i].prop = *r.carry
+			rows[i].tokens = append(slices.Clip(rows[i].tokens), r.carry.Tokens...)
+			r.carry = nil
 			continue
 		}
 		if k := spec.Depth(r.seq, e.cfg.DraftTokens); k > 0 {
@@ -159,15 +197,62 @@ func (e *Engine) draftAll(rows []row) error {
 		}
 	}
 	if len(ds) == 0 {
-		return nil
+		return nil, nil, nil
+	}
+	if e.draw != nil && e.m.DeviceTokens() && os.Getenv(roundsEnv) != "host" {
+		drawn, err := e.draw(ds, rounds)
+		if err != nil || drawn != nil {
+			return drawn, who, err
+		}
 	}
 	props, err := e.propose(ds, rounds)
+	if err != nil {
+		return nil, nil, err
+	}
+	for j, i := range who {
+		if len(props[j].Tokens) != rounds[j].K {
+			return nil, nil, fmt.Errorf("drafter proposed %d tokens, asked for %d", len(props[j].Tokens), rounds[j].K)
+		}
+		rows[i].prop = props[j]
+		rows[i].tokens = append(slices.Clip(rows[i].tokens), props[j].Tokens...)
+	}
+	return nil, nil, nil
+}
+
+// roundsEnv is spec's switch: =host verifies drafts only once the host
+// has read them (spec.Generate's host rounds), here too.
+const roundsEnv = "TANDEM_SPEC_ROUNDS"
+
+// drawnProposals reads the drafts drawn ahead for rows who and appends
+// them to their rows. A row whose drafts met a top that did not decide
+// one read stand-ins in the step just run: its verify is taken back (its
+// cache truncated, before the rest is drafted, which attends to it) and
+// its proposal, completed on the host, waits in its request for the next
+// step.
+func (e *Engine) drawnProposals(rows []row, drawn *spec.Drawn, who []int) error {
+	ok, err := drawn.Finish()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for j, i := range who {
+		if !ok[j] {
+			rows[i].void = true
+			errs = append(errs, rows[i].r.cache.Truncate(rows[i].T))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	props, err := drawn.Proposals()
 	if err != nil {
 		return err
 	}
 	for j, i := range who {
-		if len(props[j].Tokens) != rounds[j].K {
-			return fmt.Errorf("drafter proposed %d tokens, asked for %d", len(props[j].Tokens), rounds[j].K)
+		if rows[i].void {
+			p := props[j]
+			rows[i].r.carry = &p
+			continue
 		}
 		rows[i].prop = props[j]
 		rows[i].tokens = append(slices.Clip(rows[i].tokens), props[j].Tokens...)
@@ -199,6 +284,9 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 	for i := range rows {
 		w := &rows[i]
 		r := w.r
+		if w.void {
+			continue // its verify read stand-ins: verified again next step
+		}
 		pickOnly := r.seq.Params().ArgmaxOnly() && !r.logprobs
 		topN := r.seq.Params().TopNeeded(V)
 		if r.logprobs {
@@ -298,6 +386,9 @@ func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx 
 // the request when its sequence is done.
 func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 	r := w.r
+	if w.void {
+		return // nothing emitted: the next step verifies r.carry
+	}
 	b := e.m.Backend()
 	var emitted []int32
 	var lps []Logprob

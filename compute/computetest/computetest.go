@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -298,11 +299,18 @@ func (b *Late) BeginRecord(site string) {
 // EndRecord implements compute.Recorder.
 func (b *Late) EndRecord() {}
 
-// Recorded is how many recordings site began so far.
-func (b *Late) Recorded(site string) int {
+// Recorded is how many recordings whose site begins with prefix began so
+// far.
+func (b *Late) Recorded(prefix string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.sites[site]
+	n := 0
+	for site, c := range b.sites {
+		if strings.HasPrefix(site, prefix) {
+			n += c
+		}
+	}
+	return n
 }
 
 // LateI32 implements compute.LateUploader.
