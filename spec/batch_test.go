@@ -20,7 +20,6 @@ import (
 // whatever the mix of depths and of greedy and sampling drafters.
 func TestProposeBatchEqualsAlone(t *testing.T) {
 	m, a := pair(t, "gemma4-tiny-e2b")
-	V := m.Config.Text.VocabSize
 	params := []sample.Params{
 		{},
 		{Temperature: 1, Seed: 1},
@@ -29,29 +28,8 @@ func TestProposeBatchEqualsAlone(t *testing.T) {
 		{RepetitionPenalty: 1.5},
 	}
 	ks := []int{3, 1, 4, 2, 3}
-	var rounds []spec.Round
-	for i := range params {
-		p := prompt(10+7*i, V, uint64(i))
-		cache := m.NewCache(len(p))
-		out, err := m.Forward([]gemma4.Row{{Tokens: p, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hist := append(slices.Clone(p), int32(7+i)) // a pending token
-		rounds = append(rounds, spec.Round{Pending: int32(7 + i), Hidden: m.Backend().Slice(out.Hidden, len(p)-1, len(p)),
-			Snap: m.Snapshot(cache), History: hist, Prompt: len(p) - 2, K: ks[i]})
-	}
-	drafters := func() []*spec.Assistant {
-		var ds []*spec.Assistant
-		for _, p := range params {
-			d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ds = append(ds, d)
-		}
-		return ds
-	}
+	rounds := batchRounds(t, m, ks)
+	drafters := func() []*spec.Assistant { return assistants(t, a, params) }
 	batch, err := spec.ProposeBatch(drafters(), rounds)
 	if err != nil {
 		t.Fatal(err)
@@ -88,31 +66,8 @@ func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
 		{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3},
 	}
 	ks := []int{3, 1, 4}
-	rounds := func(m *gemma4.Model) []spec.Round {
-		var rs []spec.Round
-		for i := range params {
-			p := prompt(10+7*i, m.Config.Text.VocabSize, uint64(i))
-			cache := m.NewCache(len(p))
-			out, err := m.Forward([]gemma4.Row{{Tokens: p, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs = append(rs, spec.Round{Pending: int32(7 + i), Hidden: m.Backend().Slice(out.Hidden, len(p)-1, len(p)),
-				Snap: m.Snapshot(cache), History: append(slices.Clone(p), int32(7+i)), Prompt: len(p) - 2, K: ks[i]})
-		}
-		return rs
-	}
-	drafters := func(a *gemma4.Assistant) []*spec.Assistant {
-		var ds []*spec.Assistant
-		for _, p := range params {
-			d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ds = append(ds, d)
-		}
-		return ds
-	}
+	rounds := func(m *gemma4.Model) []spec.Round { return batchRounds(t, m, ks) }
+	drafters := func(a *gemma4.Assistant) []*spec.Assistant { return assistants(t, a, params) }
 	t.Setenv(sample.TopsEnv, "0")
 	var want []spec.Proposal
 	for i, d := range drafters(a) {
@@ -139,6 +94,38 @@ func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// batchRounds prefills a prompt for each of ks on m and makes its round of
+// ks[i] drafts, each with a pending token of its own.
+func batchRounds(t *testing.T, m *gemma4.Model, ks []int) []spec.Round {
+	t.Helper()
+	var rs []spec.Round
+	for i, k := range ks {
+		p := prompt(10+7*i, m.Config.Text.VocabSize, uint64(i))
+		cache := m.NewCache(len(p))
+		out, err := m.Forward([]gemma4.Row{{Tokens: p, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, spec.Round{Pending: int32(7 + i), Hidden: m.Backend().Slice(out.Hidden, len(p)-1, len(p)),
+			Snap: m.Snapshot(cache), History: append(slices.Clone(p), int32(7+i)), Prompt: len(p) - 2, K: k})
+	}
+	return rs
+}
+
+// assistants wraps a once for each of params.
+func assistants(t *testing.T, a *gemma4.Assistant, params []sample.Params) []*spec.Assistant {
+	t.Helper()
+	var ds []*spec.Assistant
+	for _, p := range params {
+		d, err := spec.NewAssistant(a, gemma4.DraftOptions{}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	return ds
 }
 
 // sameDists reports whether two lists of distributions give every token
