@@ -301,17 +301,12 @@ func (e *Engine) sampleAhead(rs []*request) {
 				e.failAll(fmt.Errorf("engine: %w", err))
 				return
 			}
-			if len(undecided) > 0 {
-				// The step went out with stand-ins for them: roll it back,
-				// sample those from their logits, and end the run (the
-				// scheduler's next step feeds every token).
-				if aheadErr == nil {
-					e.rollBack(rs, nil)
-				}
-				next = nil
-				for _, i := range undecided {
-					toks[i] = rs[i].seq.Sample(b.ToF32(b.Slice(last, i, i+1)))
-				}
+			// The step went out with stand-ins for these: sample them from
+			// their logits; once the tokens are out, the step is rolled
+			// back and the run ends (the scheduler's next step feeds every
+			// token).
+			for _, i := range undecided {
+				toks[i] = rs[i].seq.Sample(b.ToF32(b.Slice(last, i, i+1)))
 			}
 		} else {
 			l := b.ToF32(cur)
@@ -322,7 +317,17 @@ func (e *Engine) sampleAhead(rs []*request) {
 		}
 		var ended bool
 		t0, ended = e.emitRun(rs, toks, t0)
-		if next != nil && ended {
+		switch {
+		case len(undecided) > 0 && next != nil:
+			// Every request's step in flight goes, even an ended one's
+			// where it fed a stand-in.
+			overruled := make([]bool, len(rs))
+			for _, i := range undecided {
+				overruled[i] = true
+			}
+			next = nil
+			e.rollBack(rs, overruled)
+		case next != nil && ended:
 			next = nil
 			e.rollBack(rs, nil)
 		}

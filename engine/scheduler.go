@@ -67,15 +67,10 @@ type Engine struct {
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.
-func New(cfg Config) (*Engine, error) {
-	e, err := newEngine(cfg, spec.ProposeBatch)
-	if err == nil {
-		e.draw = spec.DrawBatch
-	}
-	return e, err
-}
+func New(cfg Config) (*Engine, error) { return newEngine(cfg, spec.ProposeBatch, spec.DrawBatch) }
 
-func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec.Proposal, error)) (*Engine, error) {
+func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec.Proposal, error),
+	draw func([]*spec.Assistant, []spec.Round) (*spec.Drawn, error)) (*Engine, error) {
 	if cfg.Model == nil {
 		return nil, errors.New("engine: no model")
 	}
@@ -127,6 +122,7 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 		budget:  cfg.CtxSize * cfg.Parallel,
 		log:     slog.Default().With("component", "engine"),
 		propose: propose,
+		draw:    draw,
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		prefix:  newPrefixCache(max(cfg.PrefixCacheTokens, 0)),

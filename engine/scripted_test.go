@@ -79,7 +79,7 @@ func TestScriptedDraftsMatchAlone(t *testing.T) {
 	}
 	for _, k := range []int{1, 3, 5} {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
-			e, err := newEngine(Config{Model: target, Drafter: helper, DraftTokens: k, Parallel: 6, PrefillSize: 16, CtxSize: 128}, s.proposeBatch)
+			e, err := newEngine(Config{Model: target, Drafter: helper, DraftTokens: k, Parallel: 6, PrefillSize: 16, CtxSize: 128}, s.proposeBatch, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -145,7 +145,10 @@ func (g *aheadGuess) next(k int) (int, bool) {
 				return 0, false
 			}
 		}
-		return g.last[0], g.last[0] <= k
+		if g.last[0] > k {
+			return 0, false
+		}
+		return g.last[0], true
 	}
 	count := map[int]int{}
 	for _, a := range g.last {

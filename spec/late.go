@@ -29,6 +29,9 @@ func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.Lat
 		}
 		n = max(n, k)
 	}
+	if !a.TopFits(n) {
+		return nil, 0 // the head selects fewer tokens than the tops need
+	}
 	return late, n
 }
 
@@ -129,12 +132,12 @@ func (w *drawing) draw(s *lateStep) func() []int32 {
 		out = make([]int32, len(s.idx)) // stand-ins where nothing is drawn
 		defer func() {
 			if p := recover(); p != nil {
-				w.err, w.stop = fmt.Errorf("spec: drafting: %v", p), true
+				w.err, w.stop = errors.Join(w.err, fmt.Errorf("spec: drafting: %v", p)), true
 			}
 		}()
 		host, err := s.read()
 		if err != nil {
-			w.err, w.stop = err, true
+			w.err, w.stop = errors.Join(w.err, err), true
 		}
 		if w.stop {
 			return out

@@ -117,6 +117,9 @@ func (j Judge) RoundPicked(seq *generation.Seq, st *Stats, prop Proposal, pick f
 func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int) []float32, pick func(int) int32,
 	tops []sample.Top) Verdict {
 	k := len(prop.Tokens)
+	if len(tops) < k+1 {
+		tops = nil // not a top for every verify row: the rows decide
+	}
 	var v Verdict
 	switch {
 	case j.Synthetic:
@@ -127,7 +130,7 @@ func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 		switch {
 		case pick != nil:
 			v.Next = pick(v.Accepted)
-		case tops != nil && tops[v.Accepted].Values[0] == tops[v.Accepted].Values[0]:
+		case tops != nil && len(tops[v.Accepted].Values) > 0 && tops[v.Accepted].Values[0] == tops[v.Accepted].Values[0]:
 			v.Next = tops[v.Accepted].IDs[0] // a device's top-k leads with the argmax, NaN aside
 		default:
 			v.Next = sample.Argmax(row(v.Accepted))

@@ -276,11 +276,12 @@ type Late struct {
 	compute.Backend
 	calls atomic.Int64
 	// SpoilTops, if positive, makes every SpoilTops-th read of two or more
-	// tensors at once (a row's top: values and ids) come back with a NaN
-	// first value, which no top decides a token from: callers must fall
-	// back to the whole row.
+	// tensors at once (rows' tops: values [rows, n] and ids) come back
+	// with a NaN first value in one row, each row in turn, which no top
+	// decides a token from: callers must fall back to that whole row.
 	SpoilTops int
 	tops      atomic.Int64
+	spoilt    atomic.Int64
 	mu        sync.Mutex
 	sites     map[string]int
 }
@@ -325,10 +326,12 @@ func (b *Late) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 	if b.SpoilTops <= 0 || len(ts) < 2 || b.tops.Add(1)%int64(b.SpoilTops) != 0 {
 		return read
 	}
+	rows, n := max(ts[0].Rows(), 1), ts[0].Dim(-1)
+	row := int(b.spoilt.Add(1)) % rows // each row in turn: a fallback reading the wrong row shows
 	return func() ([][]uint32, error) {
 		host, err := read()
-		if err == nil && len(host[0]) > 0 {
-			host[0][0] = math.Float32bits(float32(math.NaN()))
+		if err == nil && len(host[0]) > row*n {
+			host[0][row*n] = math.Float32bits(float32(math.NaN()))
 		}
 		return host, err
 	}

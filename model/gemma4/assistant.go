@@ -471,10 +471,10 @@ func (a *Assistant) ArgmaxAt(n *compute.Tensor) *compute.Tensor {
 // fewer).
 func (a *Assistant) TopAt(n *compute.Tensor, m int) (vals, ids *compute.Tensor, ok bool) {
 	b := a.b
+	if !a.TopFits(m) {
+		return nil, nil, false
+	}
 	if a.centroids == nil {
-		if m > a.Config.Text.VocabSize {
-			return nil, nil, false
-		}
 		vals, ids = b.TopK(b.MatMul(n, a.head), m)
 		return vals, ids, true
 	}
@@ -482,9 +482,6 @@ func (a *Assistant) TopAt(n *compute.Tensor, m int) (vals, ids *compute.Tensor, 
 	for r := range n.Dim(0) {
 		tokens, sel := a.selectedRow(n, top, r)
 		L := sel.Dim(-1)
-		if m > L {
-			return nil, nil, false
-		}
 		v, pos := b.TopK(sel, m)
 		t := b.GatherAt(tokens.Reshape(L, 1), pos.Reshape(m)).Reshape(1, m)
 		if vals == nil {
@@ -498,6 +495,15 @@ func (a *Assistant) TopAt(n *compute.Tensor, m int) (vals, ids *compute.Tensor, 
 	}
 	B := n.Dim(0)
 	return vals.Reshape(B, m), ids.Reshape(B, m), true
+}
+
+// TopFits reports whether TopAt can give m of a row's largest logits: the
+// vocabulary, or the tokens the centroid head selects, hold m.
+func (a *Assistant) TopFits(m int) bool {
+	if a.centroids == nil {
+		return m <= a.Config.Text.VocabSize
+	}
+	return m <= a.Config.CentroidTopK*a.ordering.Dim(1)
 }
 
 // topClusters is each row's top-k centroids, [B, k] I32.
