@@ -214,15 +214,12 @@ func (e *Engine) sampleAhead(rs []*request) {
 	}
 	// Where every request samples with a top-k, the device ranks each
 	// row's top and only those come back (sample.Params.FromTop).
-	V, n := e.m.Config.Text.VocabSize, 0
-	for _, r := range rs {
-		k := r.seq.Params().TopNeeded(V)
-		if k == 0 {
-			n = 0
-			break
-		}
-		n = max(n, k)
+	V := e.m.Config.Text.VocabSize
+	ps := make([]sample.Params, len(rs))
+	for i, r := range rs {
+		ps[i] = r.seq.Params()
 	}
+	n := sample.TopsNeeded(V, ps...)
 	var vals, ids *compute.Tensor // cur's top, where n > 0
 	forward := func() (*compute.Tensor, error) {
 		out, err := e.m.Forward(rows, opt)
@@ -246,15 +243,18 @@ func (e *Engine) sampleAhead(rs []*request) {
 	// tops ([len(rs), n] values and ids) or its logits [len(rs), V]. A
 	// request whose top does not decide its token (a tie at top-k's cut, a
 	// NaN) draws nothing and is listed in undecided.
-	sampleAll := func(host [][]uint32) (toks []int32, undecided []int) {
-		toks = make([]int32, len(rs))
-		if n == 0 {
-			l := compute.Float32s(host[0])
-			for i, r := range rs {
-				toks[i] = r.seq.Sample(l[i*V : (i+1)*V])
-			}
-			return toks, nil
+	fromLogits := func(l []float32) []int32 {
+		toks := make([]int32, len(rs))
+		for i, r := range rs {
+			toks[i] = r.seq.Sample(l[i*V : (i+1)*V])
 		}
+		return toks
+	}
+	sampleAll := func(host [][]uint32) (toks []int32, undecided []int) {
+		if n == 0 {
+			return fromLogits(compute.Float32s(host[0])), nil
+		}
+		toks = make([]int32, len(rs))
 		for i, top := range sample.Tops(compute.Float32s(host[0]), compute.Int32s(host[1]), n, V) {
 			var ok bool
 			if toks[i], ok = rs[i].seq.SampleTop(top); !ok {
@@ -309,11 +309,7 @@ func (e *Engine) sampleAhead(rs []*request) {
 				toks[i] = rs[i].seq.Sample(b.ToF32(b.Slice(last, i, i+1)))
 			}
 		} else {
-			l := b.ToF32(cur)
-			toks = make([]int32, len(rs))
-			for i, r := range rs {
-				toks[i] = r.seq.Sample(l[i*V : (i+1)*V])
-			}
+			toks = fromLogits(b.ToF32(cur))
 		}
 		var ended bool
 		t0, ended = e.emitRun(rs, toks, t0)

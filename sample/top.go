@@ -84,6 +84,21 @@ func (p Params) TopNeeded(vocab int) int {
 	return p.TopK + 1
 }
 
+// TopsNeeded is how many of each row's largest logits rows sampled with ps
+// need for every one of them to sample from its top (the most TopNeeded of
+// any), or 0 where some row needs its whole row.
+func TopsNeeded(vocab int, ps ...Params) int {
+	n := 0
+	for _, p := range ps {
+		k := p.TopNeeded(vocab)
+		if k == 0 {
+			return 0
+		}
+		n = max(n, k)
+	}
+	return n
+}
+
 // FromTop is DistributionAfter for a row whose TopNeeded largest logits are
 // top (ties among them in any order), as a sparse Dist over top-k's tokens:
 // the same probabilities bit for bit, without the vocabulary. It reports

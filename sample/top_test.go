@@ -138,3 +138,21 @@ func TestFromTopRefusesWhatItCannotDecide(t *testing.T) {
 		}
 	}
 }
+
+func TestTopsNeeded(t *testing.T) {
+	top5, top9 := Params{Temperature: 1, TopK: 5}, Params{Temperature: 0.7, TopK: 9}
+	for _, tc := range []struct {
+		name string
+		ps   []Params
+		want int
+	}{
+		{"none", nil, 0},
+		{"the most any row needs", []Params{top5, top9}, 10},
+		{"a row that needs its whole row", []Params{top5, {Temperature: 1}}, 0},
+		{"a greedy row", []Params{{}, top9}, 0},
+	} {
+		if got := TopsNeeded(100, tc.ps...); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

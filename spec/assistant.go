@@ -99,20 +99,18 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 	if err != nil || g == nil {
 		return nil, err
 	}
-	from := 0
-	if late, n := lateDrafting(g.a, ds, rs); n > 0 {
-		w, err := g.drawAhead(late, n)
-		if err != nil {
+	dr, err := g.drawBatch()
+	if err != nil {
+		return nil, err
+	}
+	if dr != nil {
+		dr.w.last() // drawn now: no verify takes them unread
+		if _, err := dr.Finish(); err != nil {
 			return nil, err
 		}
-		if w != nil {
-			w.last() // drawn now
-			if from, _, err = w.finish(); err != nil {
-				return nil, err
-			}
-		}
+		return dr.Proposals()
 	}
-	if err := g.onHost(from); err != nil {
+	if err := g.onHost(0); err != nil {
 		return nil, err
 	}
 	return g.props, nil
@@ -224,9 +222,14 @@ func (g *drafting) history(i int) []int32 {
 // add appends a sampled draft tok, drawn from q, to sequence i's proposal.
 func (g *drafting) add(i int, q sample.Dist, tok int32) {
 	g.toks[i] = tok
-	g.props[i].Tokens = append(g.props[i].Tokens, tok)
-	g.props[i].Probs = append(g.props[i].Probs, q)
+	g.props[i].add(q, tok)
 	g.hist[i] = append(g.history(i), tok)
+}
+
+// add appends a sampled draft tok, drawn from q.
+func (p *Proposal) add(q sample.Dist, tok int32) {
+	p.Tokens = append(p.Tokens, tok)
+	p.Probs = append(p.Probs, q)
 }
 
 // topsFor is each of a drafter step's rows' largest logits, read in one

@@ -18,18 +18,14 @@ func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.Lat
 	if !ok {
 		return nil, 0
 	}
-	V, n := a.Config.Text.VocabSize, 0
+	var ps []sample.Params
 	for i, r := range rs {
-		if r.K == 0 {
-			continue
+		if r.K > 0 {
+			ps = append(ps, ds[i].Sample)
 		}
-		k := ds[i].Sample.TopNeeded(V)
-		if k == 0 {
-			return nil, 0
-		}
-		n = max(n, k)
 	}
-	if !a.TopFits(n) {
+	n := sample.TopsNeeded(a.Config.Text.VocabSize, ps...)
+	if n == 0 || !a.TopFits(n) {
 		return nil, 0 // the head selects fewer tokens than the tops need
 	}
 	return late, n
@@ -152,8 +148,7 @@ func (w *drawing) draw(s *lateStep) func() []int32 {
 			}
 			out[x] = q.Draw(g.ds[i].rng.Uniform())
 			s.drew[x] = true
-			g.props[i].Tokens = append(g.props[i].Tokens, out[x])
-			g.props[i].Probs = append(g.props[i].Probs, q)
+			g.props[i].add(q, out[x])
 		}
 		return out
 	}
@@ -193,13 +188,13 @@ func (w *drawing) wait() error {
 }
 
 // finish waits for the draws and leaves g as onHost would: it returns the
-// step onHost goes on from, and whether every draft was drawn from its top
-// (from is then g.steps). Where one was not, that step's undecided drafts
-// are drawn from whole rows, and the later steps, which embedded
-// stand-ins, are discarded.
-func (w *drawing) finish() (from int, all bool, err error) {
+// step onHost goes on from (g.steps where every draft was drawn from its
+// top). Where one was not, that step's undecided drafts are drawn from
+// whole rows, and the later steps, which embedded stand-ins, are
+// discarded.
+func (w *drawing) finish() (from int, err error) {
 	if err := w.wait(); err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	g, b := w.g, w.g.a.Backend()
 	for j, s := range w.steps {
@@ -208,17 +203,16 @@ func (w *drawing) finish() (from int, all bool, err error) {
 			if s.drew == nil || !s.drew[x] {
 				undecided = true
 				q := g.wholeRow(s.out, x, i)
-				g.props[i].Tokens = append(g.props[i].Tokens, q.Draw(g.ds[i].rng.Uniform()))
-				g.props[i].Probs = append(g.props[i].Probs, q)
+				g.props[i].add(q, q.Draw(g.ds[i].rng.Uniform()))
 			}
 			g.toks[i], g.hidden[i] = g.props[i].Tokens[j], b.Slice(s.out.Next, x, x+1)
 			g.hist[i] = append(g.history(i), g.toks[i])
 		}
 		if undecided {
-			return j + 1, false, nil
+			return j + 1, nil
 		}
 	}
-	return g.steps, true, nil
+	return g.steps, nil
 }
 
 // Drawn is drafting for many sequences drawn ahead (DrawBatch), the
@@ -238,7 +232,12 @@ func DrawBatch(ds []*Assistant, rs []Round) (*Drawn, error) {
 	if err != nil || g == nil {
 		return nil, err
 	}
-	late, n := lateDrafting(g.a, ds, rs)
+	return g.drawBatch()
+}
+
+// drawBatch is DrawBatch for g.
+func (g *drafting) drawBatch() (*Drawn, error) {
+	late, n := lateDrafting(g.a, g.ds, g.rs)
 	if n == 0 {
 		return nil, nil
 	}
@@ -271,7 +270,7 @@ func (d *Drawn) Tokens() []*compute.Tensor {
 // to the target's cache.
 func (d *Drawn) Finish() ([]bool, error) {
 	var err error
-	if d.from, _, err = d.w.finish(); err != nil {
+	if d.from, err = d.w.finish(); err != nil {
 		return nil, err
 	}
 	ok := make([]bool, len(d.g.rs))

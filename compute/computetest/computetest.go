@@ -281,7 +281,6 @@ type Late struct {
 	// decides a token from: callers must fall back to that whole row.
 	SpoilTops int
 	tops      atomic.Int64
-	spoilt    atomic.Int64
 	mu        sync.Mutex
 	sites     map[string]int
 }
@@ -323,11 +322,15 @@ func (b *Late) LateI32(n int, values func() []int32) (*compute.Tensor, func() er
 // ReadLate implements compute.LateUploader.
 func (b *Late) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 	read := readLate(b, ts)
-	if b.SpoilTops <= 0 || len(ts) < 2 || b.tops.Add(1)%int64(b.SpoilTops) != 0 {
+	if b.SpoilTops <= 0 || len(ts) < 2 {
+		return read
+	}
+	k := int(b.tops.Add(1))
+	if k%b.SpoilTops != 0 {
 		return read
 	}
 	rows, n := max(ts[0].Rows(), 1), ts[0].Dim(-1)
-	row := int(b.spoilt.Add(1)) % rows // each row in turn: a fallback reading the wrong row shows
+	row := k / b.SpoilTops % rows // each row in turn: a fallback reading the wrong row shows
 	return func() ([][]uint32, error) {
 		host, err := read()
 		if err == nil && len(host[0]) > row*n {
