@@ -53,7 +53,7 @@ func TestProposeBatchEqualsAlone(t *testing.T) {
 
 // TestProposeBatchDrawsAheadAsAlone: on a backend that uploads late,
 // sequences that all sample from their tops draw their drafts ahead
-// (proposeLate), batched, and each gets the drafts and distributions it
+// (drawAhead), batched, and each gets the drafts and distributions it
 // gets alone from whole rows, also where tops that do not decide
 // (SpoilTops) send the round back to whole rows after its first steps.
 func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {

@@ -530,7 +530,7 @@ func deviceRoundsMatchHostRounds(t *testing.T, preset, ahead string) {
 // rows (TANDEM_SAMPLE_TOPS=0), for drafters with and without a centroid
 // head, filters on top of top-k, penalties (which read whole rows), and the
 // synthetic coin (whose correction is the top's argmax). On a backend that
-// uploads late the drafts are drawn ahead (proposeLate), and tops that do
+// uploads late the drafts are drawn ahead (drawAhead), and tops that do
 // not decide (late.SpoilTops) send drafting back to whole rows mid-round.
 func TestSampledTopsKeepTheTokens(t *testing.T) {
 	for _, preset := range presets {
