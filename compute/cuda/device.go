@@ -458,8 +458,9 @@ func (dev *Device) runAll(batch []func() error) {
 var programmaticLaunch = os.Getenv("TANDEM_CUDA_PDL") == "1"
 
 // pdlDecode launches the kernels of plain decode steps and of speculative
-// rounds' verifies with programmatic stream serialization (the default;
-// TANDEM_CUDA_PDL=decode leaves verifies out, =0 turns PDL off everywhere).
+// rounds' verifies and drafts with programmatic stream serialization (the
+// default; TANDEM_CUDA_PDL=verify leaves drafts out, =decode verifies too,
+// =0 turns PDL off everywhere).
 // Decode steps are issued one ahead of the device, so whatever PDL costs a
 // graph launched onto an idle device stays off the critical path: on the
 // H200 decode E2B +4.5%, 26B-A4B +4.7%, 31B +0.8%. A verify starts behind
@@ -473,12 +474,21 @@ var pdlDecode = os.Getenv("TANDEM_CUDA_PDL") != "0" && os.Getenv("TANDEM_CUDA_PD
 // pdlFor takes; TANDEM_CUDA_PDL=decode leaves it out.
 var pdlVerify = os.Getenv("TANDEM_CUDA_PDL") != "decode"
 
+// pdlDrafts adds a greedy round's draft steps, issued behind the last
+// verify or issued ahead of it ("draft-at", "draft-ahead-at"): on the H200
+// (eighteenth session) the 31B round at P = 0 went 23.17-23.18 -> 23.06-23.09
+// ms and E2B's 4.74 -> 4.61-4.63 ms, P = 0.8 unchanged. TANDEM_CUDA_PDL=verify
+// leaves them out (=decode too).
+var pdlDrafts = os.Getenv("TANDEM_CUDA_PDL") != "decode" && os.Getenv("TANDEM_CUDA_PDL") != "verify"
+
 // pdlFor reports whether the kernels recorded for site are launched with
 // programmatic stream serialization under pdlDecode: the plain decode step
-// (generation's "decode") and a round's verify, not its drafts, nor an
-// engine step, nor a sampled step (which starts on an idle device).
+// (generation's "decode"), a round's verify and a greedy round's drafts,
+// not an engine step, nor a sampled step or sampled drafts (which start on
+// an idle device).
 func pdlFor(site string) bool {
-	return site == "decode" || pdlVerify && strings.HasPrefix(site, "verify")
+	return site == "decode" || pdlVerify && strings.HasPrefix(site, "verify") ||
+		pdlDrafts && (strings.HasPrefix(site, "draft-at") || strings.HasPrefix(site, "draft-ahead-at"))
 }
 
 // launchConfig is CUlaunchConfig (cuda.h), launchAttr CUlaunchAttribute: an

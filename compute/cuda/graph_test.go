@@ -417,21 +417,24 @@ func TestLateUploadsFillBeforeTheyAreRead(t *testing.T) {
 }
 
 // TestPDLForDecodeAndVerify protects the default PDL rule: plain decode
-// steps issued ahead and a speculative round's verify (its parts too)
-// launch with programmatic serialization; the round's drafts, engine steps
-// and sampled decode steps (whose graphs start on an idle device) do not;
-// TANDEM_CUDA_PDL=decode leaves the verify out.
+// steps issued ahead, a speculative round's verify (its parts too) and a
+// greedy round's drafts launch with programmatic serialization
+// (TANDEM_CUDA_PDL=verify leaves the drafts out, =decode the verify too);
+// engine steps, sampled drafts and sampled decode steps (whose graphs
+// start on an idle device) do not.
 func TestPDLForDecodeAndVerify(t *testing.T) {
-	defer func(v bool) { pdlVerify = v }(pdlVerify)
-	for _, verify := range []bool{false, true} {
-		pdlVerify = verify
+	defer func(v, d bool) { pdlVerify, pdlDrafts = v, d }(pdlVerify, pdlDrafts)
+	for _, tc := range []struct{ verify, drafts bool }{{false, false}, {true, false}, {true, true}} {
+		pdlVerify, pdlDrafts = tc.verify, tc.drafts
 		for site, want := range map[string]bool{
-			"decode": true, "verify-at4": verify, "draft-at0": false, "draft-at1": false, "verify4": verify,
-			"verify4/2": verify, "draft1": false, "step,1,1": false, "decode/1": false,
+			"decode": true, "verify-at4": tc.verify, "draft-at0": tc.drafts, "draft-at1": tc.drafts, "verify4": tc.verify,
+			"draft-ahead-at0": tc.drafts, "draft-ahead-at1/1": tc.drafts,
+			"verify4/2": tc.verify, "draft1": false, "step,1,1": false, "decode/1": false,
+			"draft-late1,1":  false,                            // sampled drafts, drawn on the device thread
 			"decode-sampled": false, "decode-sampled/1": false, // issued onto an idle device, in parts
 		} {
 			if got := pdlFor(site); got != want {
-				t.Errorf("verify %v: pdlFor(%q) = %v, want %v", verify, site, got, want)
+				t.Errorf("verify %v, drafts %v: pdlFor(%q) = %v, want %v", tc.verify, tc.drafts, site, got, want)
 			}
 		}
 	}
