@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"tandem/compute"
 	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/generation"
@@ -92,6 +93,60 @@ func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
 			if !slices.Equal(batch[i].Tokens, want[i].Tokens) || !sameDists(batch[i].Probs, want[i].Probs, lm.Config.Text.VocabSize) {
 				t.Errorf("spoil %d, sequence %d: drawn ahead %v, alone from whole rows %v (or their distributions differ)", spoil, i, batch[i].Tokens, want[i].Tokens)
 			}
+		}
+	}
+}
+
+// TestDrawBatchPicksAsAlone: sequences that all draft greedily, batched,
+// have their drafts picked on the backend (DrawBatch's pickAhead), each
+// step embedding the last one's picks unread, and each gets the drafts it
+// gets alone on the host: the tokens the verify takes, and the proposal
+// read after it, for the centroid head and the full one, with and without
+// a backend that reads asynchronously (copies queued behind each step).
+func TestDrawBatchPicksAsAlone(t *testing.T) {
+	for _, preset := range []string{"gemma4-tiny-e2b", "gemma4-tiny-31b"} {
+		for _, async := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/async=%v", preset, async), func(t *testing.T) {
+				var be compute.Backend = cpu.New(0)
+				var pb *computetest.Prefetching
+				if async {
+					pb = &computetest.Prefetching{Backend: cpu.New(0)}
+					be = pb
+				}
+				m, a := pairOn(t, preset, be)
+				params := []sample.Params{{}, {RepetitionPenalty: 1.5}, {}, {FrequencyPenalty: 1}}
+				ks := []int{3, 1, 4, 2}
+				var want []spec.Proposal
+				for i, d := range assistants(t, a, params) {
+					one, err := d.Propose(batchRounds(t, m, ks)[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, one)
+				}
+				dr, err := spec.DrawBatch(assistants(t, a, params), batchRounds(t, m, ks))
+				if err != nil || dr == nil {
+					t.Fatalf("DrawBatch: %v, %v; want greedy drafts picked ahead", dr, err)
+				}
+				toks := dr.Tokens()
+				ok, err := dr.Finish()
+				if err != nil {
+					t.Fatal(err)
+				}
+				props, err := dr.Proposals()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range params {
+					got := m.Backend().ToI32(toks[i])
+					if !ok[i] || !slices.Equal(got, want[i].Tokens) || !slices.Equal(props[i].Tokens, want[i].Tokens) {
+						t.Errorf("sequence %d: picked ahead %v (read %v, ok %v), alone %v", i, got, props[i].Tokens, ok[i], want[i].Tokens)
+					}
+				}
+				if pb != nil && pb.Waiting != 0 {
+					t.Errorf("%d copies never waited for", pb.Waiting)
+				}
+			})
 		}
 	}
 }

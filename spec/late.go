@@ -219,20 +219,144 @@ func (w *drawing) finish() (from int, err error) {
 // drafts left on the backend for a verify to take unread.
 type Drawn struct {
 	g    *drafting
-	w    *drawing
-	from int // the step onHost goes on from, once Finish has run
+	w    *drawing // sampled drafts
+	p    *picking // greedy drafts
+	from int      // the step onHost goes on from, once Finish has run
 }
 
-// DrawBatch is ProposeBatch drawing ahead (drawAhead), for a caller that
-// verifies the drafts unread: nil where it cannot draw ahead (a sequence
-// that does not sample from its tops, a backend that does not upload late,
-// a head that cannot give the tops), and the caller proposes as before.
+// DrawBatch is ProposeBatch drawing ahead, for a caller that verifies the
+// drafts unread: greedy drafts picked on the device (pickAhead) where
+// every sequence drafts greedily, sampled ones drawn on the device thread
+// (drawAhead) where every one samples from its tops; nil where it cannot
+// (a mix of the two, a backend that does not upload late, a head that
+// cannot give the tops), and the caller proposes as before.
 func DrawBatch(ds []*Assistant, rs []Round) (*Drawn, error) {
 	g, err := newDrafting(ds, rs)
 	if err != nil || g == nil {
 		return nil, err
 	}
+	if g.greedy() {
+		p, err := g.pickAhead()
+		if err != nil {
+			return nil, err
+		}
+		return &Drawn{g: g, p: p}, nil
+	}
 	return g.drawBatch()
+}
+
+// greedy reports whether every sequence of g drafts greedily.
+func (g *drafting) greedy() bool {
+	for _, d := range g.ds {
+		if !d.Sample.Greedy() {
+			return false
+		}
+	}
+	return true
+}
+
+// picking is greedy drafting whose steps pickAhead issued.
+type picking struct {
+	steps []pickStep
+}
+
+// pickStep is one drafter step pickAhead issued: its rows draft for
+// sequences idx, their drafts picked on the backend.
+type pickStep struct {
+	idx   []int
+	out   *gemma4.StepOutput
+	picks *compute.Tensor // I32 [len(idx)]
+	read  func() []uint32 // the picks, copied back behind the step (nil: read them at Finish)
+}
+
+// pickAhead issues every drafter step of g, each embedding the argmaxes
+// the last one picked on the backend (Assistant.ArgmaxAt, the tokens
+// onHost's Argmax reads), so that the host reads nothing before the
+// verify is issued: onHost waited for every step's picks before recording
+// the next. A backend that reads asynchronously (compute.Prefetcher)
+// copies each step's picks back behind it.
+func (g *drafting) pickAhead() (*picking, error) {
+	a, b := g.a, g.a.Backend()
+	pf, _ := b.(compute.Prefetcher)
+	p := &picking{}
+	for j := range g.steps {
+		end := compute.Record(b, fmt.Sprintf("draft-picks%d,%d", min(j, 1), len(g.rs)))
+		var s pickStep
+		var rows []gemma4.DraftRow
+		for i, r := range g.rs {
+			if r.K <= j {
+				continue
+			}
+			row := gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap}
+			if j > 0 {
+				prev := p.steps[j-1]
+				x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
+				row.Next, row.Hidden = b.Slice(prev.picks, x, x+1), b.Slice(prev.out.Next, x, x+1)
+			}
+			rows = append(rows, row)
+			s.idx = append(s.idx, i)
+		}
+		opt := g.ds[0].Opt
+		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
+		out, err := a.Step(rows, opt)
+		if err != nil {
+			end()
+			p.drop()
+			return nil, err
+		}
+		s.out, s.picks = out, a.ArgmaxAt(out.Normed)
+		end()
+		if pf != nil {
+			s.read = pf.Prefetch(s.picks)
+		}
+		p.steps = append(p.steps, s)
+	}
+	return p, nil
+}
+
+// drop waits out the reads p queued: each must be waited for once.
+func (p *picking) drop() {
+	for _, s := range p.steps {
+		if s.read != nil {
+			s.read()
+		}
+	}
+}
+
+// tokens is sequence i's drafts on the backend, I32 [its K].
+func (p *picking) tokens(b compute.Backend, i int) *compute.Tensor {
+	var t *compute.Tensor
+	for _, s := range p.steps {
+		x := slices.Index(s.idx, i)
+		if x < 0 {
+			break
+		}
+		d := b.Slice(s.picks, x, x+1)
+		if t == nil {
+			t = d
+		} else {
+			t = b.Concat(t, d)
+		}
+	}
+	return t
+}
+
+// finish reads the picks into g's proposals, as onHost would have left
+// them.
+func (p *picking) finish(g *drafting) {
+	b := g.a.Backend()
+	for _, s := range p.steps {
+		var picks []int32
+		if s.read != nil {
+			picks = compute.Int32s(s.read())
+		} else {
+			picks = b.ToI32(s.picks)
+		}
+		for x, i := range s.idx {
+			g.toks[i], g.hidden[i] = picks[x], b.Slice(s.out.Next, x, x+1)
+			g.props[i].Tokens = append(g.props[i].Tokens, picks[x])
+		}
+	}
 }
 
 // drawBatch is DrawBatch for g.
@@ -252,10 +376,16 @@ func (g *drafting) drawBatch() (*Drawn, error) {
 // that reads them) and returns each sequence's drafts on the backend, I32
 // [its K] (nil for a sequence that asked for none). Call it once.
 func (d *Drawn) Tokens() []*compute.Tensor {
-	d.w.last()
+	if d.w != nil {
+		d.w.last()
+	}
 	out := make([]*compute.Tensor, len(d.g.rs))
 	for i, r := range d.g.rs {
-		if r.K > 0 {
+		switch {
+		case r.K == 0:
+		case d.p != nil:
+			out[i] = d.p.tokens(d.g.a.Backend(), i)
+		default:
 			out[i] = d.w.tokens(i)
 		}
 	}
@@ -269,11 +399,19 @@ func (d *Drawn) Tokens() []*compute.Tensor {
 // truncated) before Proposals drafts the rest, since the drafter attends
 // to the target's cache.
 func (d *Drawn) Finish() ([]bool, error) {
+	ok := make([]bool, len(d.g.rs))
+	if d.p != nil { // greedy: the device's picks are the drafts
+		d.p.finish(d.g)
+		d.from = d.g.steps
+		for i := range ok {
+			ok[i] = true
+		}
+		return ok, nil
+	}
 	var err error
 	if d.from, err = d.w.finish(); err != nil {
 		return nil, err
 	}
-	ok := make([]bool, len(d.g.rs))
 	for i := range ok {
 		ok[i] = true
 		for _, s := range d.w.steps {
