@@ -45,13 +45,63 @@ type drawing struct {
 	err  error
 }
 
-// lateStep is one drafter step drawAhead issued.
+// issued is a drafter step issued ahead of the host: its rows draft for
+// sequences idx, and toks are their drafts on the backend, I32
+// [len(idx)] (drawn late, or picked there).
+type issued struct {
+	idx  []int
+	out  *gemma4.StepOutput
+	toks *compute.Tensor
+}
+
+// rowsAfter is drafter step j's rows and the sequences they draft for:
+// every sequence that asked for more than j drafts, embedding the token
+// and hidden state prev (step j−1, nil for the first) left on the backend.
+func (g *drafting) rowsAfter(j int, prev *issued) ([]gemma4.DraftRow, []int) {
+	b := g.a.Backend()
+	var rows []gemma4.DraftRow
+	var idx []int
+	for i, r := range g.rs {
+		if r.K <= j {
+			continue
+		}
+		row := gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap}
+		if prev != nil {
+			x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
+			row.Next, row.Hidden = b.Slice(prev.toks, x, x+1), b.Slice(prev.out.Next, x, x+1)
+		}
+		rows = append(rows, row)
+		idx = append(idx, i)
+	}
+	return rows, idx
+}
+
+// tokensOf is sequence i's drafts on backend b, I32 [its K]: its row of
+// each of the n steps step(0..n−1) it drafted in.
+func tokensOf(b compute.Backend, i, n int, step func(int) *issued) *compute.Tensor {
+	var t *compute.Tensor
+	for j := range n {
+		s := step(j)
+		x := slices.Index(s.idx, i)
+		if x < 0 {
+			break
+		}
+		d := b.Slice(s.toks, x, x+1)
+		if t == nil {
+			t = d
+		} else {
+			t = b.Concat(t, d)
+		}
+	}
+	return t
+}
+
+// lateStep is one drafter step drawAhead issued; its toks are a late
+// upload.
 type lateStep struct {
-	idx   []int // its rows draft for sequences idx
-	out   *gemma4.StepOutput
-	read  func() ([][]uint32, error) // its tops, copied back behind it
-	drawn *compute.Tensor            // its drafts, a late upload [len(idx)]
-	drew  []bool                     // each row's draft drawn from its top
+	issued
+	read func() ([][]uint32, error) // its tops, copied back behind it
+	drew []bool                     // each row's draft drawn from its top
 }
 
 // drawAhead issues every drafter step of g, each recorded while the last
@@ -74,17 +124,10 @@ func (g *drafting) drawAhead(late compute.LateUploader, n int) (*drawing, error)
 		}
 		s := &lateStep{}
 		var rows []gemma4.DraftRow
-		for i, r := range g.rs {
-			if r.K <= j {
-				continue
-			}
-			row := gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap}
-			if prev != nil {
-				x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
-				row.Next, row.Hidden = b.Slice(prev.drawn, x, x+1), b.Slice(prev.out.Next, x, x+1)
-			}
-			rows = append(rows, row)
-			s.idx = append(s.idx, i)
+		if prev != nil {
+			rows, s.idx = g.rowsAfter(j, &prev.issued)
+		} else {
+			rows, s.idx = g.rowsAfter(j, nil)
 		}
 		opt := g.ds[0].Opt
 		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
@@ -116,7 +159,7 @@ func (g *drafting) drawAhead(late compute.LateUploader, n int) (*drawing, error)
 // them launches (in the recording in progress, if any; else at once).
 func (w *drawing) queue(s *lateStep) {
 	var got func() error
-	s.drawn, got = w.late.LateI32(len(s.idx), w.draw(s))
+	s.toks, got = w.late.LateI32(len(s.idx), w.draw(s))
 	w.gots = append(w.gots, got)
 }
 
@@ -161,21 +204,7 @@ func (w *drawing) last() { w.queue(w.steps[len(w.steps)-1]) }
 // tokens is sequence i's drafts on the backend, I32 [its K], once last
 // has queued the last step's.
 func (w *drawing) tokens(i int) *compute.Tensor {
-	b := w.g.a.Backend()
-	var t *compute.Tensor
-	for _, s := range w.steps {
-		x := slices.Index(s.idx, i)
-		if x < 0 {
-			break
-		}
-		d := b.Slice(s.drawn, x, x+1)
-		if t == nil {
-			t = d
-		} else {
-			t = b.Concat(t, d)
-		}
-	}
-	return t
+	return tokensOf(w.g.a.Backend(), i, len(w.steps), func(j int) *issued { return &w.steps[j].issued })
 }
 
 // wait waits for every draw queued.
@@ -260,13 +289,10 @@ type picking struct {
 	steps []pickStep
 }
 
-// pickStep is one drafter step pickAhead issued: its rows draft for
-// sequences idx, their drafts picked on the backend.
+// pickStep is one drafter step pickAhead issued; its toks are the picks.
 type pickStep struct {
-	idx   []int
-	out   *gemma4.StepOutput
-	picks *compute.Tensor // I32 [len(idx)]
-	read  func() []uint32 // the picks, copied back behind the step (nil: read them at Finish)
+	issued
+	read func() []uint32 // the picks, copied back behind the step (nil: read them at Finish)
 }
 
 // pickAhead issues every drafter step of g, each embedding the argmaxes
@@ -283,18 +309,10 @@ func (g *drafting) pickAhead() (*picking, error) {
 		end := compute.Record(b, fmt.Sprintf("draft-picks%d,%d", min(j, 1), len(g.rs)))
 		var s pickStep
 		var rows []gemma4.DraftRow
-		for i, r := range g.rs {
-			if r.K <= j {
-				continue
-			}
-			row := gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap}
-			if j > 0 {
-				prev := p.steps[j-1]
-				x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
-				row.Next, row.Hidden = b.Slice(prev.picks, x, x+1), b.Slice(prev.out.Next, x, x+1)
-			}
-			rows = append(rows, row)
-			s.idx = append(s.idx, i)
+		if j > 0 {
+			rows, s.idx = g.rowsAfter(j, &p.steps[j-1].issued)
+		} else {
+			rows, s.idx = g.rowsAfter(j, nil)
 		}
 		opt := g.ds[0].Opt
 		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
@@ -304,10 +322,10 @@ func (g *drafting) pickAhead() (*picking, error) {
 			p.drop()
 			return nil, err
 		}
-		s.out, s.picks = out, a.ArgmaxAt(out.Normed)
+		s.out, s.toks = out, a.ArgmaxAt(out.Normed)
 		end()
 		if pf != nil {
-			s.read = pf.Prefetch(s.picks)
+			s.read = pf.Prefetch(s.toks)
 		}
 		p.steps = append(p.steps, s)
 	}
@@ -325,20 +343,7 @@ func (p *picking) drop() {
 
 // tokens is sequence i's drafts on the backend, I32 [its K].
 func (p *picking) tokens(b compute.Backend, i int) *compute.Tensor {
-	var t *compute.Tensor
-	for _, s := range p.steps {
-		x := slices.Index(s.idx, i)
-		if x < 0 {
-			break
-		}
-		d := b.Slice(s.picks, x, x+1)
-		if t == nil {
-			t = d
-		} else {
-			t = b.Concat(t, d)
-		}
-	}
-	return t
+	return tokensOf(b, i, len(p.steps), func(j int) *issued { return &p.steps[j].issued })
 }
 
 // finish reads the picks into g's proposals, as onHost would have left
@@ -350,7 +355,7 @@ func (p *picking) finish(g *drafting) {
 		if s.read != nil {
 			picks = compute.Int32s(s.read())
 		} else {
-			picks = b.ToI32(s.picks)
+			picks = b.ToI32(s.toks)
 		}
 		for x, i := range s.idx {
 			g.toks[i], g.hidden[i] = picks[x], b.Slice(s.out.Next, x, x+1)
