@@ -410,7 +410,8 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 // Requests whose drafts are drawn ahead (spec.DrawBatch: each draft drawn
 // on the device thread from the drafter's top, the step's verify taking
 // them unread) must stream what they stream alone from whole rows: three
-// sampling requests, one still prefilling while the others verify, and,
+// sampling requests and a greedy one (its drafts its tops' first), one
+// still prefilling while the others verify, and,
 // on the CPU, tops that now and then do not decide (SpoilTops), whose
 // verifies are taken back and verified again the next step.
 func TestDrawnDraftsMatchAlone(t *testing.T) {
@@ -431,6 +432,7 @@ func TestDrawnDraftsMatchAlone(t *testing.T) {
 		{Prompt: promptOf(9, 51), MaxTokens: 25, Sample: sample.Params{Temperature: 1, TopK: 5, Seed: 1}},
 		{Prompt: promptOf(40, 52), MaxTokens: 20, Sample: sample.Params{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2}},
 		{Prompt: promptOf(5, 53), MaxTokens: 14, Sample: sample.Params{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3}},
+		{Prompt: promptOf(12, 54), MaxTokens: 18},
 	}
 	for _, spoil := range []int{0, 3} {
 		if late == nil && spoil > 0 {

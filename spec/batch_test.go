@@ -53,20 +53,24 @@ func TestProposeBatchEqualsAlone(t *testing.T) {
 }
 
 // TestProposeBatchDrawsAheadAsAlone: on a backend that uploads late,
-// sequences that all sample from their tops draw their drafts ahead
-// (drawAhead), batched, and each gets the drafts and distributions it
-// gets alone from whole rows, also where tops that do not decide
-// (SpoilTops) send the round back to whole rows after its first steps.
+// sequences that sample from their tops draw their drafts ahead
+// (drawAhead), batched, greedy ones among them taking their tops' first,
+// and each gets the drafts and distributions it gets alone from whole
+// rows, also where tops that do not decide (SpoilTops: a NaN first, which
+// sends a greedy row to the device's argmax) send the round back to whole
+// rows after its first steps.
 func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
 	late := &computetest.Late{Backend: cpu.New(0)}
 	lm, la := pairOn(t, "gemma4-tiny-e2b", late)
 	m, a := pairOn(t, "gemma4-tiny-e2b", cpu.New(0)) // the same numbers as late's
 	params := []sample.Params{
 		{Temperature: 1, TopK: 5, Seed: 1},
+		{},
 		{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2},
 		{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3},
+		{RepetitionPenalty: 1.5}, // greedy drafting takes no penalty
 	}
-	ks := []int{3, 1, 4}
+	ks := []int{3, 4, 1, 4, 2}
 	rounds := func(m *gemma4.Model) []spec.Round { return batchRounds(t, m, ks) }
 	drafters := func(a *gemma4.Assistant) []*spec.Assistant { return assistants(t, a, params) }
 	t.Setenv(sample.TopsEnv, "0")
@@ -79,7 +83,7 @@ func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
 		want = append(want, one)
 	}
 	t.Setenv(sample.TopsEnv, "1")
-	for _, spoil := range []int{0, 2} {
+	for _, spoil := range []int{0, 2, 3} {
 		late.SpoilTops = spoil
 		calls := late.Calls()
 		batch, err := spec.ProposeBatch(drafters(la), rounds(lm))

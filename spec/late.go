@@ -12,19 +12,32 @@ import (
 
 // lateDrafting reports whether drafting may draw ahead (drawAhead), and
 // with how many of each row's largest logits: where the backend uploads
-// late and every sequence samples with a top-k that its tops decide.
+// late, some sequence samples, and every sampling one samples with a
+// top-k that its tops decide. A greedy sequence among them takes its
+// top's first where the second is below it, so it needs two.
 func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.LateUploader, int) {
 	late, ok := a.Backend().(compute.LateUploader)
 	if !ok {
 		return nil, 0
 	}
 	var ps []sample.Params
+	greedy := false
 	for i, r := range rs {
-		if r.K > 0 {
+		switch {
+		case r.K == 0:
+		case ds[i].Sample.Greedy():
+			greedy = true
+		default:
 			ps = append(ps, ds[i].Sample)
 		}
 	}
+	if len(ps) == 0 {
+		return nil, 0 // nothing sampled (DrawBatch picks greedy drafts on the device)
+	}
 	n := sample.TopsNeeded(a.Config.Text.VocabSize, ps...)
+	if n > 0 && greedy {
+		n = max(n, 2)
+	}
 	if n == 0 || !a.TopFits(n) {
 		return nil, 0 // the head selects fewer tokens than the tops need
 	}
@@ -184,6 +197,18 @@ func (w *drawing) draw(s *lateStep) func() []int32 {
 		s.drew = make([]bool, len(s.idx))
 		for x, top := range sample.Tops(compute.Float32s(host[0]), compute.Int32s(host[1]), w.n, V) {
 			i := s.idx[x]
+			if g.ds[i].Sample.Greedy() {
+				// The argmax is the top's first, where nothing ties it and
+				// it is no NaN (the device's Argmax decides those).
+				if v := top.Values; v[0] != v[0] || v[1] == v[0] {
+					w.stop = true
+					continue
+				}
+				out[x] = top.IDs[0]
+				s.drew[x] = true
+				g.props[i].Tokens = append(g.props[i].Tokens, out[x])
+				continue
+			}
 			q, ok := g.ds[i].Sample.FromTop(top)
 			if !ok {
 				w.stop = true
@@ -229,7 +254,13 @@ func (w *drawing) finish() (from int, err error) {
 	for j, s := range w.steps {
 		undecided := false
 		for x, i := range s.idx {
-			if s.drew == nil || !s.drew[x] {
+			switch {
+			case s.drew != nil && s.drew[x]:
+			case g.ds[i].Sample.Greedy():
+				undecided = true
+				tok := g.a.Argmax(b.Slice(s.out.Normed, x, x+1))[0]
+				g.props[i].Tokens = append(g.props[i].Tokens, tok)
+			default:
 				undecided = true
 				q := g.wholeRow(s.out, x, i)
 				g.props[i].add(q, q.Draw(g.ds[i].rng.Uniform()))
@@ -255,10 +286,11 @@ type Drawn struct {
 
 // DrawBatch is ProposeBatch drawing ahead, for a caller that verifies the
 // drafts unread: greedy drafts picked on the device (pickAhead) where
-// every sequence drafts greedily, sampled ones drawn on the device thread
-// (drawAhead) where every one samples from its tops; nil where it cannot
-// (a mix of the two, a backend that does not upload late, a head that
-// cannot give the tops), and the caller proposes as before.
+// every sequence drafts greedily, else drawn on the device thread
+// (drawAhead) where every sampling one samples from its tops; nil where it
+// cannot (a sequence that needs its whole row, a backend that does not
+// upload late, a head that cannot give the tops), and the caller proposes
+// as before.
 func DrawBatch(ds []*Assistant, rs []Round) (*Drawn, error) {
 	g, err := newDrafting(ds, rs)
 	if err != nil || g == nil {
