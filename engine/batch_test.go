@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"tandem/generation"
 	"tandem/sample"
 	"tandem/spec"
 )
@@ -164,5 +165,44 @@ func checkCounters(t *testing.T, e *Engine, finals []Event) {
 	}
 	if s.PrefixTokens > s.KVBudgetTokens {
 		t.Errorf("stats: the prefix cache holds %d tokens, over the budget of %d", s.PrefixTokens, s.KVBudgetTokens)
+	}
+}
+
+// TestSyntheticJudgeMatchesAlone protects Config.Judge: an engine whose
+// rounds a synthetic coin decides (tandem bench --engine
+// --synthetic-acceptance) gives each request the tokens, rounds and
+// acceptances spec.Generate gives it alone with the same coin, greedy,
+// sampled from tops and sampled from whole rows, running together; and it
+// refuses an acceptance outside [0, 1].
+func TestSyntheticJudgeMatchesAlone(t *testing.T) {
+	reqs := []Request{
+		{Prompt: promptOf(9, 61), MaxTokens: 20},
+		{Prompt: promptOf(14, 62), MaxTokens: 17, Sample: sample.Params{Temperature: 1, TopK: 5, Seed: 4}},
+		{Prompt: promptOf(6, 63), MaxTokens: 15, Sample: sample.Params{Temperature: 0.9, Seed: 5}},
+	}
+	for _, p := range []float64{0, 0.7, 1} {
+		judge := spec.Judge{Synthetic: true, SyntheticAcceptance: p}
+		e := start(t, Config{Drafter: helper, DraftTokens: 3, Parallel: len(reqs), PrefillSize: 16, CtxSize: 128, Judge: judge})
+		got := runAll(t, e, reqs)
+		accepted := 0
+		for i, r := range reqs {
+			opt := spec.Options{Options: generation.Options{MaxTokens: r.MaxTokens, Sample: r.Sample, PrefillSize: 16},
+				DraftTokens: 3, Synthetic: true, SyntheticAcceptance: p}
+			res, err := spec.Generate(context.Background(), target, assistantFor(t, r.Sample), r.Prompt, opt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := got[i].final.Usage; !slices.Equal(got[i].tokens, res.Tokens) || u.Rounds != res.Stats.Rounds || u.Accepted != res.Stats.Accepted {
+				t.Errorf("P = %v, request %d: engine %v (%d rounds, %d accepted); alone %v (%d, %d)", p, i, got[i].tokens,
+					u.Rounds, u.Accepted, res.Tokens, res.Stats.Rounds, res.Stats.Accepted)
+			}
+			accepted += got[i].final.Usage.Accepted
+		}
+		if p == 1 && accepted == 0 {
+			t.Errorf("P = 1: no draft accepted: the coin did not decide")
+		}
+	}
+	if _, err := New(Config{Model: target, Drafter: helper, Judge: spec.Judge{Synthetic: true, SyntheticAcceptance: 1.5}}); err == nil {
+		t.Error("New accepted a synthetic acceptance of 1.5")
 	}
 }

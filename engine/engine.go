@@ -19,6 +19,7 @@ import (
 
 	"tandem/model/gemma4"
 	"tandem/sample"
+	"tandem/spec"
 )
 
 // Errors Submit returns; the server maps them to HTTP statuses.
@@ -66,6 +67,11 @@ type Config struct {
 	// PrefixCacheTokens bounds the KV tokens kept for reuse by later
 	// requests sharing a prompt prefix; 0: CtxSize; negative: off.
 	PrefixCacheTokens int
+	// Judge decides speculative rounds; its zero value is the target's
+	// own decision (the greedy walk, rejection sampling). Benchmarks set
+	// its synthetic coin (tandem bench --engine --synthetic-acceptance),
+	// whose output is NOT the target's.
+	Judge spec.Judge
 
 	// beforeStep, if set (tests only), runs on the scheduler before each
 	// step: a test can hold the engine between steps to look at it.

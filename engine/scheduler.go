@@ -85,6 +85,9 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 	if cfg.DraftTokens < 1 || cfg.DraftTokens > spec.MaxDraftTokens {
 		errs = append(errs, fmt.Errorf("%w (got %d)", spec.ErrInvalidDraftDepth, cfg.DraftTokens))
 	}
+	if j := cfg.Judge; j.Synthetic && !(j.SyntheticAcceptance >= 0 && j.SyntheticAcceptance <= 1) {
+		errs = append(errs, fmt.Errorf("synthetic acceptance must be in [0, 1], got %v", j.SyntheticAcceptance))
+	}
 	if cfg.CtxSize == 0 {
 		cfg.CtxSize = min(maxPos, DefaultCtxSize)
 	}

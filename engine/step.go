@@ -332,8 +332,8 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 		if k == 0 || w.picks != nil || w.tops != nil {
 			continue
 		}
-		if w.r.seq.Params().Greedy() && w.r.seq.Sample(w.logits[0]) != w.prop.Tokens[0] {
-			continue // the walk stops at row 0
+		if !e.cfg.Judge.Synthetic && w.r.seq.Params().Greedy() && w.r.seq.Sample(w.logits[0]) != w.prop.Tokens[0] {
+			continue // the walk stops at row 0 (a synthetic coin may not)
 		}
 		for j := 1; j <= k; j++ {
 			idx = append(idx, int32(out.Offsets[i]+j))
@@ -438,9 +438,9 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 		}
 		var v spec.Verdict
 		if w.picks != nil {
-			v = spec.Judge{}.RoundPicked(r.seq, &r.stats, w.prop, func(j int) int32 { return w.pickAt(j, rowLogits) })
+			v = e.cfg.Judge.RoundPicked(r.seq, &r.stats, w.prop, func(j int) int32 { return w.pickAt(j, rowLogits) })
 		} else {
-			v = spec.Judge{}.RoundTop(r.seq, &r.stats, w.prop, w.tops, rowLogits)
+			v = e.cfg.Judge.RoundTop(r.seq, &r.stats, w.prop, w.tops, rowLogits)
 		}
 		emitted = v.Emitted
 		if r.logprobs {

@@ -83,7 +83,7 @@ type benchRow struct {
 	ProfileRounds int           `json:"profile_rounds,omitempty"`
 	// --engine: the same prompt as one request through the serving engine
 	// (tandem serve's path), plainly and, with a drafter, speculatively at
-	// the drafter's real acceptance.
+	// the drafter's real acceptance or the synthetic one.
 	EngineTokS       float64 `json:"engine_decode_tokens_per_s,omitempty"`
 	EngineSpecTokS   float64 `json:"engine_speculative_tokens_per_s,omitempty"`
 	EngineAcceptance float64 `json:"engine_acceptance_rate,omitempty"`
@@ -342,7 +342,12 @@ func newBench() *cobra.Command {
 				if r.EngineTokS > 0 {
 					line := fmt.Sprintf("%s: through the serving engine (tandem serve's path, one request): decode %.2f tok/s (%.2fx the direct path)", at, r.EngineTokS, r.EngineTokS/r.DecodeTokS)
 					if r.EngineSpecTokS > 0 {
-						line += fmt.Sprintf(", speculative %.2f tok/s at %.0f%% real acceptance", r.EngineSpecTokS, 100*r.EngineAcceptance)
+						kind := "real"
+						if synthetic >= 0 {
+							kind = "synthetic"
+						}
+						line += fmt.Sprintf(", speculative %.2f tok/s (%.2fx) at %.0f%% %s acceptance", r.EngineSpecTokS,
+							r.EngineSpecTokS/r.EngineTokS, 100*r.EngineAcceptance, kind)
 					}
 					fmt.Fprintln(out, line)
 				}
@@ -395,7 +400,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine (greedy), and report their tokens/s in all (0: not)")
-	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance")
+	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
@@ -578,9 +583,11 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 	if !br.engine {
 		return nil
 	}
+	// With --synthetic-acceptance the engine's rounds take the same coin.
+	judge := spec.Judge{Synthetic: br.synthetic >= 0, SyntheticAcceptance: br.synthetic}
 	run := func(drafter *gemma4.Assistant) (float64, engine.Usage, error) {
 		e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k,
-			CtxSize: len(prompt) + br.tokens + 1, Parallel: 1, PrefixCacheTokens: -1})
+			CtxSize: len(prompt) + br.tokens + 1, Parallel: 1, PrefixCacheTokens: -1, Judge: judge})
 		if err != nil {
 			return 0, engine.Usage{}, err
 		}
