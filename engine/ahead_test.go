@@ -10,8 +10,10 @@ import (
 	"tandem/compute"
 	"tandem/compute/computetest"
 	"tandem/compute/cpu"
+	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
+	"tandem/spec"
 )
 
 // aheadTarget is the tiny target on a backend that reads results
@@ -413,7 +415,9 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 // sampling requests and a greedy one (its drafts its tops' first), one
 // still prefilling while the others verify, and,
 // on the CPU, tops that now and then do not decide (SpoilTops), whose
-// verifies are taken back and verified again the next step.
+// verifies are taken back and verified again the next step. With a
+// synthetic coin that accepts every draft (Config.Judge) the drafts are
+// the output, so a greedy draft taken from the wrong id shows too.
 func TestDrawnDraftsMatchAlone(t *testing.T) {
 	m := lateTarget(t)
 	d := helper
@@ -434,17 +438,21 @@ func TestDrawnDraftsMatchAlone(t *testing.T) {
 		{Prompt: promptOf(5, 53), MaxTokens: 14, Sample: sample.Params{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3}},
 		{Prompt: promptOf(12, 54), MaxTokens: 18},
 	}
-	for _, spoil := range []int{0, 3} {
-		if late == nil && spoil > 0 {
+	for _, c := range []struct {
+		spoil     int
+		synthetic bool
+	}{{0, false}, {3, false}, {0, true}, {3, true}} {
+		if late == nil && c.spoil > 0 {
 			continue // a GPU's tops are never spoilt
 		}
-		t.Run(fmt.Sprintf("spoil %d", spoil), func(t *testing.T) {
+		t.Run(fmt.Sprintf("spoil %d synthetic %v", c.spoil, c.synthetic), func(t *testing.T) {
 			t.Setenv(sample.TopsEnv, "1")
 			calls, steps := 0, 0
 			if late != nil {
-				late.SpoilTops, calls, steps = spoil, late.Calls(), late.Recorded("step-late")
+				late.SpoilTops, calls, steps = c.spoil, late.Calls(), late.Recorded("step-late")
 			}
-			e := start(t, Config{Model: m, Drafter: d, DraftTokens: 3, Parallel: len(reqs), PrefillSize: 16, CtxSize: 128})
+			judge := spec.Judge{Synthetic: c.synthetic, SyntheticAcceptance: 1}
+			e := start(t, Config{Model: m, Drafter: d, DraftTokens: 3, Parallel: len(reqs), PrefillSize: 16, CtxSize: 128, Judge: judge})
 			got := runAll(t, e, reqs)
 			if late != nil && (late.Calls() == calls || late.Recorded("step-late") == steps) {
 				t.Fatal("no draft was drawn ahead for a step to verify unread")
@@ -452,6 +460,15 @@ func TestDrawnDraftsMatchAlone(t *testing.T) {
 			t.Setenv(sample.TopsEnv, "0") // alone, from whole rows
 			for i, r := range reqs {
 				want, reason, st := alone(t, r, assistantFor(t, r.Sample), 3, 16)
+				if c.synthetic {
+					opt := spec.Options{Options: generation.Options{MaxTokens: r.MaxTokens, Sample: r.Sample, PrefillSize: 16},
+						DraftTokens: 3, Synthetic: true, SyntheticAcceptance: 1}
+					res, err := spec.Generate(context.Background(), target, assistantFor(t, r.Sample), r.Prompt, opt, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, reason, st = res.Tokens, res.StopReason, res.Stats
+				}
 				if !slices.Equal(got[i].tokens, want) || got[i].final.FinishReason != reason {
 					t.Errorf("request %d drawn ahead: %v (%s); alone: %v (%s)", i, got[i].tokens, got[i].final.FinishReason, want, reason)
 				}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -202,7 +203,9 @@ func TestSyntheticJudgeMatchesAlone(t *testing.T) {
 			t.Errorf("P = 1: no draft accepted: the coin did not decide")
 		}
 	}
-	if _, err := New(Config{Model: target, Drafter: helper, Judge: spec.Judge{Synthetic: true, SyntheticAcceptance: 1.5}}); err == nil {
-		t.Error("New accepted a synthetic acceptance of 1.5")
+	for _, bad := range []float64{1.5, -0.1, math.NaN()} {
+		if _, err := New(Config{Model: target, Drafter: helper, Judge: spec.Judge{Synthetic: true, SyntheticAcceptance: bad}}); err == nil {
+			t.Errorf("New accepted a synthetic acceptance of %v", bad)
+		}
 	}
 }

@@ -56,48 +56,55 @@ func TestProposeBatchEqualsAlone(t *testing.T) {
 // sequences that sample from their tops draw their drafts ahead
 // (drawAhead), batched, greedy ones among them taking their tops' first,
 // and each gets the drafts and distributions it gets alone from whole
-// rows, also where tops that do not decide (SpoilTops: a NaN first, which
-// sends a greedy row to the device's argmax) send the round back to whole
-// rows after its first steps.
+// rows, for the centroid head and the full one. Also where tops do not
+// decide, which both swap the first two ids so that a top taken anyway
+// shows: a NaN first (SpoilTops; a fresh backend's first spoilt read is
+// row 1's, a greedy sequence's, and then the rows in turn) sends the round
+// back to whole rows after its first steps, and the greedy row to the
+// argmax; a tie for the first (TieTops, on row 0, whose greedy sequence
+// drafts in every step) sends that row to the argmax.
 func TestProposeBatchDrawsAheadAsAlone(t *testing.T) {
-	late := &computetest.Late{Backend: cpu.New(0)}
-	lm, la := pairOn(t, "gemma4-tiny-e2b", late)
-	m, a := pairOn(t, "gemma4-tiny-e2b", cpu.New(0)) // the same numbers as late's
-	params := []sample.Params{
-		{Temperature: 1, TopK: 5, Seed: 1},
-		{},
-		{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2},
-		{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3},
-		{RepetitionPenalty: 1.5}, // greedy drafting takes no penalty
-	}
-	ks := []int{3, 4, 1, 4, 2}
-	rounds := func(m *gemma4.Model) []spec.Round { return batchRounds(t, m, ks) }
-	drafters := func(a *gemma4.Assistant) []*spec.Assistant { return assistants(t, a, params) }
-	t.Setenv(sample.TopsEnv, "0")
-	var want []spec.Proposal
-	for i, d := range drafters(a) {
-		one, err := d.Propose(rounds(m)[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, one)
-	}
-	t.Setenv(sample.TopsEnv, "1")
-	for _, spoil := range []int{0, 2, 3} {
-		late.SpoilTops = spoil
-		calls := late.Calls()
-		batch, err := spec.ProposeBatch(drafters(la), rounds(lm))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if late.Calls() == calls {
-			t.Fatalf("spoil %d: nothing was drawn ahead", spoil)
-		}
-		for i := range params {
-			if !slices.Equal(batch[i].Tokens, want[i].Tokens) || !sameDists(batch[i].Probs, want[i].Probs, lm.Config.Text.VocabSize) {
-				t.Errorf("spoil %d, sequence %d: drawn ahead %v, alone from whole rows %v (or their distributions differ)", spoil, i, batch[i].Tokens, want[i].Tokens)
+	for _, preset := range []string{"gemma4-tiny-e2b", "gemma4-tiny-31b"} {
+		t.Run(preset, func(t *testing.T) {
+			m, a := pairOn(t, preset, cpu.New(0))
+			params := []sample.Params{
+				{},
+				{RepetitionPenalty: 1.5}, // greedy drafting takes no penalty
+				{Temperature: 1, TopK: 5, Seed: 1},
+				{Temperature: 0.8, TopK: 8, TopP: 0.9, Seed: 2},
+				{Temperature: 1.2, TopK: 3, MinP: 0.05, Seed: 3},
 			}
-		}
+			ks := []int{4, 4, 3, 1, 4}
+			rounds := func(m *gemma4.Model) []spec.Round { return batchRounds(t, m, ks) }
+			drafters := func(a *gemma4.Assistant) []*spec.Assistant { return assistants(t, a, params) }
+			t.Setenv(sample.TopsEnv, "0")
+			var want []spec.Proposal
+			for i, d := range drafters(a) {
+				one, err := d.Propose(rounds(m)[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, one)
+			}
+			t.Setenv(sample.TopsEnv, "1")
+			for _, c := range []struct{ spoil, tie int }{{0, 0}, {1, 0}, {2, 0}, {3, 0}, {0, 1}, {0, 2}} {
+				late := &computetest.Late{Backend: cpu.New(0), SpoilTops: c.spoil, TieTops: c.tie}
+				lm, la := pairOn(t, preset, late) // the same numbers as m's
+				batch, err := spec.ProposeBatch(drafters(la), rounds(lm))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if late.Calls() == 0 {
+					t.Fatalf("spoil %d, tie %d: nothing was drawn ahead", c.spoil, c.tie)
+				}
+				for i := range params {
+					if !slices.Equal(batch[i].Tokens, want[i].Tokens) || !sameDists(batch[i].Probs, want[i].Probs, lm.Config.Text.VocabSize) {
+						t.Errorf("spoil %d, tie %d, sequence %d: drawn ahead %v, alone from whole rows %v (or their distributions differ)",
+							c.spoil, c.tie, i, batch[i].Tokens, want[i].Tokens)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -147,8 +154,8 @@ func TestDrawBatchPicksAsAlone(t *testing.T) {
 						t.Errorf("sequence %d: picked ahead %v (read %v, ok %v), alone %v", i, got, props[i].Tokens, ok[i], want[i].Tokens)
 					}
 				}
-				if pb != nil && pb.Waiting != 0 {
-					t.Errorf("%d copies never waited for", pb.Waiting)
+				if pb != nil && (pb.Waiting != 0 || pb.Calls < slices.Max(ks)) {
+					t.Errorf("%d copies queued, %d never waited for; want one a draft step (%d), each waited for", pb.Calls, pb.Waiting, slices.Max(ks))
 				}
 			})
 		}

@@ -36,7 +36,7 @@ func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.Lat
 	}
 	n := sample.TopsNeeded(a.Config.Text.VocabSize, ps...)
 	if n > 0 && greedy {
-		n = max(n, 2)
+		n = max(n, 2) // (top-k's k + 1 is two already)
 	}
 	if n == 0 || !a.TopFits(n) {
 		return nil, 0 // the head selects fewer tokens than the tops need
@@ -306,10 +306,10 @@ func DrawBatch(ds []*Assistant, rs []Round) (*Drawn, error) {
 	return g.drawBatch()
 }
 
-// greedy reports whether every sequence of g drafts greedily.
+// greedy reports whether every sequence of g that drafts drafts greedily.
 func (g *drafting) greedy() bool {
-	for _, d := range g.ds {
-		if !d.Sample.Greedy() {
+	for i, d := range g.ds {
+		if g.rs[i].K > 0 && !d.Sample.Greedy() {
 			return false
 		}
 	}

@@ -278,11 +278,19 @@ type Late struct {
 	// SpoilTops, if positive, makes every SpoilTops-th read of two or more
 	// tensors at once (rows' tops: values [rows, n] and ids) come back
 	// with a NaN first value in one row, each row in turn, which no top
-	// decides a token from: callers must fall back to that whole row.
+	// decides a token from: callers must fall back to that whole row. The
+	// row's first two ids are swapped too, so a caller that took the top
+	// anyway would take another token.
 	SpoilTops int
-	tops      atomic.Int64
-	mu        sync.Mutex
-	sites     map[string]int
+	// TieTops, if positive, makes every TieTops-th such read come back
+	// with row 0's second value equal to its first, their ids swapped: a
+	// tie for the largest logit, which a caller taking the first id as the
+	// argmax must leave to the argmax (the lower id). Sampled rows do not
+	// see it as undecided, so tests put a greedy row first.
+	TieTops int
+	tops    atomic.Int64
+	mu      sync.Mutex
+	sites   map[string]int
 }
 
 // BeginRecord implements compute.Recorder, counting the recordings by
@@ -322,22 +330,38 @@ func (b *Late) LateI32(n int, values func() []int32) (*compute.Tensor, func() er
 // ReadLate implements compute.LateUploader.
 func (b *Late) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 	read := readLate(b, ts)
-	if b.SpoilTops <= 0 || len(ts) < 2 {
+	if b.SpoilTops <= 0 && b.TieTops <= 0 || len(ts) < 2 {
 		return read
 	}
 	k := int(b.tops.Add(1))
-	if k%b.SpoilTops != 0 {
-		return read
-	}
 	rows, n := max(ts[0].Rows(), 1), ts[0].Dim(-1)
-	row := k / b.SpoilTops % rows // each row in turn: a fallback reading the wrong row shows
-	return func() ([][]uint32, error) {
-		host, err := read()
-		if err == nil && len(host[0]) > row*n {
-			host[0][row*n] = math.Float32bits(float32(math.NaN()))
+	swap := func(ids []uint32, row int) {
+		if len(ids) > row*n+1 && n > 1 {
+			ids[row*n], ids[row*n+1] = ids[row*n+1], ids[row*n]
 		}
-		return host, err
 	}
+	switch {
+	case b.SpoilTops > 0 && k%b.SpoilTops == 0:
+		row := k / b.SpoilTops % rows // each row in turn: a fallback reading the wrong row shows
+		return func() ([][]uint32, error) {
+			host, err := read()
+			if err == nil && len(host[0]) > row*n {
+				host[0][row*n] = math.Float32bits(float32(math.NaN()))
+				swap(host[1], row)
+			}
+			return host, err
+		}
+	case b.TieTops > 0 && k%b.TieTops == 0 && n > 1:
+		return func() ([][]uint32, error) {
+			host, err := read()
+			if err == nil && len(host[0]) > 1 {
+				host[0][1] = host[0][0]
+				swap(host[1], 0)
+			}
+			return host, err
+		}
+	}
+	return read
 }
 
 // lateI32 and readLate take the values at once: a CPU runs each op as it

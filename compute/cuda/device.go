@@ -474,8 +474,9 @@ var pdlDecode = os.Getenv("TANDEM_CUDA_PDL") != "0" && os.Getenv("TANDEM_CUDA_PD
 // pdlFor takes; TANDEM_CUDA_PDL=decode leaves it out.
 var pdlVerify = os.Getenv("TANDEM_CUDA_PDL") != "decode"
 
-// pdlDrafts adds a greedy round's draft steps, issued behind the last
-// verify or issued ahead of it ("draft-at", "draft-ahead-at"): on the H200
+// pdlDrafts adds the draft steps of a greedy round kept on the device,
+// issued behind the last verify or ahead of it ("draft-at",
+// "draft-ahead-at"; the engine's "draft-picks" steps gained nothing): on the H200
 // (eighteenth session) the 31B round at P = 0 went 23.17-23.18 -> 23.06-23.09
 // ms and E2B's 4.74 -> 4.61-4.63 ms, P = 0.8 unchanged. TANDEM_CUDA_PDL=verify
 // leaves them out (=decode too).

@@ -430,7 +430,7 @@ func TestPDLForDecodeAndVerify(t *testing.T) {
 			"decode": true, "verify-at4": tc.verify, "draft-at0": tc.drafts, "draft-at1": tc.drafts, "verify4": tc.verify,
 			"draft-ahead-at0": tc.drafts, "draft-ahead-at1/1": tc.drafts,
 			"verify4/2": tc.verify, "draft1": false, "step,1,1": false, "decode/1": false,
-			"draft-late1,1":  false,                            // sampled drafts, drawn on the device thread
+			"draft-late1,1": false, "draft-picks0,2": false, // the engine's drafts, drawn or picked on the device
 			"decode-sampled": false, "decode-sampled/1": false, // issued onto an idle device, in parts
 		} {
 			if got := pdlFor(site); got != want {
