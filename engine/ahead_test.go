@@ -479,3 +479,120 @@ func TestDrawnDraftsMatchAlone(t *testing.T) {
 		})
 	}
 }
+
+// Greedy drafting requests whose next drafts are picked during a step, on
+// a guess of its verdict (drafts.go), must stream what they stream alone
+// through spec.Generate, with the same rounds and acceptances: whether the
+// guesses prove right (the next step verifies the drafts unread) or wrong
+// (the cache goes back to the verdict and the row drafts anew), under the
+// greedy walk and synthetic coins that accept nothing, some or every
+// draft, with a request whose penalty keeps it on the host's picks and
+// one that stops on a token, and with NaN picks that the host overrules.
+// TANDEM_SPEC_AHEAD=always guesses every round, =0 never.
+func TestStepDraftsAheadMatchAlone(t *testing.T) {
+	m, pf := aheadTarget(t)
+	d := helper
+	if m != target {
+		var err error
+		if d, err = gemma4.LoadAssistant(draftDir, m.Backend()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Bind(m); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+	}
+	free, _, _ := alone(t, Request{Prompt: promptOf(11, 72), MaxTokens: 30}, nil, 0, 0)
+	greedy := []Request{
+		{Prompt: promptOf(9, 71), MaxTokens: 26},
+		{Prompt: promptOf(11, 72), MaxTokens: 30, StopTokens: []int32{free[17]}},
+	}
+	penalised := Request{Prompt: promptOf(7, 73), MaxTokens: 21, Sample: sample.Params{RepetitionPenalty: 1.3}}
+	for _, c := range []struct {
+		mode      string
+		synthetic float64 // < 0: the greedy walk
+		nanAt     []int
+		penalty   bool // a request that reads logits too: no step drafts ahead while it runs
+	}{
+		{"always", -1, nil, false}, {"always", 0, nil, false}, {"always", 0.7, nil, false}, {"always", 1, nil, false},
+		{"always", 0, []int{3, 8}, false}, {"auto", 0, nil, false}, {"auto", -1, nil, false}, {"0", 0, nil, false},
+		{"always", 0.7, nil, true},
+	} {
+		reqs := greedy
+		if c.penalty {
+			reqs = append(slices.Clip(greedy), penalised)
+		}
+		t.Run(fmt.Sprintf("%s synthetic %v NaN at %v penalty %v", c.mode, c.synthetic, c.nanAt, c.penalty), func(t *testing.T) {
+			if c.nanAt != nil && pf == nil {
+				t.Skip("NaN picks are injected on the CPU only")
+			}
+			t.Setenv("TANDEM_SPEC_AHEAD", c.mode)
+			judge := spec.Judge{Synthetic: c.synthetic >= 0, SyntheticAcceptance: max(c.synthetic, 0)}
+			var want []result
+			for _, r := range reqs {
+				opt := spec.Options{Options: generation.Options{MaxTokens: r.MaxTokens, Sample: r.Sample, StopTokens: r.StopTokens, PrefillSize: 16},
+					DraftTokens: 3, Synthetic: judge.Synthetic, SyntheticAcceptance: judge.SyntheticAcceptance}
+				res, err := spec.Generate(context.Background(), target, assistantFor(t, r.Sample), r.Prompt, opt, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, result{tokens: res.Tokens, final: Event{FinishReason: res.StopReason,
+					Usage: Usage{Rounds: res.Stats.Rounds, Accepted: res.Stats.Accepted}}})
+			}
+			e := start(t, Config{Model: m, Drafter: d, DraftTokens: 3, Parallel: len(reqs), PrefillSize: 16, CtxSize: 128, Judge: judge})
+			if pf != nil {
+				pf.Reset(c.nanAt...)
+			}
+			got := runAll(t, e, reqs)
+			for i := range reqs {
+				g, w := got[i], want[i]
+				if !slices.Equal(g.tokens, w.tokens) || g.final.FinishReason != w.final.FinishReason ||
+					g.final.Usage.Rounds != w.final.Usage.Rounds || g.final.Usage.Accepted != w.final.Usage.Accepted {
+					t.Errorf("request %d: %v (%s, %d rounds, %d accepted); alone %v (%s, %d, %d)", i, g.tokens, g.final.FinishReason,
+						g.final.Usage.Rounds, g.final.Usage.Accepted, w.tokens, w.final.FinishReason, w.final.Usage.Rounds, w.final.Usage.Accepted)
+				}
+			}
+			if pf != nil && pf.Waiting != 0 {
+				t.Errorf("%d copies never waited for", pf.Waiting)
+			}
+			kept, missed := e.draftsKept.Load(), e.draftsMissed.Load()
+			switch {
+			case c.mode == "0" && kept+missed != 0:
+				t.Errorf("drafts picked ahead %d times with TANDEM_SPEC_AHEAD=0", kept+missed)
+			case c.mode != "0" && (c.synthetic == 0 || c.synthetic == 1) && c.nanAt == nil && (kept == 0 || missed != 0):
+				t.Errorf("%d guesses kept, %d missed; want some kept, none missed", kept, missed)
+			case c.synthetic == 0.7 && !c.penalty && (kept == 0 || missed == 0):
+				t.Errorf("%d guesses kept, %d missed; want both", kept, missed)
+			case c.nanAt != nil && missed == 0:
+				t.Errorf("NaN picks: no guess missed")
+			}
+		})
+	}
+}
+
+// TestAheadDraftFits protects which verdicts keep drafts picked ahead: the
+// guessed accepted count, at the guessed depth, where the host took the
+// device's pick at that row as it is (a NaN row's pick, −1, is the
+// host's and may differ from the token the drafts embedded).
+func TestAheadDraftFits(t *testing.T) {
+	n := &aheadDraft{a: 1, k: 3}
+	for _, tc := range []struct {
+		name     string
+		accepted int
+		picks    []int32
+		depth    int
+		want     bool
+	}{
+		{"the guessed verdict", 1, []int32{7, 8, 9, 10}, 3, true},
+		{"more accepted", 2, []int32{7, 8, 9, 10}, 3, false},
+		{"fewer accepted", 0, []int32{7, 8, 9, 10}, 3, false},
+		{"a NaN at the guessed row", 1, []int32{7, -1, 9, 10}, 3, false},
+		{"a NaN at another row", 1, []int32{-1, 8, -1, -1}, 3, true},
+		{"another depth", 1, []int32{7, 8, 9, 10}, 2, false},
+		{"no pick at the guessed row", 1, []int32{7}, 3, false},
+	} {
+		if got := n.fits(tc.accepted, tc.picks, tc.depth); got != tc.want {
+			t.Errorf("%s: fits = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

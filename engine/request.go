@@ -43,6 +43,11 @@ type request struct {
 	// verifies it instead of drafting anew, so the drafter's random stream
 	// is drawn as alone.
 	carry *spec.Proposal
+	// guess decides when the request's next drafts are picked before the
+	// last verdict is read, and ahead holds them once that verdict proved
+	// the guess right (drafts.go).
+	guess *spec.Guess
+	ahead *aheadDraft
 }
 
 func newRequest(ctx context.Context, r Request) *request {

@@ -64,6 +64,11 @@ type Engine struct {
 	aheadRuns atomic.Int64 // runs decoded ahead (read by tests)
 	aheadMost atomic.Int64 // the most requests a run decoded together (tests)
 	lateRuns  atomic.Int64 // runs sampled ahead (tests)
+	// held is the drafts the last step picked ahead (drafts.go), read in
+	// the step after it; draftsKept and draftsMissed count the rows whose
+	// guess proved right and wrong (tests).
+	held                     *aheadBatch
+	draftsKept, draftsMissed atomic.Int64
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.

@@ -36,6 +36,11 @@ type row struct {
 	// void is a verify taken back: its drafts were drawn ahead and met a
 	// top that did not decide one (r.carry holds the proposal now).
 	void bool
+	// ahead holds the drafts this step verifies, picked during the last
+	// step (r.ahead); next the next step's, picked during this one on a
+	// guess of its verdict (drafts.go).
+	ahead, next *aheadDraft
+	pick0       int // the row's first pick among the head's picks
 }
 
 // pickAt is position j's argmax: the device's pick, or sample.Argmax of
@@ -73,6 +78,7 @@ func (e *Engine) step() {
 			e.failAll(err)
 		}
 	}()
+	e.dropAhead()
 	if rs := e.aheadRequests(); rs != nil {
 		e.aheadRuns.Add(1)
 		if n := int64(len(rs)); n > e.aheadMost.Load() {
@@ -97,8 +103,9 @@ func (e *Engine) step() {
 	in := make([]gemma4.Row, len(rows))
 	site := make([]byte, 0, 4*len(rows)+4)
 	site = append(site, "step"...)
-	if drawn != nil {
-		site = append(site, "-late"...) // the tokens a late upload: other ops
+	onDevice := drawn != nil || slices.ContainsFunc(rows, func(w row) bool { return w.ahead != nil })
+	if onDevice {
+		site = append(site, "-late"...) // the tokens on the device: other ops
 	}
 	for i := range rows {
 		rows[i].T = rows[i].r.cache.Len()
@@ -106,6 +113,9 @@ func (e *Engine) step() {
 		n := len(rows[i].tokens)
 		if j := slices.Index(who, i); drawn != nil && j >= 0 {
 			n += spec.Depth(rows[i].r.seq, e.cfg.DraftTokens)
+		}
+		if a := rows[i].ahead; a != nil {
+			n += a.k
 		}
 		site = strconv.AppendInt(append(site, ','), int64(n), 10)
 	}
@@ -116,18 +126,25 @@ func (e *Engine) step() {
 	// rest, a step of lone tokens too. With drafts drawn ahead the step is
 	// recorded while they run, every row's tokens on the device.
 	end := compute.Record(b, string(site))
-	if drawn != nil {
-		drafts := drawn.Tokens()
+	if onDevice {
+		var drafts []*compute.Tensor
+		if drawn != nil {
+			drafts = drawn.Tokens()
+		}
 		for i := range in {
 			next := b.FromI32(in[i].Tokens, len(in[i].Tokens))
-			if j := slices.Index(who, i); j >= 0 {
+			if j := slices.Index(who, i); drawn != nil && j >= 0 {
 				next = b.Concat(next, drafts[j])
+			}
+			if a := rows[i].ahead; a != nil {
+				next = b.Concat(next, a.toks)
 			}
 			in[i] = gemma4.Row{Next: next, Cache: in[i].Cache}
 		}
 	}
 	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true})
 	end()
+	err = errors.Join(err, e.aheadProposals(rows))
 	if drawn != nil {
 		err = errors.Join(err, e.drawnProposals(rows, drawn, who))
 	}
@@ -187,6 +204,10 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 			rows[i].prop = *r.carry
 			rows[i].tokens = append(slices.Clip(rows[i].tokens), r.carry.Tokens...)
 			r.carry = nil
+			continue
+		}
+		if r.ahead != nil { // picked during the last step (aheadProposals reads them)
+			rows[i].ahead, r.ahead = r.ahead, nil
 			continue
 		}
 		if k := spec.Depth(r.seq, e.cfg.DraftTokens); k > 0 {
@@ -301,7 +322,7 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 		case r.prefilling() && r.fed+len(w.tokens) < len(r.req.Prompt):
 			continue // a middle chunk: nothing to sample
 		case pickOnly:
-			w.logits, w.picks = make([][]float32, n), make([]int32, n)
+			w.logits, w.picks, w.pick0 = make([][]float32, n), make([]int32, n), len(pidx)
 			for j := range n {
 				pidx = append(pidx, int32(first+j))
 				pslots = append(pslots, &w.picks[j])
@@ -324,7 +345,14 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 		}
 		slots = append(slots, &w.logits[0])
 	}
-	e.head(out, idx, slots, pidx, pslots, tidx, tslots, tn)
+	// Drafting ahead needs nothing read but the picks, copied back behind
+	// the head before the drafts are issued.
+	ahead := len(idx)+len(tidx) == 0 && e.mayDraftAhead(rows)
+	ids, read := e.head(out, idx, slots, pidx, pslots, tidx, tslots, tn, ahead)
+	if ahead {
+		e.draftAhead(rows, out, ids) // while the verify runs, before its picks are read
+	}
+	read()
 	idx, slots = idx[:0], slots[:0]
 	for i := range rows {
 		w := &rows[i]
@@ -340,43 +368,64 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 			slots = append(slots, &w.logits[j])
 		}
 	}
-	e.head(out, idx, slots, nil, nil, nil, nil, 0)
+	_, read = e.head(out, idx, slots, nil, nil, nil, nil, 0, false)
+	read()
 }
 
 // head runs the LM head over hidden rows idx, then pidx, then tidx of out,
-// in one pass. Row idx[j]'s logits go to *slots[j]. Row pidx[j]'s argmax is
-// picked on the device (TopK 1: the lowest index on ties, as sample.Argmax)
-// and goes to *pslots[j], or −1 where the row holds a NaN (where the
-// device's pick and sample.Argmax part). Row tidx[j]'s tn largest logits
-// (TopK) go to *tslots[j].
+// in one pass, and returns the picks on the device (I32 [len(pidx), 1],
+// nil for none) and the function that reads the results: row idx[j]'s
+// logits go to *slots[j]; row pidx[j]'s argmax, picked on the device
+// (TopK 1: the lowest index on ties, as sample.Argmax), to *pslots[j], or
+// −1 where the row holds a NaN (where the device's pick and sample.Argmax
+// part); row tidx[j]'s tn largest logits (TopK) to *tslots[j]. With
+// copy, a backend that reads asynchronously copies the picks back at once,
+// so that work issued before read waits for nothing it reads.
 func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx []int32, pslots []*int32,
-	tidx []int32, tslots []*sample.Top, tn int) {
+	tidx []int32, tslots []*sample.Top, tn int, copy bool) (picks *compute.Tensor, read func()) {
 	n, np := len(idx), len(pidx)
 	if n+np+len(tidx) == 0 {
-		return
+		return nil, func() {}
 	}
 	b := e.m.Backend()
 	V := e.m.Config.Text.VocabSize
 	all := e.m.Logits(b.Gather(out.Hidden, append(append(slices.Clip(idx), pidx...), tidx...)))
+	var pvals, tvals, tids *compute.Tensor
+	var readVals, readIDs func() []uint32 // the picks, copied back behind the head
 	if np > 0 {
-		vals, ids := b.TopK(b.Slice(all, n, n+np), 1)
-		vs, is := b.ToF32(vals), b.ToI32(ids)
-		for j, s := range pslots {
-			if *s = is[j]; vs[j] != vs[j] {
-				*s = -1
-			}
+		pvals, picks = b.TopK(b.Slice(all, n, n+np), 1)
+		if pf, ok := b.(compute.Prefetcher); ok && copy {
+			readVals, readIDs = pf.Prefetch(pvals), pf.Prefetch(picks)
 		}
 	}
 	if len(tidx) > 0 {
-		vals, ids := b.TopK(b.Slice(all, n+np, n+np+len(tidx)), tn)
-		for j, top := range sample.Tops(b.ToF32(vals), b.ToI32(ids), tn, V) {
-			*tslots[j] = top
-		}
+		tvals, tids = b.TopK(b.Slice(all, n+np, n+np+len(tidx)), tn)
 	}
-	if n > 0 {
-		lg := b.ToF32(b.Slice(all, 0, n))
-		for j, s := range slots {
-			*s = lg[j*V : (j+1)*V : (j+1)*V]
+	return picks, func() {
+		if np > 0 {
+			var vs []float32
+			var is []int32
+			if readVals != nil {
+				vs, is = compute.Float32s(readVals()), compute.Int32s(readIDs())
+			} else {
+				vs, is = b.ToF32(pvals), b.ToI32(picks)
+			}
+			for j, s := range pslots {
+				if *s = is[j]; vs[j] != vs[j] {
+					*s = -1
+				}
+			}
+		}
+		if len(tidx) > 0 {
+			for j, top := range sample.Tops(b.ToF32(tvals), b.ToI32(tids), tn, V) {
+				*tslots[j] = top
+			}
+		}
+		if n > 0 {
+			lg := b.ToF32(b.Slice(all, 0, n))
+			for j, s := range slots {
+				*s = lg[j*V : (j+1)*V : (j+1)*V]
+			}
 		}
 	}
 }
@@ -457,8 +506,9 @@ func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 			d.AcceptedPerPos[j]++
 		}
 		// Keep pending and the accepted drafts; the next round starts from
-		// the verify row that produced the correction or bonus.
-		if err := r.cache.Truncate(w.T + v.Accepted + 1); err != nil {
+		// the verify row that produced the correction or bonus (drafting
+		// ahead may have rolled the cache back further).
+		if err := e.settleAhead(w, v); err != nil {
 			r.usage.CompletionTokens += len(emitted)
 			d.GeneratedTokens += int64(len(emitted))
 			r.push(emitted, lps)

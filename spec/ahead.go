@@ -2,6 +2,7 @@ package spec
 
 import (
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -161,3 +162,19 @@ func (g *aheadGuess) next(k int) (int, bool) {
 	}
 	return 0, false
 }
+
+// Guess is aheadGuess for a loop outside this package (the serving
+// engine keeps one a request): whether to draft the next round before
+// the last verdict is read, and on which outcome. It reads
+// TANDEM_SPEC_AHEAD as Generate does.
+type Guess struct{ g *aheadGuess }
+
+// NewGuess starts a sequence's guesses.
+func NewGuess() *Guess { return &Guess{newAheadGuess(os.Getenv(aheadEnv))} }
+
+// Saw records a round's accepted count.
+func (g *Guess) Saw(accepted int) { g.g.saw(accepted) }
+
+// Next returns the outcome to draft the coming round on, for a round of
+// k drafts in flight, and whether to draft ahead at all.
+func (g *Guess) Next(k int) (int, bool) { return g.g.next(k) }

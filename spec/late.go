@@ -69,7 +69,9 @@ type issued struct {
 
 // rowsAfter is drafter step j's rows and the sequences they draft for:
 // every sequence that asked for more than j drafts, embedding the token
-// and hidden state prev (step j−1, nil for the first) left on the backend.
+// and hidden state prev (step j−1, nil for the first) left on the backend,
+// or the round's (its pending token on the backend where PendingAt is
+// set: a round drafted ahead of the last verdict).
 func (g *drafting) rowsAfter(j int, prev *issued) ([]gemma4.DraftRow, []int) {
 	b := g.a.Backend()
 	var rows []gemma4.DraftRow
@@ -78,7 +80,7 @@ func (g *drafting) rowsAfter(j int, prev *issued) ([]gemma4.DraftRow, []int) {
 		if r.K <= j {
 			continue
 		}
-		row := gemma4.DraftRow{Token: g.toks[i], Hidden: g.hidden[i], Snap: r.Snap}
+		row := gemma4.DraftRow{Token: g.toks[i], Next: r.PendingAt, Hidden: g.hidden[i], Snap: r.Snap}
 		if prev != nil {
 			x := slices.Index(prev.idx, i) // a sequence drafting at j drafted at j−1
 			row.Next, row.Hidden = b.Slice(prev.toks, x, x+1), b.Slice(prev.out.Next, x, x+1)
@@ -337,8 +339,14 @@ func (g *drafting) pickAhead() (*picking, error) {
 	a, b := g.a, g.a.Backend()
 	pf, _ := b.(compute.Prefetcher)
 	p := &picking{}
+	// Rounds drafted ahead embed their first tokens from the backend:
+	// other ops, so graph sites of their own.
+	site := "draft-picks"
+	if slices.ContainsFunc(g.rs, func(r Round) bool { return r.PendingAt != nil }) {
+		site = "draft-picks-ahead"
+	}
 	for j := range g.steps {
-		end := compute.Record(b, fmt.Sprintf("draft-picks%d,%d", min(j, 1), len(g.rs)))
+		end := compute.Record(b, fmt.Sprintf("%s%d,%d", site, min(j, 1), len(g.rs)))
 		var s pickStep
 		var rows []gemma4.DraftRow
 		if j > 0 {
