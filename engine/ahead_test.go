@@ -513,16 +513,21 @@ func TestStepDraftsAheadMatchAlone(t *testing.T) {
 		synthetic float64 // < 0: the greedy walk
 		nanAt     []int
 		penalty   bool // a request that reads logits too: no step drafts ahead while it runs
+		stopping  bool // the request that stops on a token, alone: the engine then idles with drafts picked ahead
 	}{
-		{"always", -1, nil, false}, {"always", 0, nil, false}, {"always", 0.7, nil, false}, {"always", 1, nil, false},
-		{"always", 0, []int{3, 8}, false}, {"auto", 0, nil, false}, {"auto", -1, nil, false}, {"0", 0, nil, false},
-		{"always", 0.7, nil, true},
+		{"always", -1, nil, false, false}, {"always", 0, nil, false, false}, {"always", 0.7, nil, false, false},
+		{"always", 1, nil, false, false}, {"always", 0, []int{3, 8}, false, false}, {"auto", 0, nil, false, false},
+		{"auto", -1, nil, false, false}, {"0", 0, nil, false, false}, {"always", 0.7, nil, true, false},
+		{"always", 0, nil, false, true},
 	} {
 		reqs := greedy
-		if c.penalty {
+		switch {
+		case c.penalty:
 			reqs = append(slices.Clip(greedy), penalised)
+		case c.stopping:
+			reqs = greedy[1:]
 		}
-		t.Run(fmt.Sprintf("%s synthetic %v NaN at %v penalty %v", c.mode, c.synthetic, c.nanAt, c.penalty), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s synthetic %v NaN at %v penalty %v stopping %v", c.mode, c.synthetic, c.nanAt, c.penalty, c.stopping), func(t *testing.T) {
 			if c.nanAt != nil && pf == nil {
 				t.Skip("NaN picks are injected on the CPU only")
 			}
@@ -552,10 +557,14 @@ func TestStepDraftsAheadMatchAlone(t *testing.T) {
 						g.final.Usage.Rounds, g.final.Usage.Accepted, w.tokens, w.final.FinishReason, w.final.Usage.Rounds, w.final.Usage.Accepted)
 				}
 			}
+			closeEngine(t, e) // an engine going idle or stopping reads what it picked ahead
 			if pf != nil && pf.Waiting != 0 {
 				t.Errorf("%d copies never waited for", pf.Waiting)
 			}
-			kept, missed := e.draftsKept.Load(), e.draftsMissed.Load()
+			kept, missed, used := e.draftsKept.Load(), e.draftsMissed.Load(), e.draftsUsed.Load()
+			if used != kept {
+				t.Errorf("%d guesses kept, %d of them verified next step", kept, used)
+			}
 			switch {
 			case c.mode == "0" && kept+missed != 0:
 				t.Errorf("drafts picked ahead %d times with TANDEM_SPEC_AHEAD=0", kept+missed)

@@ -105,6 +105,7 @@ func (e *Engine) draftAhead(rows []row, out *gemma4.Output, picks *compute.Tenso
 	if len(who) == 0 {
 		return
 	}
+	e.dropAhead() // none held here: the step read the last batch (aheadProposals)
 	dr, err := e.draw(ds, rounds)
 	if err != nil || dr == nil {
 		// Not this step's failure: the rows draft as usual next step (and
@@ -185,17 +186,15 @@ func (e *Engine) aheadProposals(rows []row) error {
 	return errors.Join(append(errs, err)...)
 }
 
-// dropAhead reads the drafts picked ahead that no running request will
-// verify (its requests ended, or were cancelled, between the steps).
+// dropAhead reads the drafts picked ahead where no general step will:
+// before a run of steps without drafters, when the engine goes idle, and
+// when it stops (its requests ended, or were cancelled, after the step
+// that picked them). A general step reads them itself (aheadProposals),
+// after its verify is issued.
 func (e *Engine) dropAhead() {
 	h := e.held
 	if h == nil {
 		return
-	}
-	for _, r := range e.active {
-		if r.ahead != nil && r.ahead.batch == h {
-			return
-		}
 	}
 	e.held = nil
 	if _, err := h.proposals(); err != nil {

@@ -67,7 +67,7 @@ func (e *Engine) end(r *request, reason string, err error) {
 	defer r.finish(reason, err) // whatever happens below, the request gets its final event
 	e.active = slices.DeleteFunc(e.active, func(x *request) bool { return x == r })
 	cache := r.cache
-	r.cache, r.hidden, r.ahead = nil, nil, nil // drafts picked ahead: dropAhead reads them
+	r.cache, r.hidden, r.ahead = nil, nil, nil // drafts picked ahead: the next step, or dropAhead, reads them
 	r.usage.Rounds, r.usage.Drafted, r.usage.Accepted = r.stats.Rounds, r.stats.Drafted, r.stats.Accepted
 	e.locked(func() {
 		e.kvUsed -= r.reserve

@@ -66,9 +66,10 @@ type Engine struct {
 	lateRuns  atomic.Int64 // runs sampled ahead (tests)
 	// held is the drafts the last step picked ahead (drafts.go), read in
 	// the step after it; draftsKept and draftsMissed count the rows whose
-	// guess proved right and wrong (tests).
-	held                     *aheadBatch
-	draftsKept, draftsMissed atomic.Int64
+	// guess proved right and wrong, draftsUsed those a step verified
+	// (tests).
+	held                                 *aheadBatch
+	draftsKept, draftsMissed, draftsUsed atomic.Int64 // draftsUsed: verified by the next step
 }
 
 // New checks cfg, fills in its defaults and starts the scheduler.
@@ -279,6 +280,7 @@ func (e *Engine) signal() {
 // every running request.
 func (e *Engine) loop() {
 	defer close(e.done)
+	defer e.dropAhead() // drafts picked ahead that no step will verify
 	for {
 		e.mu.Lock()
 		abort, closing, queued := e.abort, e.closing, len(e.queue)
@@ -296,6 +298,7 @@ func (e *Engine) loop() {
 			e.step()
 			continue
 		}
+		e.dropAhead()
 		if closing && queued == 0 {
 			return
 		}

@@ -78,8 +78,8 @@ func (e *Engine) step() {
 			e.failAll(err)
 		}
 	}()
-	e.dropAhead()
 	if rs := e.aheadRequests(); rs != nil {
+		e.dropAhead() // no request here drafts: none will verify them
 		e.aheadRuns.Add(1)
 		if n := int64(len(rs)); n > e.aheadMost.Load() {
 			e.aheadMost.Store(n)
@@ -88,6 +88,7 @@ func (e *Engine) step() {
 		return
 	}
 	if rs := e.sampleRequests(); rs != nil {
+		e.dropAhead()
 		e.lateRuns.Add(1)
 		e.sampleAhead(rs)
 		return
@@ -208,6 +209,7 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 		}
 		if r.ahead != nil { // picked during the last step (aheadProposals reads them)
 			rows[i].ahead, r.ahead = r.ahead, nil
+			e.draftsUsed.Add(1)
 			continue
 		}
 		if k := spec.Depth(r.seq, e.cfg.DraftTokens); k > 0 {
@@ -349,9 +351,16 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 	// the head before the drafts are issued.
 	ahead := len(idx)+len(tidx) == 0 && e.mayDraftAhead(rows)
 	ids, read := e.head(out, idx, slots, pidx, pslots, tidx, tslots, tn, ahead)
+	read1 := false
 	if ahead {
+		defer func() {
+			if !read1 { // a panic while drafting ahead: its copies back are still waited for
+				read()
+			}
+		}()
 		e.draftAhead(rows, out, ids) // while the verify runs, before its picks are read
 	}
+	read1 = true
 	read()
 	idx, slots = idx[:0], slots[:0]
 	for i := range rows {

@@ -355,7 +355,9 @@ func (g *drafting) pickAhead() (*picking, error) {
 			rows, s.idx = g.rowsAfter(j, nil)
 		}
 		opt := g.ds[0].Opt
-		opt.LaunchEarly = j == 0 // later steps are recorded while the last one runs
+		// Later steps are recorded while the last one runs, and so is the
+		// first of rounds drafted ahead (behind the last verify).
+		opt.LaunchEarly = j == 0 && site == "draft-picks"
 		out, err := a.Step(rows, opt)
 		if err != nil {
 			end()
