@@ -420,17 +420,7 @@ func TestSampleAheadMatchesAlone(t *testing.T) {
 // the output, so a greedy draft taken from the wrong id shows too.
 func TestDrawnDraftsMatchAlone(t *testing.T) {
 	m := lateTarget(t)
-	d := helper
-	if m != target {
-		var err error
-		if d, err = gemma4.LoadAssistant(draftDir, m.Backend()); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Bind(m); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-	}
+	d := drafterFor(t, m)
 	late, _ := m.Backend().(*computetest.Late)
 	reqs := []Request{
 		{Prompt: promptOf(9, 51), MaxTokens: 25, Sample: sample.Params{Temperature: 1, TopK: 5, Seed: 1}},
@@ -491,17 +481,7 @@ func TestDrawnDraftsMatchAlone(t *testing.T) {
 // TANDEM_SPEC_AHEAD=always guesses every round, =0 never.
 func TestStepDraftsAheadMatchAlone(t *testing.T) {
 	m, pf := aheadTarget(t)
-	d := helper
-	if m != target {
-		var err error
-		if d, err = gemma4.LoadAssistant(draftDir, m.Backend()); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Bind(m); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-	}
+	d := drafterFor(t, m)
 	free, _, _ := alone(t, Request{Prompt: promptOf(11, 72), MaxTokens: 30}, nil, 0, 0)
 	greedy := []Request{
 		{Prompt: promptOf(9, 71), MaxTokens: 26},
@@ -604,4 +584,22 @@ func TestAheadDraftFits(t *testing.T) {
 			t.Errorf("%s: fits = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// drafterFor is the tiny drafter bound to m: the shared one where m is the
+// shared target, else a copy loaded on m's backend.
+func drafterFor(t *testing.T, m *gemma4.Model) *gemma4.Assistant {
+	t.Helper()
+	if m == target {
+		return helper
+	}
+	d, err := gemma4.LoadAssistant(draftDir, m.Backend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Bind(m); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
