@@ -377,8 +377,8 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 			slots = append(slots, &w.logits[j])
 		}
 	}
-	_, read = e.head(out, idx, slots, nil, nil, nil, nil, 0, false)
-	read()
+	_, readRest := e.head(out, idx, slots, nil, nil, nil, nil, 0, false)
+	readRest()
 }
 
 // head runs the LM head over hidden rows idx, then pidx, then tidx of out,
@@ -388,10 +388,10 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 // (TopK 1: the lowest index on ties, as sample.Argmax), to *pslots[j], or
 // −1 where the row holds a NaN (where the device's pick and sample.Argmax
 // part); row tidx[j]'s tn largest logits (TopK) to *tslots[j]. With
-// copy, a backend that reads asynchronously copies the picks back at once,
-// so that work issued before read waits for nothing it reads.
+// early, a backend that reads asynchronously copies the picks back at
+// once, so that read waits for nothing issued after the head.
 func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx []int32, pslots []*int32,
-	tidx []int32, tslots []*sample.Top, tn int, copy bool) (picks *compute.Tensor, read func()) {
+	tidx []int32, tslots []*sample.Top, tn int, early bool) (picks *compute.Tensor, read func()) {
 	n, np := len(idx), len(pidx)
 	if n+np+len(tidx) == 0 {
 		return nil, func() {}
@@ -403,7 +403,7 @@ func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx 
 	var readVals, readIDs func() []uint32 // the picks, copied back behind the head
 	if np > 0 {
 		pvals, picks = b.TopK(b.Slice(all, n, n+np), 1)
-		if pf, ok := b.(compute.Prefetcher); ok && copy {
+		if pf, ok := b.(compute.Prefetcher); ok && early {
 			readVals, readIDs = pf.Prefetch(pvals), pf.Prefetch(picks)
 		}
 	}
