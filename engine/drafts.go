@@ -58,11 +58,18 @@ func (e *Engine) mayDraftAhead(rows []row) bool {
 		return false
 	}
 	for i := range rows {
-		if w := &rows[i]; w.r.guess != nil && !w.void && w.picks != nil && len(w.prop.Tokens) > 0 {
+		if rows[i].guesses() {
 			return true
 		}
 	}
 	return false
+}
+
+// guesses reports whether w is a verify whose next drafts may be picked
+// ahead: drafts verified with every row picked on the device, for a
+// request that guesses.
+func (w *row) guesses() bool {
+	return w.r.guess != nil && !w.void && w.picks != nil && len(w.prop.Tokens) > 0
 }
 
 // draftAhead picks, while the step's verify runs, the next drafts of every
@@ -82,8 +89,8 @@ func (e *Engine) draftAhead(rows []row, out *gemma4.Output, picks *compute.Tenso
 	for i := range rows {
 		w := &rows[i]
 		r := w.r
-		if r.guess == nil || w.void || w.picks == nil || len(w.prop.Tokens) == 0 {
-			continue // not a greedy verify picked on the device
+		if !w.guesses() {
+			continue
 		}
 		a, ok := r.guess.Next(len(w.prop.Tokens))
 		if !ok {
