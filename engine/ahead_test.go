@@ -542,8 +542,12 @@ func TestStepDraftsAheadMatchAlone(t *testing.T) {
 				t.Errorf("%d copies never waited for", pf.Waiting)
 			}
 			kept, missed, used := e.draftsKept.Load(), e.draftsMissed.Load(), e.draftsUsed.Load()
-			if used != kept {
-				t.Errorf("%d guesses kept, %d of them verified next step", kept, used)
+			ahead := 0
+			for _, g := range got {
+				ahead += g.final.Usage.Ahead
+			}
+			if used != kept || int64(ahead) != kept {
+				t.Errorf("%d guesses kept, %d of them verified next step, %d in the requests' usage", kept, used, ahead)
 			}
 			switch {
 			case c.mode == "0" && kept+missed != 0:

@@ -123,6 +123,9 @@ type Usage struct {
 	Rounds   int
 	Drafted  int
 	Accepted int
+	// Ahead counts the rounds whose drafts were picked before the last
+	// verdict was read, on a guess of it that proved right (drafts.go).
+	Ahead int
 }
 
 // MeanAcceptLength is the tokens each verify pass yielded.

@@ -68,7 +68,7 @@ func (e *Engine) end(r *request, reason string, err error) {
 	e.active = slices.DeleteFunc(e.active, func(x *request) bool { return x == r })
 	cache := r.cache
 	r.cache, r.hidden, r.ahead = nil, nil, nil // drafts picked ahead: the next step, or dropAhead, reads them
-	r.usage.Rounds, r.usage.Drafted, r.usage.Accepted = r.stats.Rounds, r.stats.Drafted, r.stats.Accepted
+	r.usage.Rounds, r.usage.Drafted, r.usage.Accepted, r.usage.Ahead = r.stats.Rounds, r.stats.Drafted, r.stats.Accepted, r.stats.Ahead
 	e.locked(func() {
 		e.kvUsed -= r.reserve
 		e.running--

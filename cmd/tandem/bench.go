@@ -87,6 +87,8 @@ type benchRow struct {
 	EngineTokS       float64 `json:"engine_decode_tokens_per_s,omitempty"`
 	EngineSpecTokS   float64 `json:"engine_speculative_tokens_per_s,omitempty"`
 	EngineAcceptance float64 `json:"engine_acceptance_rate,omitempty"`
+	EngineRounds     int     `json:"engine_rounds,omitempty"`
+	EngineAhead      int     `json:"engine_drafted_ahead,omitempty"` // rounds whose drafts were picked before the last verdict
 	// --engine-batch N: N copies of the prompt at once through one engine,
 	// their tokens a second in all.
 	EngineBatch     int     `json:"engine_batch,omitempty"`
@@ -346,8 +348,8 @@ func newBench() *cobra.Command {
 						if synthetic >= 0 {
 							kind = "synthetic"
 						}
-						line += fmt.Sprintf(", speculative %.2f tok/s (%.2fx) at %.0f%% %s acceptance", r.EngineSpecTokS,
-							r.EngineSpecTokS/r.EngineTokS, 100*r.EngineAcceptance, kind)
+						line += fmt.Sprintf(", speculative %.2f tok/s (%.2fx) at %.0f%% %s acceptance, %d of %d rounds drafted ahead",
+							r.EngineSpecTokS, r.EngineSpecTokS/r.EngineTokS, 100*r.EngineAcceptance, kind, r.EngineAhead, r.EngineRounds)
 					}
 					fmt.Fprintln(out, line)
 				}
@@ -625,6 +627,7 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 	if u.Drafted > 0 {
 		row.EngineAcceptance = float64(u.Accepted) / float64(u.Drafted)
 	}
+	row.EngineRounds, row.EngineAhead = u.Rounds, u.Ahead
 	return nil
 }
 
