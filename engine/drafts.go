@@ -116,13 +116,7 @@ func (e *Engine) draftAhead(rows []row, out *gemma4.Output, picks *compute.Tenso
 	dr, err := e.draw(ds, rounds)
 	if err != nil || dr == nil {
 		// Not this step's failure: the rows draft as usual next step (and
-		// meet it again, if it is real).
-		for _, i := range who {
-			w := &rows[i]
-			if err := w.r.cache.Untruncate(w.T + len(w.prop.Tokens) + 1); err != nil {
-				e.log.Error("drafting ahead: restoring a cache", "err", err)
-			}
-		}
+		// meet it again, if it is real); settleAhead puts their caches back.
 		return
 	}
 	toks := dr.Tokens()
@@ -187,8 +181,7 @@ func (e *Engine) aheadProposals(rows []row) error {
 			errs = append(errs, errors.New("engine: drafts picked ahead were lost"))
 			continue
 		}
-		rows[i].prop = props[a.x]
-		rows[i].tokens = append(rows[i].tokens[:len(rows[i].tokens):len(rows[i].tokens)], props[a.x].Tokens...)
+		rows[i].propose(props[a.x])
 	}
 	return errors.Join(append(errs, err)...)
 }

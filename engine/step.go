@@ -43,6 +43,13 @@ type row struct {
 	pick0       int // the row's first pick among the head's picks
 }
 
+// propose gives w the drafts of p: its proposal, and its tokens after the
+// pending one.
+func (w *row) propose(p spec.Proposal) {
+	w.prop = p
+	w.tokens = append(slices.Clip(w.tokens), p.Tokens...)
+}
+
 // pickAt is position j's argmax: the device's pick, or sample.Argmax of
 // the position's logits where there is none.
 func (w *row) pickAt(j int, logits func(int) []float32) int32 {
@@ -202,8 +209,7 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 			continue
 		}
 		if r.carry != nil {
-			rows[i].prop = *r.carry
-			rows[i].tokens = append(slices.Clip(rows[i].tokens), r.carry.Tokens...)
+			rows[i].propose(*r.carry)
 			r.carry = nil
 			continue
 		}
@@ -236,8 +242,7 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 		if len(props[j].Tokens) != rounds[j].K {
 			return nil, nil, fmt.Errorf("drafter proposed %d tokens, asked for %d", len(props[j].Tokens), rounds[j].K)
 		}
-		rows[i].prop = props[j]
-		rows[i].tokens = append(slices.Clip(rows[i].tokens), props[j].Tokens...)
+		rows[i].propose(props[j])
 	}
 	return nil, nil, nil
 }
@@ -277,8 +282,7 @@ func (e *Engine) drawnProposals(rows []row, drawn *spec.Drawn, who []int) error 
 			rows[i].r.carry = &p
 			continue
 		}
-		rows[i].prop = props[j]
-		rows[i].tokens = append(slices.Clip(rows[i].tokens), props[j].Tokens...)
+		rows[i].propose(props[j])
 	}
 	return nil
 }

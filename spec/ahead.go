@@ -51,8 +51,8 @@ func (a *ahead) fits(r Round) bool {
 // the guess (Generate restores it if the guess was wrong). It returns nil
 // when it drafts nothing.
 func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *generation.Seq, k int, st *Stats,
-	in *inFlight, guess *aheadGuess) (*ahead, error) {
-	a, ok := guess.next(in.r.K)
+	in *inFlight, guess *Guess) (*ahead, error) {
+	a, ok := guess.Next(in.r.K)
 	if !ok {
 		return nil, nil
 	}
@@ -81,7 +81,7 @@ func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *gen
 	return &ahead{accepted: a, picks: &in.idxBits, k: kn, snapLen: cache.Len(), drafts: drafts}, nil
 }
 
-// aheadGuess decides when to draft ahead and on which outcome, from the
+// Guess decides when to draft ahead and on which outcome, from the
 // accepted counts of the last rounds. A right guess saves the round the
 // host's time between the verdict and the first draft kernel (a millisecond
 // or more on the H200); a wrong one costs the device the wasted drafts
@@ -91,13 +91,13 @@ func draftAhead(m *gemma4.Model, d DeviceDrafter, cache *kvcache.Cache, seq *gen
 // H200 it took the 31B shape's round at synthetic acceptance 0 from 28.6
 // to 27.4 ms. =always guesses the last round's outcome every round (for
 // tests and comparisons); =0 (off, false, no) never drafts ahead.
-type aheadGuess struct {
+type Guess struct {
 	mode string
 	last [aheadWindow]int // accepted counts, a ring
 	n    int              // rounds seen
 }
 
-// aheadWindow is how many rounds aheadGuess looks back over, and
+// aheadWindow is how many rounds Guess looks back over, and
 // aheadAgree how many of them must share the outcome it guesses. Before
 // the window fills, it guesses once the first aheadStart rounds, and every
 // one after them, agree: a generation's first rounds would otherwise never
@@ -107,7 +107,11 @@ const aheadWindow, aheadAgree, aheadStart = 8, 7, 3
 
 var warnedAhead atomic.Bool
 
-func newAheadGuess(mode string) *aheadGuess {
+// NewGuess starts a sequence's guesses in the mode TANDEM_SPEC_AHEAD
+// names (Generate's, and the serving engine's for each request).
+func NewGuess() *Guess { return newGuess(os.Getenv(aheadEnv)) }
+
+func newGuess(mode string) *Guess {
 	switch mode {
 	case "", "auto":
 		mode = "auto"
@@ -120,18 +124,18 @@ func newAheadGuess(mode string) *aheadGuess {
 		}
 		mode = "auto"
 	}
-	return &aheadGuess{mode: mode}
+	return &Guess{mode: mode}
 }
 
-// saw records a round's accepted count.
-func (g *aheadGuess) saw(accepted int) {
+// Saw records a round's accepted count.
+func (g *Guess) Saw(accepted int) {
 	g.last[g.n%aheadWindow] = accepted
 	g.n++
 }
 
-// next returns the outcome to draft the coming round on, for a round of k
+// Next returns the outcome to draft the coming round on, for a round of k
 // drafts now in flight, and whether to draft ahead at all.
-func (g *aheadGuess) next(k int) (int, bool) {
+func (g *Guess) Next(k int) (int, bool) {
 	switch {
 	case g.n == 0 || g.mode != "auto" && g.mode != "always":
 		return 0, false
@@ -162,19 +166,3 @@ func (g *aheadGuess) next(k int) (int, bool) {
 	}
 	return 0, false
 }
-
-// Guess is aheadGuess for a loop outside this package (the serving
-// engine keeps one a request): whether to draft the next round before
-// the last verdict is read, and on which outcome. It reads
-// TANDEM_SPEC_AHEAD as Generate does.
-type Guess struct{ g *aheadGuess }
-
-// NewGuess starts a sequence's guesses.
-func NewGuess() *Guess { return &Guess{newAheadGuess(os.Getenv(aheadEnv))} }
-
-// Saw records a round's accepted count.
-func (g *Guess) Saw(accepted int) { g.g.saw(accepted) }
-
-// Next returns the outcome to draft the coming round on, for a round of
-// k drafts in flight, and whether to draft ahead at all.
-func (g *Guess) Next(k int) (int, bool) { return g.g.next(k) }

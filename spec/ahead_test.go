@@ -41,11 +41,11 @@ func TestAheadGuess(t *testing.T) {
 		{"auto", []int{1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, 3, 0, true, "only the last eight count"},
 		{"auto", []int{3, 3, 3, 3, 3, 3, 3, 3}, 2, 0, false, "an outcome the round cannot have"},
 	} {
-		g := newAheadGuess(tc.mode)
+		g := newGuess(tc.mode)
 		for _, a := range tc.seen {
-			g.saw(a)
+			g.Saw(a)
 		}
-		got, ok := g.next(tc.k)
+		got, ok := g.Next(tc.k)
 		if ok != tc.guess || ok && got != tc.want {
 			t.Errorf("%s (%q after %v, depth %d): guess %d %v, want %d %v", tc.reason, tc.mode, tc.seen, tc.k, got, ok, tc.want, tc.guess)
 		}

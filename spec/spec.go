@@ -64,7 +64,7 @@ type Stats struct {
 	// Ahead counts rounds whose drafts were issued before the previous
 	// round's verdict was read, on a guess of its outcome that proved
 	// right; AheadMissed the guesses that proved wrong, whose drafts were
-	// discarded (rounds kept on the device only; see aheadGuess). Drafts
+	// discarded (rounds kept on the device only; see Guess). Drafts
 	// for a round the sequence ended before count in neither.
 	Ahead       int `json:"drafted_ahead"`
 	AheadMissed int `json:"ahead_missed"`
@@ -194,7 +194,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	if onToken != nil {
 		onToken(tok)
 	}
-	guess := newAheadGuess(os.Getenv(aheadEnv))
+	guess := NewGuess()
 	var next *ahead // drafts issued for this round before the last verdict was read
 	roundStart := time.Now()
 	for !done {
@@ -241,7 +241,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		now := time.Now()
 		res.Stats.RoundTimes = append(res.Stats.RoundTimes, now.Sub(roundStart))
 		roundStart = now
-		guess.saw(v.Accepted)
+		guess.Saw(v.Accepted)
 		if onToken != nil {
 			for _, tok := range v.Emitted {
 				onToken(tok)
