@@ -14,20 +14,16 @@ import (
 // with how many of each row's largest logits: where the backend uploads
 // late, some sequence samples, and every sampling one samples with a
 // top-k that its tops decide. A greedy sequence among them takes its
-// top's first where the second is below it, so it needs two.
+// top's first where the second is below it: top-k's k + 1 are at least
+// two.
 func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.LateUploader, int) {
 	late, ok := a.Backend().(compute.LateUploader)
 	if !ok {
 		return nil, 0
 	}
 	var ps []sample.Params
-	greedy := false
 	for i, r := range rs {
-		switch {
-		case r.K == 0:
-		case ds[i].Sample.Greedy():
-			greedy = true
-		default:
+		if r.K > 0 && !ds[i].Sample.Greedy() {
 			ps = append(ps, ds[i].Sample)
 		}
 	}
@@ -35,9 +31,6 @@ func lateDrafting(a *gemma4.Assistant, ds []*Assistant, rs []Round) (compute.Lat
 		return nil, 0 // nothing sampled (DrawBatch picks greedy drafts on the device)
 	}
 	n := sample.TopsNeeded(a.Config.Text.VocabSize, ps...)
-	if n > 0 && greedy {
-		n = max(n, 2) // (top-k's k + 1 is two already)
-	}
 	if n == 0 || !a.TopFits(n) {
 		return nil, 0 // the head selects fewer tokens than the tops need
 	}
