@@ -2,7 +2,6 @@ package spec
 
 import (
 	"fmt"
-	"slices"
 
 	"tandem/compute"
 	"tandem/model/gemma4"
@@ -116,9 +115,8 @@ func ProposeBatch(ds []*Assistant, rs []Round) ([]Proposal, error) {
 	return g.props, nil
 }
 
-// drafting is ProposeBatch's state: each sequence's proposal so far, the
-// token and hidden its next step embeds, and, once it samples, its history
-// with its drafts (for the penalties).
+// drafting is ProposeBatch's state: each sequence's proposal so far, and
+// the token and hidden its next step embeds.
 type drafting struct {
 	a      *gemma4.Assistant
 	ds     []*Assistant
@@ -126,7 +124,6 @@ type drafting struct {
 	props  []Proposal
 	toks   []int32
 	hidden []*compute.Tensor
-	hist   [][]int32
 	steps  int // the most drafts a sequence asked for
 }
 
@@ -145,7 +142,7 @@ func newDrafting(ds []*Assistant, rs []Round) (*drafting, error) {
 		}
 	}
 	g := &drafting{a: a, ds: ds, rs: rs, props: make([]Proposal, len(rs)), toks: make([]int32, len(rs)),
-		hidden: make([]*compute.Tensor, len(rs)), hist: make([][]int32, len(rs))}
+		hidden: make([]*compute.Tensor, len(rs))}
 	for i, r := range rs {
 		g.toks[i], g.hidden[i] = r.Pending, r.Hidden
 		g.steps = max(g.steps, r.K)
@@ -208,22 +205,14 @@ func (g *drafting) onHost(from int) error {
 func (g *drafting) wholeRow(out *gemma4.StepOutput, x, i int) sample.Dist {
 	b := g.a.Backend()
 	lg := b.ToF32(g.a.Logits(b.Slice(out.Normed, x, x+1)))
-	return sample.Dense(g.ds[i].Sample.DistributionAfter(lg, g.history(i), g.rs[i].Prompt))
-}
-
-// history is sequence i's history with its drafts so far.
-func (g *drafting) history(i int) []int32 {
-	if g.hist[i] == nil {
-		g.hist[i] = slices.Clone(g.rs[i].History)
-	}
-	return g.hist[i]
+	hist := withDrafts(g.rs[i].History, g.props[i].Tokens) // the penalties see the drafts so far
+	return sample.Dense(g.ds[i].Sample.DistributionAfter(lg, hist, g.rs[i].Prompt))
 }
 
 // add appends a sampled draft tok, drawn from q, to sequence i's proposal.
 func (g *drafting) add(i int, q sample.Dist, tok int32) {
 	g.toks[i] = tok
 	g.props[i].add(q, tok)
-	g.hist[i] = append(g.history(i), tok)
 }
 
 // add appends a sampled draft tok, drawn from q.

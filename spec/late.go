@@ -261,7 +261,6 @@ func (w *drawing) finish() (from int, err error) {
 				g.props[i].add(q, q.Draw(g.ds[i].rng.Uniform()))
 			}
 			g.toks[i], g.hidden[i] = g.props[i].Tokens[j], b.Slice(s.out.Next, x, x+1)
-			g.hist[i] = append(g.history(i), g.toks[i])
 		}
 		if undecided {
 			return j + 1, nil

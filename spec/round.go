@@ -138,7 +138,7 @@ func (j Judge) round(seq *generation.Seq, st *Stats, prop Proposal, row func(int
 	case pick != nil:
 		v.Next, v.Accepted = greedyWalk(prop, pick)
 	case seq.Params().Greedy():
-		hist, base := withDrafts(seq, prop), len(seq.History)
+		hist, base := withDrafts(seq.History, prop.Tokens), len(seq.History)
 		v.Next, v.Accepted = greedyWalk(prop, func(n int) int32 {
 			return seq.Sampler().NextAfter(row(n), hist[:base+n], seq.Prompt) // penalised over the history up to row n
 		})
@@ -177,15 +177,15 @@ func greedyWalk(prop Proposal, choose func(int) int32) (next int32, n int) {
 // p comes from tops where they decide it, else from row's logits.
 func rejectionSample(seq *generation.Seq, prop Proposal, row func(int) []float32, tops []sample.Top) (next int32, n int) {
 	p, s := seq.Params(), seq.Sampler()
-	hist := withDrafts(seq, prop)
-	base, k := len(seq.History), len(prop.Tokens)
+	k := len(prop.Tokens)
 	target := func(n int) sample.Dist {
 		if tops != nil {
 			if d, ok := p.FromTop(tops[n]); ok {
 				return d
 			}
 		}
-		return sample.Dense(p.DistributionAfter(row(n), hist[:base+n], seq.Prompt))
+		// Penalised over the history up to row n: pending, then drafts 1..n.
+		return sample.Dense(p.DistributionAfter(row(n), withDrafts(seq.History, prop.Tokens[:n]), seq.Prompt))
 	}
 	for n < k {
 		d := prop.Tokens[n]
@@ -200,11 +200,11 @@ func rejectionSample(seq *generation.Seq, prop Proposal, row func(int) []float32
 	return target(k).Draw(s.Uniform()), k
 }
 
-// withDrafts is the history followed by the drafts: the target's row i has
-// seen hist[:len(History)+i] (pending, then drafts 1..i).
-func withDrafts(seq *generation.Seq, prop Proposal) []int32 {
-	h := make([]int32, 0, len(seq.History)+len(prop.Tokens))
-	return append(append(h, seq.History...), prop.Tokens...)
+// withDrafts is a new slice of history followed by drafts: the target's
+// verify row i has seen the history and drafts 1..i.
+func withDrafts(history, drafts []int32) []int32 {
+	h := make([]int32, 0, len(history)+len(drafts))
+	return append(append(h, history...), drafts...)
 }
 
 // residual is normalize(max(0, p − q)) over p's tokens (where p has none,

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"tandem/generation"
+	"tandem/sample"
 	"tandem/spec"
 )
 
@@ -63,4 +64,34 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// Rejection sampling's target distribution at verify row n is penalised
+// over the history and drafts 1..n, as plain sampling would be after
+// emitting them: a draft repeating an accepted one under a heavy frequency
+// penalty is rejected, and the residual picks the runner-up.
+func TestRejectionSamplingPenalisesTheDrafts(t *testing.T) {
+	const V = 16
+	seq := generation.NewSeq([]int32{1, 2, 3}, generation.Options{MaxTokens: 10,
+		Sample: sample.Params{Temperature: 0.05, FrequencyPenalty: 50, Seed: 1}})
+	seq.Emit(4) // the round's pending token
+	certain := sample.Dist{Index: []int32{5}, Prob: []float64{1}}
+	prop := spec.Proposal{Tokens: []int32{5, 5}, Probs: []sample.Dist{certain, certain}}
+	row := func(i int) []float32 {
+		l := make([]float32, V)
+		switch i {
+		case 0:
+			l[5] = 10
+		case 1:
+			l[5], l[6] = 10, 9 // 5 first, unless the accepted draft 5 is penalised
+		default:
+			l[7] = 10
+		}
+		return l
+	}
+	st := spec.NewStats(2)
+	v := spec.Judge{}.Round(seq, &st, prop, row)
+	if v.Accepted != 1 || v.Next != 6 {
+		t.Fatalf("accepted %d, next %d; want the first draft accepted and the penalised repeat replaced by 6", v.Accepted, v.Next)
+	}
 }
