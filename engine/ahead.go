@@ -277,10 +277,10 @@ func (e *Engine) sampleAhead(rs []*request) {
 			}
 			var sampleErr error
 			end := compute.Record(b, site)
-			fed, got := late.LateI32(len(rs), func() (ids []int32) {
+			fed, got := late.LateI32(len(rs), func() (picked []int32) {
 				defer func() {
 					if p := recover(); p != nil {
-						sampleErr, ids = fmt.Errorf("sampling: %v", p), make([]int32, len(rs)) // tokens in the vocabulary, for the step issued
+						sampleErr, picked = fmt.Errorf("sampling: %v", p), make([]int32, len(rs)) // tokens in the vocabulary, for the step issued
 					}
 				}()
 				host, err := read()
@@ -294,7 +294,6 @@ func (e *Engine) sampleAhead(rs []*request) {
 			for i, r := range rs {
 				rows[i] = gemma4.Row{Next: b.Slice(fed, i, i+1), Cache: r.cache}
 			}
-			last := cur
 			next, aheadErr = forward()
 			end()
 			if err := errors.Join(got(), sampleErr); err != nil {
@@ -306,7 +305,7 @@ func (e *Engine) sampleAhead(rs []*request) {
 			// back and the run ends (the scheduler's next step feeds every
 			// token).
 			for _, i := range undecided {
-				toks[i] = rs[i].seq.Sample(b.ToF32(b.Slice(last, i, i+1)))
+				toks[i] = rs[i].seq.Sample(b.ToF32(b.Slice(cur, i, i+1)))
 			}
 		} else {
 			toks = fromLogits(b.ToF32(cur))

@@ -221,8 +221,8 @@ func (p *Proposal) add(q sample.Dist, tok int32) {
 	p.Probs = append(p.Probs, q)
 }
 
-// topsFor is each of a drafter step's rows' largest logits, read in one
-// download, where some row samples with a top-k that they decide
+// topsFor is each of a drafter step's rows' largest logits, read back
+// for every row at once, where some row samples with a top-k that they decide
 // (sample.Params.TopNeeded); nil where none does, or the head cannot give
 // them. rows[x] drafts for ds[idx[x]].
 func topsFor(a *gemma4.Assistant, normed *compute.Tensor, ds []*Assistant, idx []int) []sample.Top {
