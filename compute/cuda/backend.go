@@ -98,7 +98,10 @@ var kernelNames = map[string][]string{
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
-		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
+		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl",
+		"matmul_rows_wide2", "matmul_rows_wide2_early", "matmul_rows_wide2_cl", "matmul_rows_wide2_early_cl",
+		"matmul_rows_wide3", "matmul_rows_wide3_early", "matmul_rows_wide3_cl", "matmul_rows_wide3_early_cl",
+		"matmul_rows_wide4", "matmul_rows_wide4_early", "matmul_rows_wide4_cl", "matmul_rows_wide4_early_cl"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -1050,8 +1053,26 @@ func rowsFor(N, K int) string {
 var (
 	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true,
 		"matmul_rows_early": true, "matmul_rows_wide_early": true}
-	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128}
+	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128,
+		"matmul_rows_wide2": 128, "matmul_rows_wide2_early": 128, "matmul_rows_wide3": 128, "matmul_rows_wide3_early": 128,
+		"matmul_rows_wide4": 128, "matmul_rows_wide4_early": 128}
 )
+
+// rowsTiles is the most 16-row tiles the multi-tile rows kernels
+// (matmul_rows_wide2 … 4) take, five activation rows a tile: products of 6
+// to 5·rowsTiles rows run there instead of matmul_mma1n or the tiled
+// kernel (TANDEM_CUDA_ROWS_TILES, live; 1 turns them off). The same bits.
+var rowsTiles = 4
+
+// tilesFor is the multi-tile rows kernel for M rows, or "" where none
+// takes them.
+func tilesFor(M int) string {
+	t := (M + 4) / 5
+	if M <= 5 || t > rowsTiles || rowsMaxM < 5 || !rowsArithmetic[rowsKernel] {
+		return ""
+	}
+	return fmt.Sprintf("matmul_rows_wide%d", t)
+}
 
 // earlyWeights runs the rows and GLU kernels' _early variants for products
 // with a model weight (TANDEM_CUDA_EARLY_WEIGHTS=0 turns it off; live):
@@ -1067,7 +1088,9 @@ var earlyWeights = true // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 
 // earlyOf names the rows and GLU kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",
-	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early"}
+	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early",
+	"matmul_rows_wide2": "matmul_rows_wide2_early", "matmul_rows_wide3": "matmul_rows_wide3_early",
+	"matmul_rows_wide4": "matmul_rows_wide4_early"}
 
 // isWeight reports whether t is a model weight (Backend.Weight): no kernel
 // writes one, so it may be read before the kernel ahead has finished, or
@@ -1227,7 +1250,11 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		stride = at.stride
 	}
 	al := alignedRows(K, w, stride)
-	tiled := at == nil && M > 16 && tiledMatMul && al == 1
+	tiles := ""
+	if at == nil {
+		tiles = tilesFor(M)
+	}
+	tiled := at == nil && M > 16 && tiles == "" && tiledMatMul && al == 1
 	lone := at != nil && M == 1 && R == 1
 	name, rows := mma1Kernel, false
 	switch {
@@ -1237,6 +1264,8 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		name = "matmul_rows_tokens"
 	case M <= min(rowsMaxM, 5): // three tile rows per activation row fit five rows
 		name, rows = rowsFor(N, K), true
+	case tiles != "":
+		name, rows = tiles, true
 	case M > 16:
 		name = mma8Kernel
 	}
@@ -1310,7 +1339,10 @@ var clusterFinish = true // TANDEM_CUDA_CLUSTER, read by liveSettings
 var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
 	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl",
 	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl",
-	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl"}
+	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl",
+	"matmul_rows_wide2": "matmul_rows_wide2_cl", "matmul_rows_wide2_early": "matmul_rows_wide2_early_cl",
+	"matmul_rows_wide3": "matmul_rows_wide3_cl", "matmul_rows_wide3_early": "matmul_rows_wide3_early_cl",
+	"matmul_rows_wide4": "matmul_rows_wide4_cl", "matmul_rows_wide4_early": "matmul_rows_wide4_early_cl"}
 
 // clusterKernel is the cluster-finish variant of kernel name for a product
 // of groups column groups in splits K splits, or "" where it takes none:

@@ -493,7 +493,8 @@ func TestMatMulSpeed(t *testing.T) {
 	}
 	kernels := append([]string{"matmul_mma8", "matmul_mma8n"}, mma1Variants...)
 	for _, name := range append(append(kernels, rowsVariants...), "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl",
-		"matmul_rows_glu_by_cl") {
+		"matmul_rows_glu_by_cl", "matmul_rows_wide2_early", "matmul_rows_wide3_early", "matmul_rows_wide4_early",
+		"matmul_rows_wide2_early_cl", "matmul_rows_wide4_early_cl") {
 		regs, err := g.dev.FuncAttribute(g.k[name], funcAttrNumRegs)
 		if err != nil {
 			t.Fatal(err)
@@ -514,6 +515,7 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
 	}
+	variants = append(variants, variant{"tiles", func() {}}, variant{"tiles/counted", func() { clusterFinish = false }}) // matmul_rows_wide2 … 4, the default for 6-20 rows
 	for _, v := range rowsVariants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
 	}
@@ -530,11 +532,13 @@ func TestMatMulSpeed(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ N, K int }{{2048, 1536}, {6144, 1536}, {1536, 6144}, {262144, 1536}, {21504, 5376}, {5376, 21504}, {262144, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
-		for _, M := range []int{1, 4, 16, 128, 512} {
+		for _, M := range []int{1, 4, 8, 16, 128, 512} {
 			x := g.FromF32(randF32(r, M*s.K), M, s.K)
 			line := fmt.Sprintf("N=%d K=%d M=%d:", s.N, s.K, M)
 			for _, v := range variants {
-				if M > 16 != strings.HasPrefix(v.name, "mma8") && v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") ||
+				tv := strings.HasPrefix(v.name, "tiles")
+				if tv && (M <= 5 || M > 20) || !tv && M > 16 != strings.HasPrefix(v.name, "mma8") &&
+					v.name != "warp" || M > 5 && strings.HasPrefix(v.name, "rows") ||
 					M > 128 && v.name != "mma8tiled" {
 					continue
 				}
@@ -543,7 +547,7 @@ func TestMatMulSpeed(t *testing.T) {
 				d := deviceTime(t, g, 20, func() { g.MatMul(x, w) })
 				restore()
 				line += fmt.Sprintf("  %s %v %.0f GB/s", v.name, d.Round(100*time.Nanosecond), float64(2*s.N*s.K)/d.Seconds()/1e9)
-				if M > 16 { // useful work: the three parts' mmas count once
+				if M > 5 { // useful work: the three parts' mmas count once
 					line += fmt.Sprintf(" %.0f TFLOP/s", float64(2*M*s.N*s.K)/d.Seconds()/1e12)
 				}
 			}
@@ -765,10 +769,10 @@ var (
 // back as they are now.
 func restoreMatMul() func() {
 	w, m, rk, mk, m8, sw, tl := warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul
-	sf, sm, so, cl, ca, ew := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, earlyWeights
+	sf, sm, so, cl, ca, ew, rt := splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, earlyWeights, rowsTiles
 	return func() {
 		warpMatMul, rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, splitWarps, tiledMatMul = w, m, rk, mk, m8, sw, tl
-		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, earlyWeights = sf, sm, so, cl, ca, ew
+		splitFixed, splitMode, sumSplitsOnly, clusterFinish, clusterAlways, earlyWeights, rowsTiles = sf, sm, so, cl, ca, ew, rt
 	}
 }
 
@@ -913,15 +917,16 @@ func TestSplitFinishMatchesSumSplits(t *testing.T) {
 // tiles included); odd K, K splits and unaligned activations included.
 func TestMatMulVariantsMatch(t *testing.T) {
 	g := backendOrSkip(t)
-	defer restoreMatMul()()
+	reset := restoreMatMul()
+	defer reset()
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, s := range []struct{ N, K int }{{300, 1536}, {64, 8192}, {41, 2053}, {9, 64}, {2048, 5376}} {
 		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
-		for _, M := range []int{1, 2, 3, 4, 5, 8, 16, 17, 40, 64, 65, 130} {
+		for _, M := range []int{1, 2, 3, 4, 5, 6, 8, 10, 11, 15, 16, 17, 20, 40, 64, 65, 130} {
 			for _, offset := range []int{0, 1} {
 				xs := randF32(r, (M+offset)*s.K)
 				x := g.Slice(g.FromF32(xs, M+offset, s.K), offset, M+offset)
-				rowsMaxM, mma1Kernel, mma8Kernel, tiledMatMul = 0, "matmul_mma1", "matmul_mma8", false
+				rowsMaxM, mma1Kernel, mma8Kernel, tiledMatMul, rowsTiles = 0, "matmul_mma1", "matmul_mma8", false, 1
 				want := g.ToF32(g.MatMul(x, w))
 				variants := append([]string(nil), mma1Variants[1:]...)
 				switch {
@@ -930,8 +935,12 @@ func TestMatMulVariantsMatch(t *testing.T) {
 				case M > 16:
 					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
+				if M > 5 && M <= 20 {
+					variants = append(variants, "tiles", "tiles/early", "tiles/counted")
+				}
 				for _, v := range variants {
-					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul = 0, "", v, v, false
+					reset()
+					rowsMaxM, rowsKernel, mma1Kernel, mma8Kernel, tiledMatMul, rowsTiles = 0, "", v, v, false, 1
 					switch {
 					case strings.HasPrefix(v, "matmul_rows"):
 						rowsMaxM, rowsKernel, mma1Kernel = 5, v, "matmul_mma1"
@@ -939,6 +948,9 @@ func TestMatMulVariantsMatch(t *testing.T) {
 						// The tiled kernel is chosen by its switch; shapes
 						// it cannot take (odd K) fall back to matmul_mma8n.
 						mma1Kernel, mma8Kernel, tiledMatMul = "matmul_mma1", "matmul_mma8n", true
+					case strings.HasPrefix(v, "tiles"): // matmul_rows_wide2 … 4, early weights or not
+						rowsMaxM, rowsKernel, rowsTiles, earlyWeights = 5, "auto", 4, v == "tiles/early"
+						clusterFinish = v != "tiles/counted"
 					}
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {

@@ -51,6 +51,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v != "0" }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
 	{"TANDEM_CUDA_DROP", setDropped},
+	{"TANDEM_CUDA_ROWS_TILES", func(string) { rowsTiles = envInt("TANDEM_CUDA_ROWS_TILES", 4, 1, 4) }},
 }
 
 // dropped names kernels that launch and launchCluster skip

@@ -196,3 +196,34 @@ func TestEnvInt(t *testing.T) {
 		}
 	}
 }
+
+// TestTilesFor protects which rows the multi-tile rows kernels take: 6 to
+// 5·rowsTiles, five rows a tile, and none where the rows kernels are off
+// or set to a kernel without their arithmetic.
+func TestTilesFor(t *testing.T) {
+	defer func(k string, m, n int) { rowsKernel, rowsMaxM, rowsTiles = k, m, n }(rowsKernel, rowsMaxM, rowsTiles)
+	for _, tc := range []struct {
+		kernel      string
+		maxM, tiles int
+		M           int
+		want        string
+	}{
+		{"auto", 5, 4, 5, ""}, // the one-tile kernels' rows
+		{"auto", 5, 4, 6, "matmul_rows_wide2"},
+		{"auto", 5, 4, 10, "matmul_rows_wide2"},
+		{"auto", 5, 4, 11, "matmul_rows_wide3"},
+		{"auto", 5, 4, 16, "matmul_rows_wide4"},
+		{"auto", 5, 4, 20, "matmul_rows_wide4"},
+		{"auto", 5, 4, 21, ""},
+		{"auto", 5, 2, 11, ""}, // TANDEM_CUDA_ROWS_TILES=2
+		{"auto", 5, 1, 6, ""},  // =1: off
+		{"auto", 0, 4, 8, ""},  // rows kernels off (tests of matmul_mma1)
+		{"", 5, 4, 8, ""},      // a kernel without the rows arithmetic
+		{"matmul_rows", 5, 4, 8, "matmul_rows_wide2"},
+	} {
+		rowsKernel, rowsMaxM, rowsTiles = tc.kernel, tc.maxM, tc.tiles
+		if got := tilesFor(tc.M); got != tc.want {
+			t.Errorf("tilesFor(%d) with kernel %q, rowsMaxM %d, rowsTiles %d = %q, want %q", tc.M, tc.kernel, tc.maxM, tc.tiles, got, tc.want)
+		}
+	}
+}

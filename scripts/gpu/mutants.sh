@@ -44,6 +44,10 @@ mutants=(
   'cols4-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(e, vv[u][w]));|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(e, vv[u][0]));|^TestFusedAttentionMatches$'
   # the tiled value sums adding every column's share from the first column's value
   'tiled-cols-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[w]));|for (int w = 0; w < W; w++) acc[j][w] = __fadd_rn(acc[j][w], __fmul_rn(e, vv[0]));|^TestBatchInvariance$'
+  # the multi-tile rows kernels reading every tile'"'"'s activations from the first tile'"'"'s rows
+  'tiles-act|compute/cuda/kernels/matmul.cu|for (int s = 0; s < T; s++) x[s] = rows_act_tile(xs, M, K, g, 5 * s);|for (int s = 0; s < T; s++) x[s] = rows_act_tile(xs, M, K, g, 0);|^TestMatMulVariantsMatch$'
+  # the multi-tile rows kernels storing every tile at the first tile'"'"'s rows
+  'tiles-store|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[s][i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 5 * s,|rows_store(&tile[wid][0][0], c[s][i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 0,|^TestMatMulVariantsMatch$'
   # matmul_rows_glu's up columns read from the gate rows
   'glu-up-row|compute/cuda/kernels/matmul.cu|wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;|wr[i] = w + (size_t)(ok ? n0 + g : 0) * K;|^TestGeluMatMulsMatch$'
   # matmul_rows_glu'"'"'s finish summing the gate partials for the up values too

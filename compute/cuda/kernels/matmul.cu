@@ -502,6 +502,20 @@ __device__ __forceinline__ rows_act rows_act_of(const unsigned short* xs, int M,
     return a;
 }
 
+// rows_act_tile is rows_act_of for the 16-row tile that holds activation
+// rows r0 … r0 + 4 (the multi-tile wide kernels): part p of row r0 + i in
+// tile row 3i + p, the tile's sixteenth row always empty. For r0 = 0 and
+// M ≤ 5 it is rows_act_of.
+__device__ __forceinline__ rows_act rows_act_tile(const unsigned short* xs, int M, int K, int g, int r0) {
+    const int i1 = g + 8;
+    rows_act a;
+    a.ok0 = g < 15 && r0 + g / 3 < M;
+    a.ok1 = i1 < 15 && r0 + i1 / 3 < M;
+    a.x0 = xs + (a.ok0 ? (size_t)(g % 3) * M * K + (size_t)(r0 + g / 3) * K : 0);
+    a.x1 = xs + (a.ok1 ? (size_t)(i1 % 3) * M * K + (size_t)(r0 + i1 / 3) * K : 0);
+    return a;
+}
+
 // rows_act_token is rows_act_of for token z of the M in xs taken alone:
 // the tile rows of a one-row product over that token's three parts.
 __device__ __forceinline__ rows_act rows_act_token(const unsigned short* xs, int M, int K, int g, int z) {
@@ -518,16 +532,17 @@ __device__ __forceinline__ rows_act rows_act_token(const unsigned short* xs, int
 // g + 8) through tile, the warp's 16 × 9 floats of shared memory: each
 // output is its row's three parts summed (lo + mid) + hi.
 __device__ __forceinline__ void rows_store(float* tile, const float c[4], int g, int t, int lane, float* o, int M, int N,
-                                           int n0, int b1 = SEG_NONE, int b2 = SEG_NONE) {
+                                           int n0, int b1 = SEG_NONE, int b2 = SEG_NONE, int r0 = 0, int Mt = -1) {
     tile[g * 9 + 2 * t] = c[0];
     tile[g * 9 + 2 * t + 1] = c[1];
     tile[(g + 8) * 9 + 2 * t] = c[2];
     tile[(g + 8) * 9 + 2 * t + 1] = c[3];
     __syncwarp();
-    for (int e = lane; e < 8 * M; e += 32) {
+    if (Mt < 0) Mt = M; // the tile's rows, r0 … r0 + Mt − 1 of the M
+    for (int e = lane; e < 8 * Mt; e += 32) {
         const int r = e >> 3, j = e & 7;
         if (n0 + j < N)
-            o[seg_at(r, n0 + j, M, N, b1, b2)] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
+            o[seg_at(r0 + r, n0 + j, M, N, b1, b2)] = __fadd_rn(__fadd_rn(tile[(3 * r + 2) * 9 + j], tile[(3 * r + 1) * 9 + j]), tile[(3 * r) * 9 + j]);
     }
 }
 
@@ -545,6 +560,29 @@ __device__ __forceinline__ void wide_mma(float c[G][4], const uint4 q[G][U], con
         const uint4 a1 = load8bf(x.x1, k, k1, x.ok1 && kin, al);
 #pragma unroll
         for (int i = 0; i < G; i++) mma_part(c[i], q[i][u], a0, a1);
+    }
+}
+
+// tiles_mma is wide_mma for T tiles of activation rows, each tile's mmas
+// those wide_mma runs for it alone: a weight chunk is loaded once for T·5
+// rows.
+template <int T, int G, int U>
+__device__ __forceinline__ void tiles_mma(float c[T][G][4], const uint4 q[G][U], const rows_act x[T], int kb, int k1,
+                                          int t, bool al) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int k = kb + 32 * u + 8 * t;
+        const bool kin = k < k1;
+        uint4 a0[T], a1[T];
+#pragma unroll
+        for (int s = 0; s < T; s++) {
+            a0[s] = load8bf(x[s].x0, k, k1, x[s].ok0 && kin, al);
+            a1[s] = load8bf(x[s].x1, k, k1, x[s].ok1 && kin, al);
+        }
+#pragma unroll
+        for (int s = 0; s < T; s++)
+#pragma unroll
+            for (int i = 0; i < G; i++) mma_part(c[s][i], q[i][u], a0[s], a1[s]);
     }
 }
 
@@ -655,7 +693,7 @@ ROWS_CL_KERNEL(matmul_rows_early_cl, true)
 // Its K step is matmul_rows' (wide_mma); matmul_rows keeps a body of its
 // own for the token-routed variant (Tok) and its one column group, at 64
 // registers, the most its four blocks a multiprocessor allow.
-template <int G, int U, bool NC, bool Early, bool Local = false>
+template <int G, int U, bool NC, bool Early, bool Local = false, int T = 1>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
                                  int b2) {
@@ -675,34 +713,42 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         ok[i] = n0 + 8 * i + g < N;
         wr[i] = w + (size_t)(ok[i] ? n0 + 8 * i + g : 0) * K;
     }
-    const rows_act x = rows_act_of(xs, M, K, g);
-    float c[G][4];
+    rows_act x[T];
 #pragma unroll
-    for (int i = 0; i < G; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+    for (int s = 0; s < T; s++) x[s] = rows_act_tile(xs, M, K, g, 5 * s);
+    float c[T][G][4];
+#pragma unroll
+    for (int s = 0; s < T; s++)
+#pragma unroll
+        for (int i = 0; i < G; i++) c[s][i][0] = c[s][i][1] = c[s][i][2] = c[s][i][3] = 0.0f;
     int kb = k0;
     if (Early) { // as matmul_rows: the first step's weights before the wait
         uint4 q[G][U];
 #pragma unroll
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
         pdl_start_for(xs, out);
-        wide_mma<G, U>(c, q, x, kb, k1, t, al);
+        tiles_mma<T, G, U>(c, q, x, kb, k1, t, al);
         kb += 32 * U;
     }
     for (; kb < k1; kb += 32 * U) {
         uint4 q[G][U];
 #pragma unroll
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
-        wide_mma<G, U>(c, q, x, kb, k1, t, al);
+        tiles_mma<T, G, U>(c, q, x, kb, k1, t, al);
     }
     // Local: a _cl kernel's partial tile ([M][64·G]), in shared memory.
     float* o = Local ? out : out + (size_t)blockIdx.y * M * N;
     const int ldo = Local ? 64 * G : N, c0 = Local ? blockIdx.x * 64 * G : 0;
     if (gridDim.y > 1) b1 = b2 = SEG_NONE; // partials keep the plain layout
 #pragma unroll
-    for (int i = 0; i < G; i++) {
-        if (i > 0) __syncwarp(); // the next group reuses the tile
-        rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2);
-    }
+    for (int s = 0; s < T; s++)
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            if (s > 0 || i > 0) __syncwarp(); // the next group reuses the tile
+            if (5 * s < M)
+                rows_store(&tile[wid][0][0], c[s][i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 5 * s,
+                           min(5, M - 5 * s));
+        }
 }
 
 #define WIDE_KERNEL(name, G, U, MINB, EARLY)                                                                   \
@@ -728,6 +774,38 @@ WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
     }
 WIDE_CL_KERNEL(matmul_rows_wide_cl, false)
 WIDE_CL_KERNEL(matmul_rows_wide_early_cl, true)
+
+// matmul_rows_wideT (T = 2, 3, 4): matmul_rows_wide for up to 5·T rows
+// (batched decode, a verify of more than four drafts, several requests'
+// verifies in one step), rows 5s … 5s + 4 in tile s: each weight chunk is
+// loaded once for every tile, where matmul_mma1n loaded it once for 16 rows
+// but each row's three parts needed three mmas and six activation chunks.
+// Each row's tile rows accumulate the mmas a lone tile's would, in the same
+// order, so the bits are matmul_rows'.
+#define TILES_KERNEL(name, T, MINB, EARLY)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
+                                    float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
+                                    int aligned, int b1, int b2) {                                             \
+        if (!EARLY) pdl_start();                                                                               \
+        matmul_rows_wide<2, 2, true, EARLY, false, T>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);          \
+        finish_group<128>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                                  \
+    }
+#define TILES_CL_KERNEL(name, T, MINB, EARLY)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
+            float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {  \
+        __shared__ float ct[5 * T * 128];                                                                        \
+        if (!EARLY) pdl_start();                                                                                 \
+        matmul_rows_wide<2, 2, true, EARLY, true, T>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);               \
+        cluster_finish<128>(y, ct, M, N, b1, b2);                                                                \
+    }
+#define TILES_KERNELS(T, MINB)                                           \
+    TILES_KERNEL(matmul_rows_wide##T, T, MINB, false)                    \
+    TILES_KERNEL(matmul_rows_wide##T##_early, T, MINB, true)             \
+    TILES_CL_KERNEL(matmul_rows_wide##T##_cl, T, MINB, false)            \
+    TILES_CL_KERNEL(matmul_rows_wide##T##_early_cl, T, MINB, true)
+TILES_KERNELS(2, 3)
+TILES_KERNELS(3, 2)
+TILES_KERNELS(4, 2)
 
 // matmul_rows_glu: y = GeluTanh(x·gateᵀ)·(x·upᵀ), [M, I], for M ≤ 5 rows
 // and a stacked weight w = gate|up ([2I, K]), with y's split emitted to
