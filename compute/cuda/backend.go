@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -100,6 +101,7 @@ var kernelNames = map[string][]string{
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
 		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl",
 		"matmul_rows_wide2", "matmul_rows_wide2_early", "matmul_rows_wide2_cl", "matmul_rows_wide2_early_cl",
+		"matmul_rows_wide2n", "matmul_rows_wide2n_early", "matmul_rows_wide2n_cl", "matmul_rows_wide2n_early_cl",
 		"matmul_rows_wide3", "matmul_rows_wide3_early", "matmul_rows_wide3_cl", "matmul_rows_wide3_early_cl",
 		"matmul_rows_wide4", "matmul_rows_wide4_early", "matmul_rows_wide4_cl", "matmul_rows_wide4_early_cl"},
 }
@@ -1064,14 +1066,21 @@ var (
 // kernel (TANDEM_CUDA_ROWS_TILES, live; 1 turns them off). The same bits.
 var rowsTiles = 4
 
-// tilesFor is the multi-tile rows kernel for M rows, or "" where none
-// takes them.
-func tilesFor(M int) string {
+// tilesFor is the multi-tile rows kernel for M rows of an N × K weight,
+// or "" where none takes them. Two tiles of a weight of wideMin elements
+// or more take one column group a warp (matmul_rows_wide2n), the reverse
+// of rowsFor's choice for one tile; TANDEM_CUDA_ROWS=narrow or =wide
+// takes the one or the other for every weight.
+func tilesFor(M, N, K int) string {
 	t := (M + 4) / 5
 	if M <= 5 || t > rowsTiles || rowsMaxM < 5 || !rowsArithmetic[rowsKernel] {
 		return ""
 	}
-	return fmt.Sprintf("matmul_rows_wide%d", t)
+	name := fmt.Sprintf("matmul_rows_wide%d", t)
+	if t == 2 && (rowsKernel == "auto" && N*K >= wideMin || rowsKernel != "auto" && !strings.Contains(rowsKernel, "wide")) {
+		name += "n"
+	}
+	return name
 }
 
 // earlyWeights runs the rows and GLU kernels' _early variants for products
@@ -1089,7 +1098,7 @@ var earlyWeights = true // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 // earlyOf names the rows and GLU kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",
 	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early",
-	"matmul_rows_wide2": "matmul_rows_wide2_early", "matmul_rows_wide3": "matmul_rows_wide3_early",
+	"matmul_rows_wide2": "matmul_rows_wide2_early", "matmul_rows_wide2n": "matmul_rows_wide2n_early", "matmul_rows_wide3": "matmul_rows_wide3_early",
 	"matmul_rows_wide4": "matmul_rows_wide4_early"}
 
 // isWeight reports whether t is a model weight (Backend.Weight): no kernel
@@ -1252,7 +1261,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	al := alignedRows(K, w, stride)
 	tiles := ""
 	if at == nil {
-		tiles = tilesFor(M)
+		tiles = tilesFor(M, N, K)
 	}
 	tiled := at == nil && M > 16 && tiles == "" && tiledMatMul && al == 1
 	lone := at != nil && M == 1 && R == 1
@@ -1341,6 +1350,7 @@ var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_
 	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl",
 	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl",
 	"matmul_rows_wide2": "matmul_rows_wide2_cl", "matmul_rows_wide2_early": "matmul_rows_wide2_early_cl",
+	"matmul_rows_wide2n": "matmul_rows_wide2n_cl", "matmul_rows_wide2n_early": "matmul_rows_wide2n_early_cl",
 	"matmul_rows_wide3": "matmul_rows_wide3_cl", "matmul_rows_wide3_early": "matmul_rows_wide3_early_cl",
 	"matmul_rows_wide4": "matmul_rows_wide4_cl", "matmul_rows_wide4_early": "matmul_rows_wide4_early_cl"}
 

@@ -515,7 +515,10 @@ func TestMatMulSpeed(t *testing.T) {
 	for _, v := range mma1Variants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsMaxM, mma1Kernel = 0, v }})
 	}
-	variants = append(variants, variant{"tiles", func() {}}, variant{"tiles/counted", func() { clusterFinish = false }}) // matmul_rows_wide2 … 4, the default for 6-20 rows
+	// matmul_rows_wide2 … 4, the default for 6-20 rows; /narrow and /wide
+	// take two tiles with one column group a warp, or two, for every weight.
+	variants = append(variants, variant{"tiles", func() {}}, variant{"tiles/counted", func() { clusterFinish = false }},
+		variant{"tiles/narrow", func() { rowsKernel = "matmul_rows" }}, variant{"tiles/wide", func() { rowsKernel = "matmul_rows_wide" }})
 	for _, v := range rowsVariants {
 		variants = append(variants, variant{strings.TrimPrefix(v, "matmul_"), func() { rowsKernel = v }})
 	}
@@ -842,7 +845,9 @@ func TestGeluMatMulsMatch(t *testing.T) {
 						sp, _ := splitK(n, s.K)
 						return sp
 					}()
-					if want := v.cluster && ran && sp > 1 && sp <= g.maxCluster; clustered != want {
+					// Unfused, a product of six rows takes the multi-tile
+					// rows kernel, with the cluster finish too.
+					if want := v.cluster && (ran || tilesFor(M, 1, 1) != "") && sp > 1 && sp <= g.maxCluster; clustered != want {
 						t.Fatalf("%s: the cluster finish ran %v with %d splits, want %v", name, clustered, sp, want)
 					}
 					if err := sameBits(gotY, wantY); err != nil {
@@ -936,7 +941,7 @@ func TestMatMulVariantsMatch(t *testing.T) {
 					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
 				if M > 5 && M <= 20 {
-					variants = append(variants, "tiles", "tiles/early", "tiles/counted")
+					variants = append(variants, "tiles", "tiles/early", "tiles/counted", "tiles/narrow", "tiles/wide")
 				}
 				for _, v := range variants {
 					reset()
@@ -951,6 +956,12 @@ func TestMatMulVariantsMatch(t *testing.T) {
 					case strings.HasPrefix(v, "tiles"): // matmul_rows_wide2 … 4, early weights or not
 						rowsMaxM, rowsKernel, rowsTiles, earlyWeights = 5, "auto", 4, v == "tiles/early"
 						clusterFinish = v != "tiles/counted"
+						switch v { // two tiles with one column group a warp, or two, whatever the weight
+						case "tiles/narrow":
+							rowsKernel = "matmul_rows"
+						case "tiles/wide":
+							rowsKernel = "matmul_rows_wide"
+						}
 					}
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {

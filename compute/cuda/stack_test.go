@@ -69,7 +69,7 @@ func checkStacked(t *testing.T, g *Backend, parts []int, K int) {
 	for _, M := range []int{1, 2, 4, 5, 8, 13, 17, 20, 130} {
 		x := g.FromF32(xdata[:M*K], M, K)
 		got := g.MatMuls(x, ws...)
-		if segmentOutputs && M >= 2 && (M <= rowsMaxM || tilesFor(M) != "") {
+		if segmentOutputs && M >= 2 && (M <= rowsMaxM || tilesFor(M, 1, 1) != "") {
 			// The rows kernel wrote the products apart: views of one
 			// allocation, product i at its first column times M.
 			first, start := memOf(got[0]), 0

@@ -198,32 +198,39 @@ func TestEnvInt(t *testing.T) {
 }
 
 // TestTilesFor protects which rows the multi-tile rows kernels take: 6 to
-// 5·rowsTiles, five rows a tile, and none where the rows kernels are off
-// or set to a kernel without their arithmetic.
+// 5·rowsTiles, five rows a tile, none where the rows kernels are off or
+// set to a kernel without their arithmetic; and which of the two-tile
+// kernels a weight gets.
 func TestTilesFor(t *testing.T) {
 	defer func(k string, m, n int) { rowsKernel, rowsMaxM, rowsTiles = k, m, n }(rowsKernel, rowsMaxM, rowsTiles)
+	const big, small = 43008, 2048 // 31B gate/up, E2B q (× 5376 and 1536)
 	for _, tc := range []struct {
 		kernel      string
 		maxM, tiles int
-		M           int
+		M, N, K     int
 		want        string
 	}{
-		{"auto", 5, 4, 5, ""}, // the one-tile kernels' rows
-		{"auto", 5, 4, 6, "matmul_rows_wide2"},
-		{"auto", 5, 4, 10, "matmul_rows_wide2"},
-		{"auto", 5, 4, 11, "matmul_rows_wide3"},
-		{"auto", 5, 4, 16, "matmul_rows_wide4"},
-		{"auto", 5, 4, 20, "matmul_rows_wide4"},
-		{"auto", 5, 4, 21, ""},
-		{"auto", 5, 2, 11, ""}, // TANDEM_CUDA_ROWS_TILES=2
-		{"auto", 5, 1, 6, ""},  // =1: off
-		{"auto", 0, 4, 8, ""},  // rows kernels off (tests of matmul_mma1)
-		{"", 5, 4, 8, ""},      // a kernel without the rows arithmetic
-		{"matmul_rows", 5, 4, 8, "matmul_rows_wide2"},
+		{"auto", 5, 4, 5, small, 1536, ""}, // the one-tile kernels' rows
+		{"auto", 5, 4, 6, small, 1536, "matmul_rows_wide2"},
+		{"auto", 5, 4, 10, small, 1536, "matmul_rows_wide2"},
+		{"auto", 5, 4, 6, big, 5376, "matmul_rows_wide2n"},
+		{"auto", 5, 4, 10, big, 5376, "matmul_rows_wide2n"},
+		{"auto", 5, 4, 11, big, 5376, "matmul_rows_wide3"},
+		{"auto", 5, 4, 16, small, 1536, "matmul_rows_wide4"},
+		{"auto", 5, 4, 20, big, 5376, "matmul_rows_wide4"},
+		{"auto", 5, 4, 21, small, 1536, ""},
+		{"auto", 5, 2, 11, small, 1536, ""}, // TANDEM_CUDA_ROWS_TILES=2
+		{"auto", 5, 1, 6, small, 1536, ""},  // =1: off
+		{"auto", 0, 4, 8, small, 1536, ""},  // rows kernels off (tests of matmul_mma1)
+		{"", 5, 4, 8, small, 1536, ""},      // a kernel without the rows arithmetic
+		{"matmul_rows", 5, 4, 8, small, 1536, "matmul_rows_wide2n"},
+		{"matmul_rows_wide", 5, 4, 8, big, 5376, "matmul_rows_wide2"},
+		{"matmul_rows_wide_early", 5, 4, 8, big, 5376, "matmul_rows_wide2"},
+		{"matmul_rows", 5, 4, 13, small, 1536, "matmul_rows_wide3"},
 	} {
 		rowsKernel, rowsMaxM, rowsTiles = tc.kernel, tc.maxM, tc.tiles
-		if got := tilesFor(tc.M); got != tc.want {
-			t.Errorf("tilesFor(%d) with kernel %q, rowsMaxM %d, rowsTiles %d = %q, want %q", tc.M, tc.kernel, tc.maxM, tc.tiles, got, tc.want)
+		if got := tilesFor(tc.M, tc.N, tc.K); got != tc.want {
+			t.Errorf("tilesFor(%d, %d, %d) with kernel %q, rowsMaxM %d, rowsTiles %d = %q, want %q", tc.M, tc.N, tc.K, tc.kernel, tc.maxM, tc.tiles, got, tc.want)
 		}
 	}
 }

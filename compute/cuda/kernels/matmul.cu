@@ -782,30 +782,39 @@ WIDE_CL_KERNEL(matmul_rows_wide_early_cl, true)
 // but each row's three parts needed three mmas and six activation chunks.
 // Each row's tile rows accumulate the mmas a lone tile's would, in the same
 // order, so the bits are matmul_rows'.
-#define TILES_KERNEL(name, T, MINB, EARLY)                                                                     \
+#define TILES_KERNEL(name, T, G, MINB, EARLY)                                                                  \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned, int b1, int b2) {                                             \
         if (!EARLY) pdl_start();                                                                               \
-        matmul_rows_wide<2, 2, true, EARLY, false, T>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);          \
-        finish_group<128>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                                  \
+        matmul_rows_wide<G, 2, true, EARLY, false, T>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);          \
+        finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                               \
     }
-#define TILES_CL_KERNEL(name, T, MINB, EARLY)                                                                    \
+#define TILES_CL_KERNEL(name, T, G, MINB, EARLY)                                                                 \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
             float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {  \
-        __shared__ float ct[5 * T * 128];                                                                        \
+        __shared__ float ct[5 * T * 64 * G];                                                                     \
         if (!EARLY) pdl_start();                                                                                 \
-        matmul_rows_wide<2, 2, true, EARLY, true, T>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);               \
-        cluster_finish<128>(y, ct, M, N, b1, b2);                                                                \
+        matmul_rows_wide<G, 2, true, EARLY, true, T>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);               \
+        cluster_finish<64 * G>(y, ct, M, N, b1, b2);                                                             \
     }
-#define TILES_KERNELS(T, MINB)                                           \
-    TILES_KERNEL(matmul_rows_wide##T, T, MINB, false)                    \
-    TILES_KERNEL(matmul_rows_wide##T##_early, T, MINB, true)             \
-    TILES_CL_KERNEL(matmul_rows_wide##T##_cl, T, MINB, false)            \
-    TILES_CL_KERNEL(matmul_rows_wide##T##_early_cl, T, MINB, true)
-TILES_KERNELS(2, 3)
-TILES_KERNELS(3, 2)
-TILES_KERNELS(4, 2)
+// Three and four tiles take two column groups a warp at 128 registers
+// (two blocks a multiprocessor); two tiles take two groups at 80 registers
+// (matmul_rows_wide2) or one at 64 (matmul_rows_wide2n, 64 columns a
+// block), which tilesFor gives the large weights. On the H200, two tiles
+// with one group streamed the 31B MLP at 8 rows in 113 µs against 124
+// with two, but the E2B products in 17.6-18.1 µs against 15.9; four tiles
+// with one group at 80 registers were two to three times slower at 16
+// rows (spills).
+#define TILES_KERNELS(name, T, G, MINB)                        \
+    TILES_KERNEL(name, T, G, MINB, false)                      \
+    TILES_KERNEL(name##_early, T, G, MINB, true)               \
+    TILES_CL_KERNEL(name##_cl, T, G, MINB, false)              \
+    TILES_CL_KERNEL(name##_early_cl, T, G, MINB, true)
+TILES_KERNELS(matmul_rows_wide2, 2, 2, 3)
+TILES_KERNELS(matmul_rows_wide2n, 2, 1, 4)
+TILES_KERNELS(matmul_rows_wide3, 3, 2, 2)
+TILES_KERNELS(matmul_rows_wide4, 4, 2, 2)
 
 // matmul_rows_glu: y = GeluTanh(x·gateᵀ)·(x·upᵀ), [M, I], for M ≤ 5 rows
 // and a stacked weight w = gate|up ([2I, K]), with y's split emitted to
