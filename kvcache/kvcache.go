@@ -23,11 +23,18 @@ type Spec struct {
 
 // Layer is one layer's K/V storage: [slots, KVHeads, HeadDim] tensors and
 // the absolute position held by each slot (−1 when empty).
+//
+// A ring starts small and grows like a full layer until it reaches its
+// capacity (ring: Window + MaxStep − 1 slots), so a sequence shorter than
+// the window holds only what it needs. It grows before any write would
+// wrap, so until then slot p holds position p, as in a full layer, and
+// growing keeps every slot where it is.
 type Layer struct {
 	spec Spec
 	b    compute.Backend
 	k, v *compute.Tensor
 	pos  []int32
+	ring int // a ring's capacity; 0 for a full layer
 }
 
 // Cache is one sequence's K/V for every layer that owns a cache. All layers
@@ -57,13 +64,42 @@ func New(b compute.Backend, specs []Spec, maxStep int) *Cache {
 	for _, s := range specs {
 		l := &Layer{spec: s, b: b}
 		if s.Window > 0 {
-			l.alloc(s.Window + maxStep - 1)
+			l.ring = s.Window + maxStep - 1
+			l.alloc(min(l.ring, minSlots)) // View of an empty ring needs a slot
 		} else {
 			l.alloc(0) // grows on Write; View(0) of an empty layer works
 		}
 		c.layers = append(c.layers, l)
 	}
 	return c
+}
+
+// minSlots is the fewest slots a layer grows to.
+const minSlots = 64
+
+// grow makes room for positions up to need (exclusive): a full layer to
+// the power of two from minSlots that holds them, a ring as far as its
+// capacity. Powers of two bound the copies, and what Bytes says; a ring
+// never grows once full.
+func (l *Layer) grow(need int) {
+	c := len(l.pos)
+	if need <= c || l.ring > 0 && c >= l.ring {
+		return
+	}
+	n := slotsFor(need)
+	if l.ring > 0 {
+		n = min(n, l.ring)
+	}
+	l.alloc(n)
+}
+
+// slotsFor is the power of two from minSlots that holds n positions.
+func slotsFor(n int) int {
+	s := minSlots
+	for s < n {
+		s *= 2
+	}
+	return s
 }
 
 // Len is the number of positions written (0..Len−1).
@@ -148,7 +184,7 @@ func (c *Cache) CanTruncate(n int) bool {
 func (c *Cache) Clone() *Cache {
 	d := &Cache{b: c.b, n: c.n, maxStep: c.maxStep, furthest: c.furthest, restorable: c.n}
 	for _, l := range c.layers {
-		m := &Layer{spec: l.spec, b: l.b}
+		m := &Layer{spec: l.spec, b: l.b, ring: l.ring}
 		slots := len(l.pos)
 		if l.spec.Window == 0 {
 			slots = c.n // the positions a view can reach; Write grows it
@@ -223,18 +259,15 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 // or truncated (as after any failed forward).
 func (l *Layer) Slots(start, n int) (k, v *compute.Tensor, ok bool) {
 	slot := start
-	if l.spec.Window == 0 {
-		if need := start + n; need > len(l.pos) {
-			l.alloc(max(need, 2*len(l.pos), 64))
-		}
-	} else {
+	l.grow(start + n)
+	if l.ring > 0 {
 		// A ring has MaxStep−1 slots of headroom beyond its window: a wider
 		// write would overwrite keys the write's first queries still need.
 		// Forward rejects such rows, so reaching here is a programming error.
-		c := len(l.pos)
-		if step := c - l.spec.Window + 1; n > step {
-			panic(fmt.Sprintf("kvcache: writing %d positions into a ring of window %d and %d slots (at most %d, the cache's MaxStep, per write)", n, l.spec.Window, c, step))
+		if step := l.ring - l.spec.Window + 1; n > step {
+			panic(fmt.Sprintf("kvcache: writing %d positions into a ring of window %d and %d slots (at most %d, the cache's MaxStep, per write)", n, l.spec.Window, l.ring, step))
 		}
+		c := len(l.pos) // below the capacity only while no write has wrapped
 		if slot = start % c; slot+n > c {
 			return nil, nil, false
 		}
@@ -272,22 +305,19 @@ func (c *Cache) Bytes() int64 {
 }
 
 // Bytes bounds the memory a cache of these layers takes once it holds
-// tokens positions, written in steps of at most maxStep: rings hold
-// Window + maxStep − 1 slots, full layers grow by doubling from 64 slots
-// (so they hold less than twice what they need), K and V in F32.
+// tokens positions, written in steps of at most maxStep: full layers grow
+// by doubling from 64 slots (so they hold less than twice what they need),
+// rings too, up to Window + maxStep − 1 slots; K and V in F32.
 func Bytes(specs []Spec, tokens, maxStep int) int64 {
 	full := 0
 	if tokens > 0 {
-		full = 64
-		for full < tokens {
-			full *= 2
-		}
+		full = slotsFor(tokens)
 	}
 	var n int64
 	for _, s := range specs {
 		slots := full
 		if s.Window > 0 {
-			slots = s.Window + max(maxStep, 1) - 1
+			slots = min(slotsFor(tokens), s.Window+max(maxStep, 1)-1)
 		}
 		n += int64(slots) * int64(s.KVHeads*s.HeadDim) * 2 * 4
 	}

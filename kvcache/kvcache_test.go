@@ -423,9 +423,14 @@ func TestRingNeverLosesAKeyInsideTheWindow(t *testing.T) {
 	// (q−W, q] in the ring with the values last written there. Truncate must
 	// accept exactly the rollbacks that stay within MaxStep of the furthest
 	// length written (and within [0, Len]).
+	// Every other trial's window is wider than a ring's first 64 slots, so
+	// the ring grows (keeping every slot) before it first wraps.
 	r := rand.New(rand.NewPCG(1, 2))
 	for trial := range 300 {
 		window, step := 1+r.IntN(9), 1+r.IntN(8)
+		if trial%2 == 1 {
+			window = 40 + r.IntN(200)
+		}
 		name := fmt.Sprintf("trial %d window %d step %d", trial, window, step)
 		b := cpu.New(1)
 		c := kvcache.New(b, []kvcache.Spec{{KVHeads: heads, HeadDim: dim, Window: window}}, step)
@@ -434,7 +439,7 @@ func TestRingNeverLosesAKeyInsideTheWindow(t *testing.T) {
 			writes   []int // writes[p]: how often position p was written
 			furthest int   // the furthest Len reached
 		)
-		for round := range 40 {
+		for round := range 40 + 80*(trial%2) {
 			n := c.Len()
 			w := 1 + r.IntN(step)
 			vs := make([]int, w)
@@ -583,12 +588,14 @@ func TestClone(t *testing.T) {
 	}
 }
 
-// Bytes must bound what a cache really allocates: rings at their fixed
-// capacity, full layers after growing by doubling.
+// Bytes must bound what a cache really allocates: full layers and rings
+// after growing by doubling, rings up to their capacity (a window of 700
+// grows past its first 64 slots; one of 5 starts full), whatever the
+// first write's width.
 func TestBytesBoundsTheCache(t *testing.T) {
 	b := cpu.New(1)
-	specs := []kvcache.Spec{{KVHeads: 2, HeadDim: 8}, {KVHeads: 1, HeadDim: 16, Window: 5}}
-	for _, tc := range []struct{ tokens, step int }{{1, 1}, {64, 1}, {65, 4}, {300, 16}, {1000, 512}} {
+	specs := []kvcache.Spec{{KVHeads: 2, HeadDim: 8}, {KVHeads: 1, HeadDim: 16, Window: 5}, {KVHeads: 1, HeadDim: 8, Window: 700}}
+	for _, tc := range []struct{ tokens, step int }{{1, 1}, {64, 1}, {65, 4}, {100, 100}, {201, 100}, {300, 16}, {1000, 512}} {
 		c := kvcache.New(b, specs, tc.step)
 		for p := 0; p < tc.tokens; p += tc.step {
 			n := min(tc.step, tc.tokens-p)
