@@ -267,9 +267,18 @@ func (b *Backend) Device() *Device { return b.dev }
 // and how many collections it started to get garbage tensors back.
 func (b *Backend) PoolStats() PoolStats { return b.pool.snapshot() }
 
-// MemInfo implements compute.MemoryInfo: the GPU's free and total bytes
-// (memory the backend's pool caches counts as used).
-func (b *Backend) MemInfo() (free, total uint64, err error) { return b.dev.MemInfo() }
+// MemInfo implements compute.MemoryInfo: the GPU's free and total bytes,
+// free counting the blocks the backend's pool caches for reuse (an
+// allocation the driver refuses returns them and retries), so that a
+// process that has already run (bench's direct decoding before its
+// engine's) does not see them as taken.
+func (b *Backend) MemInfo() (free, total uint64, err error) {
+	free, total, err = b.dev.MemInfo()
+	b.pool.mu.Lock()
+	cached := uint64(b.pool.cached)
+	b.pool.mu.Unlock()
+	return min(free+cached, total), total, err
+}
 
 // Sync waits for queued work and reports an asynchronous failure.
 func (b *Backend) Sync() error { return b.dev.Sync() }

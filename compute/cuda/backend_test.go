@@ -1485,3 +1485,22 @@ func TestCombineInValuesMatch(t *testing.T) {
 		t.Fatalf("matmul of the attention output: %v", err)
 	}
 }
+
+// TestMemInfoCountsCachedBlocks: memory the pool caches for reuse counts
+// as free (the engine sizes its KV budget from it), up to the total.
+func TestMemInfoCountsCachedBlocks(t *testing.T) {
+	g := backendOrSkip(t)
+	const n = 64 << 20 // floats: 256 MiB
+	g.recycle(g.alloc(compute.F32, n))
+	driver, _, err := g.dev.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, total, err := g.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free > total || free < driver+4*n && free < total {
+		t.Fatalf("MemInfo free %d of %d with the driver's %d and %d bytes just returned to the pool", free, total, driver, 4*n)
+	}
+}
