@@ -244,3 +244,41 @@ func TestPenalisedGreedySpeculativeEqualsPlain(t *testing.T) {
 		t.Error("spec.Generate accepted frequency_penalty 3")
 	}
 }
+
+// TestSampledDraftsPenaliseTheirOwnDrafts: a sampling drafter's penalties
+// see the drafts it has made this round, as plain decoding's would see
+// the tokens it emitted. Each draft's distribution is checked against one
+// computed here from the drafter's logits for that step and the history
+// with the earlier drafts appended; batched and alone give the same
+// (TestProposeBatchEqualsAlone), so only an outside reference shows a
+// history that left them out. Whole rows (no top-k), for both heads.
+func TestSampledDraftsPenaliseTheirOwnDrafts(t *testing.T) {
+	for _, preset := range []string{"gemma4-tiny-e2b", "gemma4-tiny-31b"} {
+		t.Run(preset, func(t *testing.T) {
+			m, a := pair(t, preset)
+			p := sample.Params{Temperature: 1, FrequencyPenalty: 2, PresencePenalty: 1, RepetitionPenalty: 1.3, Seed: 4}
+			r := batchRounds(t, m, []int{4})[0]
+			d := assistants(t, a, []sample.Params{p})[0]
+			prop, err := d.Propose(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(prop.Tokens) != r.K || len(prop.Probs) != r.K {
+				t.Fatalf("%d drafts and %d distributions, want %d", len(prop.Tokens), len(prop.Probs), r.K)
+			}
+			b, V := a.Backend(), m.Config.Text.VocabSize
+			tok, hidden, hist := r.Pending, r.Hidden, slices.Clone(r.History)
+			for j := range r.K {
+				out, err := a.Step([]gemma4.DraftRow{{Token: tok, Hidden: hidden, Snap: r.Snap}}, d.Opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := sample.Dense(p.DistributionAfter(b.ToF32(a.Logits(out.Normed)), hist, r.Prompt))
+				if !sameDists(prop.Probs[j:j+1], []sample.Dist{want}, V) {
+					t.Fatalf("draft %d: its distribution is not the penalised one after the history and drafts %v", j, prop.Tokens[:j])
+				}
+				tok, hidden, hist = prop.Tokens[j], out.Next, append(hist, prop.Tokens[j])
+			}
+		})
+	}
+}
