@@ -318,10 +318,10 @@ func TestTruncate(t *testing.T) {
 // values it held before; once a pass has written, or past that length, it
 // refuses and changes nothing.
 func TestUntruncate(t *testing.T) {
-	const window, step = 4, 3 // ring of 6 slots
 	for _, tc := range []struct {
-		ops     string // "wN": a forward pass of N tokens; "tN": truncate to N; "uN": untruncate to N; "c0": clone; "r0": reset
-		wantErr string // from the last op; the others must succeed
+		window, step int    // 4, 3 (a ring of 6 slots) where 0
+		ops          string // "wN": a forward pass of N tokens; "tN": truncate to N; "uN": untruncate to N; "c0": clone; "r0": reset
+		wantErr      string // from the last op; the others must succeed
 	}{
 		{ops: "w3 w3 t4 u6"},
 		{ops: "w3 w3 t3 u5 t4 u6"},
@@ -333,8 +333,18 @@ func TestUntruncate(t *testing.T) {
 		{ops: "w3 w3 t4 u3", wantErr: "untruncate to 3: the cache holds 4 positions"},
 		{ops: "w3 w3 t4 c0 u6", wantErr: "the cache holds 4 positions and the last forward pass left 4"}, // a clone keeps only what it holds
 		{ops: "w3 w3 t4 r0 u3", wantErr: "the cache holds 0 positions and the last forward pass left 0"},
+		// A ring of 139 slots that starts with 64 and grows before it wraps.
+		{window: 100, step: 40, ops: "w40 w40 t50 u80"},              // grown to 128 by the second pass
+		{window: 100, step: 40, ops: "w30 w30 w10 t45 u70"},          // grown by a pass that straddles 64
+		{window: 100, step: 40, ops: "w40 w40 w40 w40 t125 u160"},    // full, and past its wrap
+		{window: 100, step: 40, ops: "w40 w30 c0 w40 w40 t140 u150"}, // a clone of a part-grown ring grows on its own
+		{window: 100, step: 40, ops: "w40 w40 t50 c0 u80", wantErr: "the cache holds 50 positions and the last forward pass left 50"},
 	} {
-		t.Run(tc.ops, func(t *testing.T) {
+		window, step := 4, 3
+		if tc.window > 0 {
+			window, step = tc.window, tc.step
+		}
+		t.Run(fmt.Sprintf("window %d/%s", window, tc.ops), func(t *testing.T) {
 			b := cpu.New(1)
 			c := fullAndRing(b, window, step)
 			ops := strings.Fields(tc.ops)
@@ -347,6 +357,9 @@ func TestUntruncate(t *testing.T) {
 				case 'w':
 					write(b, c, n)
 					states[c.Len()] = snapshot(c)
+					if _, _, pos, _ := c.Layer(1).View(c.Len()); len(pos) > window+step-1 {
+						t.Fatalf("after %s the ring has %d slots, past its capacity %d", op, len(pos), window+step-1)
+					}
 					continue
 				case 't':
 					err = c.Truncate(n)
@@ -380,6 +393,16 @@ func TestUntruncate(t *testing.T) {
 					for s, p := range pos {
 						if p >= 0 && !slotHolds(kf, vf, s, int(p), 0) {
 							t.Fatalf("after %s ring slot %d does not hold position %d's values", op, s, p)
+						}
+					}
+					// and every position of the window up to n is held
+					held := map[int32]bool{}
+					for _, p := range pos {
+						held[p] = true
+					}
+					for p := max(0, n-window); p < n; p++ {
+						if !held[int32(p)] {
+							t.Fatalf("after %s the ring lost position %d of the window (%v)", op, p, pos)
 						}
 					}
 				}

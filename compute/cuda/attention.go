@@ -240,7 +240,7 @@ func (b *Backend) askAttnClusterFit() {
 
 // visibleKeys is the range of key positions some query of batch row bi
 // can see: from the lowest query's window to the highest query (causal).
-// A ring keeps Window + MaxStep − 1 slots, so at long contexts a sliding
+// A full ring keeps Window + MaxStep − 1 slots, so at long contexts a sliding
 // layer's decode row holds about twice the keys its query sees; the
 // kernels visit only the row's span, so leaving the rest out halves their
 // work, and lets attn_cluster stage such a row. The bits are the same:

@@ -68,6 +68,7 @@ type Backend struct {
 	attnClN  int                               // attn_cluster launches, likewise
 	roundsN  int                               // attn_cluster_rounds launches, likewise
 	earlyN   int                               // products run by an _early kernel (earlyWeights), likewise
+	tilesN   int                               // products run by a multi-tile rows kernel (tilesFor), likewise
 
 	// attnClusterSmem is the most dynamic shared memory an attn_cluster
 	// block may take and attnClusterMax its most blocks a cluster (0: the
@@ -1284,6 +1285,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		name, rows = rowsFor(N, K), true
 	case tiles != "":
 		name, rows = tiles, true
+		b.tilesN++
 	case M > 16:
 		name = mma8Kernel
 	}

@@ -941,7 +941,7 @@ func TestMatMulVariantsMatch(t *testing.T) {
 					variants = []string{"matmul_mma8n", "matmul_tiled"}
 				}
 				if M > 5 && M <= 20 {
-					variants = append(variants, "tiles", "tiles/early", "tiles/counted", "tiles/narrow", "tiles/wide")
+					variants = append(variants, "tiles", "tiles/early", "tiles/counted", "tiles/narrow", "tiles/narrow/early", "tiles/wide")
 				}
 				for _, v := range variants {
 					reset()
@@ -954,18 +954,22 @@ func TestMatMulVariantsMatch(t *testing.T) {
 						// it cannot take (odd K) fall back to matmul_mma8n.
 						mma1Kernel, mma8Kernel, tiledMatMul = "matmul_mma1", "matmul_mma8n", true
 					case strings.HasPrefix(v, "tiles"): // matmul_rows_wide2 … 4, early weights or not
-						rowsMaxM, rowsKernel, rowsTiles, earlyWeights = 5, "auto", 4, v == "tiles/early"
-						clusterFinish = v != "tiles/counted"
-						switch v { // two tiles with one column group a warp, or two, whatever the weight
-						case "tiles/narrow":
+						rowsMaxM, rowsKernel, rowsTiles = 5, "auto", 4
+						earlyWeights, clusterFinish = strings.HasSuffix(v, "/early"), v != "tiles/counted"
+						switch { // two tiles with one column group a warp, or two, whatever the weight
+						case strings.HasPrefix(v, "tiles/narrow"):
 							rowsKernel = "matmul_rows"
-						case "tiles/wide":
+						case v == "tiles/wide":
 							rowsKernel = "matmul_rows_wide"
 						}
 					}
+					tilesBefore, earlyBefore := g.tilesN, g.earlyN
 					got := g.ToF32(g.MatMul(x, w))
 					if err := sameBits(got, want); err != nil {
 						t.Fatalf("N=%d K=%d M=%d offset %d: %s differs from matmul_mma1: %v", s.N, s.K, M, offset, v, err)
+					}
+					if tv := strings.HasPrefix(v, "tiles"); tv != (g.tilesN > tilesBefore) || tv && earlyWeights != (g.earlyN > earlyBefore) {
+						t.Fatalf("N=%d K=%d M=%d: %s ran the tiles %v and early weights %v", s.N, s.K, M, v, g.tilesN > tilesBefore, g.earlyN > earlyBefore)
 					}
 				}
 			}
