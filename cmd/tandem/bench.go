@@ -93,6 +93,10 @@ type benchRow struct {
 	// their tokens a second in all.
 	EngineBatch     int     `json:"engine_batch,omitempty"`
 	EngineBatchTokS float64 `json:"engine_batch_decode_tokens_per_s,omitempty"`
+	// With a drafter, the same N requests decoded speculatively (batched
+	// speculation: each request's rounds verified in one step with the
+	// others'), at the drafter's real acceptance or the synthetic one.
+	EngineBatchSpecTokS float64 `json:"engine_batch_speculative_tokens_per_s,omitempty"`
 	// --graph-profile: real plain steps and speculative rounds timed a
 	// whole CUDA graph at a time (no events between kernels).
 	GraphPlain  *cuda.Profile `json:"graph_timeline,omitempty"`
@@ -358,6 +362,9 @@ func newBench() *cobra.Command {
 					if r.EngineTokS > 0 {
 						fmt.Fprintf(out, " (%.2fx one request)", r.EngineBatchTokS/r.EngineTokS)
 					}
+					if r.EngineBatchSpecTokS > 0 {
+						fmt.Fprintf(out, "; speculatively %.2f tok/s in all (%.2fx)", r.EngineBatchSpecTokS, r.EngineBatchSpecTokS/r.EngineBatchTokS)
+					}
 					fmt.Fprintln(out)
 				}
 			}
@@ -401,7 +408,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&topP, "top-p", 0, "with --temperature, sample from the most likely tokens holding this much probability (0 or 1: all; Gemma 4's has 0.95)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine (greedy), and report their tokens/s in all (0: not)")
+	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
@@ -575,18 +582,23 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 // engineRuns adds --engine's rates to row: the prompt as one request on a
 // fresh engine sized for it, plain, then with the drafter.
 func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int32) error {
+	// With --synthetic-acceptance the engine's rounds take the same coin.
+	judge := spec.Judge{Synthetic: br.synthetic >= 0, SyntheticAcceptance: br.synthetic}
 	if br.engineBatch > 1 {
 		var err error
 		row.EngineBatch = br.engineBatch
-		if row.EngineBatchTokS, err = br.engineBatchRun(ctx, prompt); err != nil {
+		if row.EngineBatchTokS, err = br.engineBatchRun(ctx, prompt, nil, judge); err != nil {
 			return err
+		}
+		if br.a != nil {
+			if row.EngineBatchSpecTokS, err = br.engineBatchRun(ctx, prompt, br.a, judge); err != nil {
+				return err
+			}
 		}
 	}
 	if !br.engine {
 		return nil
 	}
-	// With --synthetic-acceptance the engine's rounds take the same coin.
-	judge := spec.Judge{Synthetic: br.synthetic >= 0, SyntheticAcceptance: br.synthetic}
 	run := func(drafter *gemma4.Assistant) (float64, engine.Usage, error) {
 		e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k,
 			CtxSize: len(prompt) + br.tokens + 1, Parallel: 1, PrefixCacheTokens: -1, Judge: judge})
@@ -632,12 +644,13 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 }
 
 // engineBatchRun decodes engineBatch copies of prompt at once through one
-// engine and returns their tokens a second in all, counted from the moment
-// every request has its first token (the prefill is behind them all) to
-// the last token.
-func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32) (float64, error) {
+// engine, with drafter where not nil, and returns their tokens a second in
+// all, counted from the moment every request has its first token (the
+// prefill is behind them all) to the last token.
+func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter *gemma4.Assistant, judge spec.Judge) (float64, error) {
 	n := br.engineBatch
-	e, err := engine.New(engine.Config{Model: br.m, CtxSize: len(prompt) + br.tokens + 1, Parallel: n, PrefixCacheTokens: -1})
+	e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k, CtxSize: len(prompt) + br.tokens + 1,
+		Parallel: n, PrefixCacheTokens: -1, Judge: judge})
 	if err != nil {
 		return 0, err
 	}

@@ -121,6 +121,7 @@ func TestBench(t *testing.T) {
 			EngineAcceptance *float64 `json:"engine_acceptance_rate"`
 			EngineBatch      int      `json:"engine_batch"`
 			EngineBatchTokS  float64  `json:"engine_batch_decode_tokens_per_s"`
+			EngineBatchSpec  float64  `json:"engine_batch_speculative_tokens_per_s"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &e); err != nil {
@@ -130,7 +131,7 @@ func TestBench(t *testing.T) {
 		t.Fatalf("sweep rows %+v", e.Results)
 	}
 	for _, r := range e.Results {
-		if r.EngineTokS <= 0 || r.EngineSpecTokS <= 0 || r.EngineBatch != 2 || r.EngineBatchTokS <= 0 {
+		if r.EngineTokS <= 0 || r.EngineSpecTokS <= 0 || r.EngineBatch != 2 || r.EngineBatchTokS <= 0 || r.EngineBatchSpec <= 0 {
 			t.Fatalf("engine rates %+v", r)
 		}
 	}
