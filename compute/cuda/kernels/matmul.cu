@@ -682,7 +682,9 @@ ROWS_CL_KERNEL(matmul_rows_early_cl, true)
 // matmul_rows (12 of a tile's 16 rows are live at M = 4), 1.5/G here. Each
 // output column accumulates the same mmas in the same K order as
 // matmul_rows (U changes only how many 32-wide blocks a step loads), so the
-// bits are its bits. A block covers 64·G columns.
+// bits are its bits. A block covers 64·G columns. T > 1 takes T tiles of
+// five rows (tiles_mma; the multi-tile kernels below), T = 1 one tile of
+// at most five.
 //
 // matmul_rows_wide (G = 2, U = 2: the bytes in flight of matmul_rows)
 // streamed the 31B shapes 12-19% faster than matmul_rows at one row and
