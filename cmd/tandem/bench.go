@@ -81,6 +81,10 @@ type benchRow struct {
 	SpecTimeline  *cuda.Profile `json:"speculative_kernel_timeline,omitempty"`
 	ProfileSteps  int           `json:"profile_steps,omitempty"`
 	ProfileRounds int           `json:"profile_rounds,omitempty"`
+	// With --engine-batch too, the N requests' plain decode through the
+	// engine, as issued, from the moment all have their first token.
+	EngineBatchTimeline *cuda.Profile `json:"engine_batch_kernel_timeline,omitempty"`
+	EngineBatchSteps    int           `json:"engine_batch_profile_steps,omitempty"`
 	// --engine: the same prompt as one request through the serving engine
 	// (tandem serve's path), plainly and, with a drafter, speculatively at
 	// the drafter's real acceptance or the synthetic one.
@@ -270,6 +274,20 @@ func newBench() *cobra.Command {
 						return err
 					}
 				}
+				for i := range rows {
+					if engineBatch < 2 {
+						break
+					}
+					r := &rows[i]
+					prompt := randomPrompt(m, r.Context, 2)
+					batch := func(onStart func(int32)) (int, error) {
+						_, err := run.engineBatchRun(ctx, prompt, nil, spec.Judge{}, func() { onStart(0) })
+						return tokens - 1, err // the engine's decode steps once every request has its first token
+					}
+					if r.EngineBatchTimeline, r.EngineBatchSteps, err = profileRun(g, kernelsAsIssued, batch); err != nil {
+						return err
+					}
+				}
 			}
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
@@ -389,6 +407,11 @@ func newBench() *cobra.Command {
 					printProfile(out, fmt.Sprintf("kernel profile: speculative decode after %d tokens, as issued (kernel times include launch latency when the device waits)", r.Context), "round", r.SpecTimeline, r.ProfileRounds, round)
 					printTimeline(out, "round", r.SpecTimeline, r.ProfileRounds)
 				}
+				if r.EngineBatchTimeline != nil && r.EngineBatchTokS > 0 {
+					step := time.Duration(float64(time.Second) * float64(r.EngineBatch) / r.EngineBatchTokS)
+					printProfile(out, fmt.Sprintf("kernel profile: %d requests at once through the engine after %d tokens, as issued (kernel times include launch latency when the device waits)", r.EngineBatch, r.Context), "step", r.EngineBatchTimeline, r.EngineBatchSteps, step)
+					printTimeline(out, "step", r.EngineBatchTimeline, r.EngineBatchSteps)
+				}
 			}
 			return nil
 		},
@@ -411,7 +434,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
-	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round)")
+	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round; with --engine-batch, a step of the N requests through the engine)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	f.StringVar(&sweep, "sweep", "", `measure each of these settings in turn with the model built once: groups separated by ";", each TANDEM_NAME=VALUE pairs separated by ","; "none" is the settings the process started with (e.g. "none;TANDEM_CUDA_SPLIT=warps;none")`)
 	return cmd
@@ -587,11 +610,11 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 	if br.engineBatch > 1 {
 		var err error
 		row.EngineBatch = br.engineBatch
-		if row.EngineBatchTokS, err = br.engineBatchRun(ctx, prompt, nil, judge); err != nil {
+		if row.EngineBatchTokS, err = br.engineBatchRun(ctx, prompt, nil, judge, nil); err != nil {
 			return err
 		}
 		if br.a != nil {
-			if row.EngineBatchSpecTokS, err = br.engineBatchRun(ctx, prompt, br.a, judge); err != nil {
+			if row.EngineBatchSpecTokS, err = br.engineBatchRun(ctx, prompt, br.a, judge, nil); err != nil {
 				return err
 			}
 		}
@@ -647,7 +670,9 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 // engine, with drafter where not nil, and returns their tokens a second in
 // all, counted from the moment every request has its first token (the
 // prefill is behind them all) to the last token.
-func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter *gemma4.Assistant, judge spec.Judge) (float64, error) {
+//
+// onStarted, if set, runs once every request has its first token.
+func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter *gemma4.Assistant, judge spec.Judge, onStarted func()) (float64, error) {
 	n := br.engineBatch
 	e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k, CtxSize: len(prompt) + br.tokens + 1,
 		Parallel: n, PrefixCacheTokens: -1, Judge: judge})
@@ -658,17 +683,39 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter 
 	times := make([]tokenTimes, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	var started sync.WaitGroup // each request's first token
+	started.Add(n)
+	if onStarted != nil {
+		hooked := make(chan struct{})
+		defer func() { <-hooked }() // the caller reads what onStarted did
+		go func() {
+			defer close(hooked)
+			started.Wait()
+			onStarted()
+		}()
+	}
 	for i := range n {
 		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens, Sample: br.sample})
 		if err != nil {
+			started.Add(i - n) // the requests never submitted start no one
 			return 0, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			first := true
+			defer func() {
+				if first { // a request that ended without a token
+					started.Done()
+				}
+			}()
 			for ev := range ch {
 				for range ev.Tokens {
 					times[i].add(0)
+				}
+				if first && len(ev.Tokens) > 0 {
+					first = false
+					started.Done()
 				}
 				if ev.Done && ev.Err != nil {
 					errs[i] = ev.Err
