@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -262,6 +263,15 @@ func newBench() *cobra.Command {
 					if r.Timeline, r.ProfileSteps, err = profileRun(g, kernelsAsIssued, plain); err != nil {
 						return err
 					}
+					if engineBatch > 1 {
+						batch := func(onStart func(int32)) (int, error) {
+							_, err := run.engineBatchRun(ctx, prompt, nil, spec.Judge{}, func() { onStart(0) })
+							return tokens - 1, err // the engine's decode steps once every request has its first token
+						}
+						if r.EngineBatchTimeline, r.EngineBatchSteps, err = profileRun(g, kernelsAsIssued, batch); err != nil {
+							return err
+						}
+					}
 					if a == nil {
 						continue
 					}
@@ -271,20 +281,6 @@ func newBench() *cobra.Command {
 					}
 					so := spec.Options{Options: generation.Options{MaxTokens: tokens, Sample: run.sample}, DraftTokens: k, Synthetic: synthetic >= 0, SyntheticAcceptance: synthetic}
 					if r.SpecTimeline, r.ProfileRounds, err = profileRun(g, kernelsAsIssued, specRun(ctx, m, d, prompt, so)); err != nil {
-						return err
-					}
-				}
-				for i := range rows {
-					if engineBatch < 2 {
-						break
-					}
-					r := &rows[i]
-					prompt := randomPrompt(m, r.Context, 2)
-					batch := func(onStart func(int32)) (int, error) {
-						_, err := run.engineBatchRun(ctx, prompt, nil, spec.Judge{}, func() { onStart(0) })
-						return tokens - 1, err // the engine's decode steps once every request has its first token
-					}
-					if r.EngineBatchTimeline, r.EngineBatchSteps, err = profileRun(g, kernelsAsIssued, batch); err != nil {
 						return err
 					}
 				}
@@ -683,39 +679,22 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter 
 	times := make([]tokenTimes, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	var started sync.WaitGroup // each request's first token
-	started.Add(n)
-	if onStarted != nil {
-		hooked := make(chan struct{})
-		defer func() { <-hooked }() // the caller reads what onStarted did
-		go func() {
-			defer close(hooked)
-			started.Wait()
-			onStarted()
-		}()
-	}
+	var waiting atomic.Int32 // requests without their first token; the last one's reader calls onStarted
+	waiting.Store(int32(n))
 	for i := range n {
 		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens, Sample: br.sample})
 		if err != nil {
-			started.Add(i - n) // the requests never submitted start no one
 			return 0, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			first := true
-			defer func() {
-				if first { // a request that ended without a token
-					started.Done()
-				}
-			}()
 			for ev := range ch {
 				for range ev.Tokens {
 					times[i].add(0)
 				}
-				if first && len(ev.Tokens) > 0 {
-					first = false
-					started.Done()
+				if len(ev.Tokens) > 0 && len(times[i]) == len(ev.Tokens) && waiting.Add(-1) == 0 && onStarted != nil {
+					onStarted()
 				}
 				if ev.Done && ev.Err != nil {
 					errs[i] = ev.Err
