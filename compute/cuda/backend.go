@@ -100,11 +100,7 @@ var kernelNames = map[string][]string{
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
-		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl",
-		"matmul_rows_wide2", "matmul_rows_wide2_early", "matmul_rows_wide2_cl", "matmul_rows_wide2_early_cl",
-		"matmul_rows_wide2n", "matmul_rows_wide2n_early", "matmul_rows_wide2n_cl", "matmul_rows_wide2n_early_cl",
-		"matmul_rows_wide3", "matmul_rows_wide3_early", "matmul_rows_wide3_cl", "matmul_rows_wide3_early_cl",
-		"matmul_rows_wide4", "matmul_rows_wide4_early", "matmul_rows_wide4_cl", "matmul_rows_wide4_early_cl"},
+		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -1065,10 +1061,23 @@ func rowsFor(N, K int) string {
 var (
 	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true,
 		"matmul_rows_early": true, "matmul_rows_wide_early": true}
-	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128,
-		"matmul_rows_wide2": 128, "matmul_rows_wide2_early": 128, "matmul_rows_wide3": 128, "matmul_rows_wide3_early": 128,
-		"matmul_rows_wide4": 128, "matmul_rows_wide4_early": 128}
+	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128}
 )
+
+// tileKernels are the multi-tile rows kernels (TILES_KERNELS in
+// matmul.cu), each with its _early, _cl and _early_cl variants, and the
+// columns a block of each covers.
+var tileKernels = map[string]int{"matmul_rows_wide2": 128, "matmul_rows_wide2n": 64, "matmul_rows_wide3": 128, "matmul_rows_wide4": 128}
+
+func init() {
+	for name, cols := range tileKernels {
+		e := name + "_early"
+		kernelNames["matmul.cu"] = append(kernelNames["matmul.cu"], name, e, name+"_cl", e+"_cl")
+		blockCols[name], blockCols[e] = cols, cols
+		earlyOf[name] = e
+		clusterOf[name], clusterOf[e] = name+"_cl", e+"_cl"
+	}
+}
 
 // rowsTiles is the most 16-row tiles the multi-tile rows kernels
 // (matmul_rows_wide2 … 4) take, five activation rows a tile: products of 6
@@ -1107,9 +1116,7 @@ var earlyWeights = true // TANDEM_CUDA_EARLY_WEIGHTS, read by liveSettings
 
 // earlyOf names the rows and GLU kernels' _early variants.
 var earlyOf = map[string]string{"matmul_rows": "matmul_rows_early", "matmul_rows_wide": "matmul_rows_wide_early",
-	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early",
-	"matmul_rows_wide2": "matmul_rows_wide2_early", "matmul_rows_wide2n": "matmul_rows_wide2n_early", "matmul_rows_wide3": "matmul_rows_wide3_early",
-	"matmul_rows_wide4": "matmul_rows_wide4_early"}
+	"matmul_rows_glu": "matmul_rows_glu_early", "matmul_rows_glu_by": "matmul_rows_glu_by_early"}
 
 // isWeight reports whether t is a model weight (Backend.Weight): no kernel
 // writes one, so it may be read before the kernel ahead has finished, or
@@ -1359,11 +1366,7 @@ var clusterFinish = true // TANDEM_CUDA_CLUSTER, read by liveSettings
 var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
 	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl",
 	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl",
-	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl",
-	"matmul_rows_wide2": "matmul_rows_wide2_cl", "matmul_rows_wide2_early": "matmul_rows_wide2_early_cl",
-	"matmul_rows_wide2n": "matmul_rows_wide2n_cl", "matmul_rows_wide2n_early": "matmul_rows_wide2n_early_cl",
-	"matmul_rows_wide3": "matmul_rows_wide3_cl", "matmul_rows_wide3_early": "matmul_rows_wide3_early_cl",
-	"matmul_rows_wide4": "matmul_rows_wide4_cl", "matmul_rows_wide4_early": "matmul_rows_wide4_early_cl"}
+	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl"}
 
 // clusterKernel is the cluster-finish variant of kernel name for a product
 // of groups column groups in splits K splits, or "" where it takes none:

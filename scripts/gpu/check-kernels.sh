@@ -25,13 +25,19 @@ for f in $(git ls-files 'compute/cuda/kernels/*.cu'); do
   n=$((n + 1))
 done
 echo "check-kernels: $n CUDA source(s) compiled for sm_90"
-# Every kernel the backend looks up at start-up (kernelNames in backend.go)
-# must be an entry of its source: a missing one fails New on the GPU.
+# Every kernel the backend looks up at start-up (kernelNames in backend.go,
+# and tileKernels' four variants each) must be an entry of its source: a
+# missing one fails New on the GPU.
 missing=0
 for file in $(ls "$tmp"); do
   src=${file%.ptx}.cu
   names=$(sed -n "/^var kernelNames/,/^}/p" compute/cuda/backend.go | sed -n "/\"$src\":/,/},/p" |
     grep -o '"[A-Za-z0-9_]*"' | tr -d '"')
+  if [ "$src" = matmul.cu ]; then # the multi-tile kernels (tileKernels) and their variants
+    for t in $(grep '^var tileKernels' compute/cuda/backend.go | grep -o '"matmul_[A-Za-z0-9_]*"' | tr -d '"'); do
+      names="$names $t ${t}_early ${t}_cl ${t}_early_cl"
+    done
+  fi
   [ -n "$names" ] || { echo "check-kernels: no kernelNames entry for $src" >&2; missing=1; }
   for k in $names; do
     grep -q "^\.visible \.entry $k(" "$tmp/$file" || { echo "check-kernels: $k (kernelNames, $src) is not a kernel of $src" >&2; missing=1; }
