@@ -143,24 +143,17 @@ func (g *Guess) Next(k int) (int, bool) {
 		return min(g.last[(g.n-1)%aheadWindow], k), true
 	case g.n < aheadStart:
 		return 0, false
-	case g.n < aheadWindow:
-		// Before the window fills, every round so far must agree.
-		for _, a := range g.last[1:g.n] {
-			if a != g.last[0] {
-				return 0, false
-			}
-		}
-		if g.last[0] > k {
-			return 0, false
-		}
-		return g.last[0], true
+	}
+	need := aheadAgree
+	if g.n < aheadWindow {
+		need = g.n // before the window fills, every round so far must agree
 	}
 	count := map[int]int{}
-	for _, a := range g.last {
+	for _, a := range g.last[:min(g.n, aheadWindow)] {
 		count[a]++
 	}
 	for a, c := range count {
-		if c >= aheadAgree && a <= k {
+		if c >= need && a <= k {
 			return a, true
 		}
 	}

@@ -118,8 +118,8 @@ type lateStep struct {
 // before the step launches. Without it the device waited, every step, for
 // the host to read the tops, draw, and record the step. The draws are
 // onHost's, in the same order. The last step's drafts are not queued yet
-// (last), nor waited for (finish). It returns nil where the head cannot
-// give n of its logits.
+// (last), nor waited for (finish). lateDrafting has checked that the head
+// gives n of its logits.
 func (g *drafting) drawAhead(late compute.LateUploader, n int) (*drawing, error) {
 	a, b := g.a, g.a.Backend()
 	w := &drawing{g: g, late: late, n: n}
@@ -144,17 +144,13 @@ func (g *drafting) drawAhead(late compute.LateUploader, n int) (*drawing, error)
 		ok := false
 		if err == nil {
 			vals, ids, ok = a.TopAt(out.Normed, n)
+			if !ok { // lateDrafting checked TopFits(n)
+				err = fmt.Errorf("spec: drafting: the head cannot give its %d largest logits", n)
+			}
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			end()
 			return nil, errors.Join(err, w.wait())
-		case !ok && j == 0:
-			end()
-			return nil, nil
-		case !ok:
-			end()
-			return nil, errors.Join(errors.New("spec: drafting: the head gave a step's tops and not the next one's"), w.wait())
 		}
 		s.out, s.read = out, late.ReadLate(vals, ids)
 		end()
@@ -248,13 +244,16 @@ func (w *drawing) finish() (from int, err error) {
 	g, b := w.g, w.g.a.Backend()
 	for j, s := range w.steps {
 		undecided := false
+		var greedy []int32
 		for x, i := range s.idx {
 			switch {
 			case s.drew != nil && s.drew[x]:
 			case g.ds[i].Sample.Greedy():
 				undecided = true
-				tok := g.a.Argmax(b.Slice(s.out.Normed, x, x+1))[0]
-				g.props[i].Tokens = append(g.props[i].Tokens, tok)
+				if greedy == nil { // every row's, once a step, as onHost reads them
+					greedy = g.a.Argmax(s.out.Normed)
+				}
+				g.props[i].Tokens = append(g.props[i].Tokens, greedy[x])
 			default:
 				undecided = true
 				q := g.wholeRow(s.out, x, i)
@@ -405,7 +404,7 @@ func (g *drafting) drawBatch() (*Drawn, error) {
 		return nil, nil
 	}
 	w, err := g.drawAhead(late, n)
-	if err != nil || w == nil {
+	if err != nil {
 		return nil, err
 	}
 	return &Drawn{g: g, w: w}, nil

@@ -177,15 +177,19 @@ func greedyWalk(prop Proposal, choose func(int) int32) (next int32, n int) {
 // p comes from tops where they decide it, else from row's logits.
 func rejectionSample(seq *generation.Seq, prop Proposal, row func(int) []float32, tops []sample.Top) (next int32, n int) {
 	p, s := seq.Params(), seq.Sampler()
-	k := len(prop.Tokens)
+	base, k := len(seq.History), len(prop.Tokens)
+	var hist []int32
 	target := func(n int) sample.Dist {
 		if tops != nil {
 			if d, ok := p.FromTop(tops[n]); ok {
 				return d
 			}
 		}
+		if hist == nil {
+			hist = withDrafts(seq.History, prop.Tokens)
+		}
 		// Penalised over the history up to row n: pending, then drafts 1..n.
-		return sample.Dense(p.DistributionAfter(row(n), withDrafts(seq.History, prop.Tokens[:n]), seq.Prompt))
+		return sample.Dense(p.DistributionAfter(row(n), hist[:base+n], seq.Prompt))
 	}
 	for n < k {
 		d := prop.Tokens[n]
