@@ -312,19 +312,14 @@ func (e *Engine) sampleAhead(rs []*request) {
 		}
 		var ended bool
 		t0, ended = e.emitRun(rs, toks, t0)
-		switch {
-		case len(undecided) > 0 && next != nil:
-			// Every request's step in flight goes, even an ended one's
-			// where it fed a stand-in.
+		if next != nil && (ended || len(undecided) > 0) {
+			// An ended request keeps its step unless it fed a stand-in.
 			overruled := make([]bool, len(rs))
 			for _, i := range undecided {
 				overruled[i] = true
 			}
 			next = nil
 			e.rollBack(rs, overruled)
-		case next != nil && ended:
-			next = nil
-			e.rollBack(rs, nil)
 		}
 		if e.endStep(rs, ended, aheadErr) || next == nil {
 			return

@@ -22,29 +22,18 @@ import (
 // verdict (kvcache.Cache.Untruncate), the row drafting as usual next step.
 // Either way the verify decides the output.
 
-// aheadBatch is the drafts one step picked ahead, for several rows.
-type aheadBatch struct {
-	dr    *spec.Drawn
-	props []spec.Proposal // once read
-	err   error
-	read  bool
-}
-
-// proposals reads the batch's drafts, once (every batch must be read,
-// also where no row takes its drafts: its copies back are queued).
-func (b *aheadBatch) proposals() ([]spec.Proposal, error) {
-	if !b.read {
-		b.read = true
-		if _, b.err = b.dr.Finish(); b.err == nil {
-			b.props, b.err = b.dr.Proposals()
-		}
+// proposals reads a batch's drafts (every batch must be read, also where
+// no row takes its drafts: its copies back are queued).
+func proposals(dr *spec.Drawn) ([]spec.Proposal, error) {
+	if _, err := dr.Finish(); err != nil {
+		return nil, err
 	}
-	return b.props, b.err
+	return dr.Proposals()
 }
 
-// aheadDraft is one row's part of an aheadBatch.
+// aheadDraft is one row's part of a batch of drafts picked ahead.
 type aheadDraft struct {
-	batch *aheadBatch
+	batch *spec.Drawn
 	x     int             // the row's sequence in the batch
 	toks  *compute.Tensor // its drafts on the backend, I32 [k]
 	a, k  int             // the guessed verdict (accepted drafts) and the drafts' depth
@@ -69,7 +58,7 @@ func (e *Engine) mayDraftAhead(rows []row) bool {
 // ahead: drafts verified with every row picked on the device, for a
 // request that guesses.
 func (w *row) guesses() bool {
-	return w.r.guess != nil && !w.void && w.picks != nil && len(w.prop.Tokens) > 0
+	return w.r.guess != nil && w.picks != nil && len(w.prop.Tokens) > 0
 }
 
 // draftAhead picks, while the step's verify runs, the next drafts of every
@@ -78,9 +67,6 @@ func (w *row) guesses() bool {
 // guesses (spec.Guess) and would draft next step. Their caches are rolled
 // back to the guesses; settleAhead puts them where the verdicts say.
 func (e *Engine) draftAhead(rows []row, out *gemma4.Output, picks *compute.Tensor) {
-	if picks == nil {
-		return
-	}
 	b := e.m.Backend()
 	var ds []*spec.Assistant
 	var rounds []spec.Round
@@ -112,7 +98,6 @@ func (e *Engine) draftAhead(rows []row, out *gemma4.Output, picks *compute.Tenso
 	if len(who) == 0 {
 		return
 	}
-	e.dropAhead() // none held here: the step read the last batch (aheadProposals)
 	dr, err := e.draw(ds, rounds)
 	if err != nil || dr == nil {
 		// Not this step's failure: the rows draft as usual next step (and
@@ -120,7 +105,7 @@ func (e *Engine) draftAhead(rows []row, out *gemma4.Output, picks *compute.Tenso
 		return
 	}
 	toks := dr.Tokens()
-	e.held = &aheadBatch{dr: dr}
+	e.held = dr
 	for j, i := range who {
 		rows[i].next = &aheadDraft{batch: e.held, x: j, toks: toks[j], a: guessed[j], k: rounds[j].K}
 	}
@@ -153,11 +138,7 @@ func (e *Engine) settleAhead(w *row, v spec.Verdict) error {
 		r.stats.AheadMissed++
 		e.draftsMissed.Add(1)
 	}
-	keep := w.T + v.Accepted + 1
-	if r.cache.Len() < keep {
-		return r.cache.Untruncate(keep)
-	}
-	return r.cache.Truncate(keep)
+	return r.cache.SetLen(w.T + v.Accepted + 1)
 }
 
 // aheadProposals reads the drafts the last step picked ahead, after this
@@ -169,7 +150,7 @@ func (e *Engine) aheadProposals(rows []row) error {
 	var props []spec.Proposal
 	var err error
 	if h != nil {
-		props, err = h.proposals()
+		props, err = proposals(h)
 	}
 	var errs []error
 	for i := range rows {
@@ -197,7 +178,7 @@ func (e *Engine) dropAhead() {
 		return
 	}
 	e.held = nil
-	if _, err := h.proposals(); err != nil {
+	if _, err := proposals(h); err != nil {
 		e.log.Warn("drafting ahead: reading unused drafts", "err", err)
 	}
 }

@@ -68,7 +68,7 @@ type Engine struct {
 	// the step after it; draftsKept and draftsMissed count the rows whose
 	// guess proved right and wrong, draftsUsed those a step verified
 	// (tests).
-	held                                 *aheadBatch
+	held                                 *spec.Drawn
 	draftsKept, draftsMissed, draftsUsed atomic.Int64 // draftsUsed: verified by the next step
 }
 

@@ -33,14 +33,15 @@ type row struct {
 	// (sample.Params.TopNeeded), is that position's largest logits, ranked
 	// on the device; logits[j] is read only where they do not decide.
 	tops []sample.Top
-	// void is a verify taken back: its drafts were drawn ahead and met a
-	// top that did not decide one (r.carry holds the proposal now).
-	void bool
 	// ahead holds the drafts this step verifies, picked during the last
 	// step (r.ahead); next the next step's, picked during this one on a
 	// guess of its verdict (drafts.go).
 	ahead, next *aheadDraft
 	pick0       int // the row's first pick among the head's picks
+	// late is how many drafts the step takes on the device (drawn, or
+	// picked ahead), toks them once issued.
+	late int
+	toks *compute.Tensor
 }
 
 // propose gives w the drafts of p: its proposal, and its tokens after the
@@ -118,14 +119,7 @@ func (e *Engine) step() {
 	for i := range rows {
 		rows[i].T = rows[i].r.cache.Len()
 		in[i] = gemma4.Row{Tokens: rows[i].tokens, Cache: rows[i].r.cache}
-		n := len(rows[i].tokens)
-		if j := slices.Index(who, i); drawn != nil && j >= 0 {
-			n += spec.Depth(rows[i].r.seq, e.cfg.DraftTokens)
-		}
-		if a := rows[i].ahead; a != nil {
-			n += a.k
-		}
-		site = strconv.AppendInt(append(site, ','), int64(n), 10)
+		site = strconv.AppendInt(append(site, ','), int64(len(rows[i].tokens)+rows[i].late), 10)
 	}
 	// Steps of one shape (rows × tokens) are recorded as one graph where
 	// the backend records (CUDA graphs), in parts (Checkpoint): the step is
@@ -139,13 +133,13 @@ func (e *Engine) step() {
 		if drawn != nil {
 			drafts = drawn.Tokens()
 		}
+		for j, i := range who {
+			rows[i].toks = drafts[j]
+		}
 		for i := range in {
 			next := b.FromI32(in[i].Tokens, len(in[i].Tokens))
-			if j := slices.Index(who, i); drawn != nil && j >= 0 {
-				next = b.Concat(next, drafts[j])
-			}
-			if a := rows[i].ahead; a != nil {
-				next = b.Concat(next, a.toks)
+			if t := rows[i].toks; t != nil {
+				next = b.Concat(next, t)
 			}
 			in[i] = gemma4.Row{Next: next, Cache: in[i].Cache}
 		}
@@ -214,7 +208,7 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 			continue
 		}
 		if r.ahead != nil { // picked during the last step (aheadProposals reads them)
-			rows[i].ahead, r.ahead = r.ahead, nil
+			rows[i].ahead, rows[i].late, rows[i].toks, r.ahead = r.ahead, r.ahead.k, r.ahead.toks, nil
 			e.draftsUsed.Add(1)
 			continue
 		}
@@ -231,6 +225,9 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 	if e.draw != nil && e.m.DeviceTokens() && os.Getenv(roundsEnv) != "host" {
 		drawn, err := e.draw(ds, rounds)
 		if err != nil || drawn != nil {
+			for j, i := range who {
+				rows[i].late = rounds[j].K
+			}
 			return drawn, who, err
 		}
 	}
@@ -265,7 +262,6 @@ func (e *Engine) drawnProposals(rows []row, drawn *spec.Drawn, who []int) error 
 	var errs []error
 	for j, i := range who {
 		if !ok[j] {
-			rows[i].void = true
 			errs = append(errs, rows[i].r.cache.Truncate(rows[i].T))
 		}
 	}
@@ -277,7 +273,7 @@ func (e *Engine) drawnProposals(rows []row, drawn *spec.Drawn, who []int) error 
 		return err
 	}
 	for j, i := range who {
-		if rows[i].void {
+		if !ok[j] {
 			p := props[j]
 			rows[i].r.carry = &p
 			continue
@@ -311,7 +307,7 @@ func (e *Engine) logits(rows []row, out *gemma4.Output) {
 	for i := range rows {
 		w := &rows[i]
 		r := w.r
-		if w.void {
+		if w.r.carry != nil {
 			continue // its verify read stand-ins: verified again next step
 		}
 		pickOnly := r.seq.Params().ArgmaxOnly() && !r.logprobs
@@ -448,7 +444,7 @@ func (e *Engine) head(out *gemma4.Output, idx []int32, slots []*[]float32, pidx 
 // the request when its sequence is done.
 func (e *Engine) settle(w *row, i int, out *gemma4.Output, d *Stats) {
 	r := w.r
-	if w.void {
+	if w.r.carry != nil {
 		return // nothing emitted: the next step verifies r.carry
 	}
 	b := e.m.Backend()

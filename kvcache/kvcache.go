@@ -171,6 +171,14 @@ func (c *Cache) Untruncate(n int) error {
 	return nil
 }
 
+// SetLen truncates or untruncates the cache to n positions.
+func (c *Cache) SetLen(n int) error {
+	if n > c.n {
+		return c.Untruncate(n)
+	}
+	return c.Truncate(n)
+}
+
 // CanTruncate reports whether Truncate(n) would succeed.
 func (c *Cache) CanTruncate(n int) bool {
 	return n >= 0 && n <= c.n && c.furthest-n <= c.maxStep

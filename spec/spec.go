@@ -259,13 +259,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 		// Keep pending and the accepted drafts; the next round's hidden is
 		// the verify row that produced the correction or bonus. Drafting
 		// ahead may have rolled the cache back further than that.
-		keep := T + v.Accepted + 1
-		if cache.Len() < keep {
-			err = cache.Untruncate(keep)
-		} else {
-			err = cache.Truncate(keep)
-		}
-		if err != nil {
+		if err := cache.SetLen(T + v.Accepted + 1); err != nil {
 			return res, err
 		}
 		hidden = b.Slice(verified, v.Accepted, v.Accepted+1)
