@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"os"
 
 	"tandem/compute"
 	"tandem/model/gemma4"
@@ -43,7 +42,7 @@ type aheadDraft struct {
 // rows: the engine drafts ahead, and some row is a greedy verify picked on
 // the device whose request guesses.
 func (e *Engine) mayDraftAhead(rows []row) bool {
-	if !e.ahead || e.draw == nil || os.Getenv(roundsEnv) == "host" {
+	if !e.ahead || e.draw == nil || spec.HostRounds() {
 		return false
 	}
 	for i := range rows {

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -222,7 +221,7 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 	if len(ds) == 0 {
 		return nil, nil, nil
 	}
-	if e.draw != nil && e.m.DeviceTokens() && os.Getenv(roundsEnv) != "host" {
+	if e.draw != nil && e.m.DeviceTokens() && !spec.HostRounds() {
 		drawn, err := e.draw(ds, rounds)
 		if err != nil || drawn != nil {
 			for j, i := range who {
@@ -243,10 +242,6 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 	}
 	return nil, nil, nil
 }
-
-// roundsEnv is spec's switch: =host verifies drafts only once the host
-// has read them (spec.Generate's host rounds), here too.
-const roundsEnv = "TANDEM_SPEC_ROUNDS"
 
 // drawnProposals reads the drafts drawn ahead for rows who and appends
 // them to their rows. A row whose drafts met a top that did not decide

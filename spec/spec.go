@@ -148,6 +148,11 @@ const (
 // --sweep).
 func Live(name string) bool { return name == roundsEnv || name == aheadEnv }
 
+// HostRounds reports whether TANDEM_SPEC_ROUNDS=host asks for rounds whose
+// drafts the host reads before the verify (for comparisons); the serving
+// engine's steps read it too.
+func HostRounds() bool { return os.Getenv(roundsEnv) == "host" }
+
 // Generate decodes up to MaxTokens tokens after prompt with drafter d.
 // onToken, if set, sees each token as it is emitted.
 func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, opt Options, onToken func(int32)) (*Result, error) {
@@ -189,7 +194,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	dd, onDevice := d.(DeviceDrafter)
 	pf, async := b.(compute.Prefetcher)
 	onDevice = onDevice && dd.DraftsOnDevice() && async && opt.Sample.ArgmaxOnly() && m.DeviceTokens() &&
-		os.Getenv(roundsEnv) != "host"
+		!HostRounds()
 	tok, done := seq.Next(b.ToF32(logits))
 	if onToken != nil {
 		onToken(tok)
@@ -230,7 +235,7 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 				next, err = nil, nil
 			}
 			v, verified = in.finish(m, seq, judge, &res.Stats)
-		} else if a, ok := d.(*Assistant); ok && r.K > 0 && m.DeviceTokens() && os.Getenv(roundsEnv) != "host" {
+		} else if a, ok := d.(*Assistant); ok && r.K > 0 && m.DeviceTokens() && !HostRounds() {
 			v, verified, err = lateRound(m, a, seq, cache, judge, &res.Stats, r)
 		} else {
 			v, verified, err = hostRound(m, d, seq, cache, judge, &res.Stats, r)
