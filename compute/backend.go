@@ -266,51 +266,142 @@ func AddRMSNorm(b Backend, r, x, w *Tensor, eps float32) *Tensor {
 // FusedQKV is implemented by backends with a layer's per-head norms in one
 // op (QKVNorms below); it must give the sequence's bits.
 type FusedQKV interface {
-	QKVNorms(q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, kdst, vdst *Tensor) (qo, ko, vo *Tensor)
+	QKVNorms(q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, dst []KVRun) (qo, ko, vo *Tensor)
+}
+
+// KVRun is N consecutive slots of a cache from Slot on: rows Slot to
+// Slot+N−1 of K and V ([slots, heads, d] each).
+type KVRun struct {
+	K, V    *Tensor
+	Slot, N int
 }
 
 // QKVNorms is a layer's per-head norms: RMSNormRoPE of the queries q and the
 // keys k ([T, heads, d]) with their weights, and RMSNorm of the values v
-// without a weight (v may be k). With kdst and vdst (tensors of k's shape,
-// a cache's slots) the keys and values are written there, and ko, vo are
-// them.
-func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, kdst, vdst *Tensor) (qo, ko, vo *Tensor) {
+// without a weight (v may be k). With dst (runs of cache slots whose N sum
+// to T: each row of a batch writes its own cache) the keys and values are
+// written there, in order, and ko and vo are nil.
+func QKVNorms(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, dst []KVRun) (qo, ko, vo *Tensor) {
 	if f, ok := b.(FusedQKV); ok {
-		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope, kdst, vdst)
+		return f.QKVNorms(q, k, v, qw, kw, eps, pos, rope, dst)
 	}
-	return QKVNormsUnfused(b, q, k, v, qw, kw, eps, pos, rope, kdst, vdst)
+	return QKVNormsUnfused(b, q, k, v, qw, kw, eps, pos, rope, dst)
 }
 
 // QKVNormsUnfused is QKVNorms as its sequence of ops, for a FusedQKV
 // backend that does not fuse every case.
-func QKVNormsUnfused(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, kdst, vdst *Tensor) (qo, ko, vo *Tensor) {
-	if err := CheckQKVInto(k, kdst, vdst); err != nil {
+func QKVNormsUnfused(b Backend, q, k, v, qw, kw *Tensor, eps float32, pos []int32, rope *RoPE, dst []KVRun) (qo, ko, vo *Tensor) {
+	if err := CheckQKVInto(k, dst); err != nil {
 		panic(err)
 	}
 	qo, ko, vo = RMSNormRoPE(b, q, qw, eps, pos, rope), RMSNormRoPE(b, k, kw, eps, pos, rope), b.RMSNorm(v, nil, eps)
-	return qo, Into(b, kdst, ko), Into(b, vdst, vo)
+	if dst == nil {
+		return qo, ko, vo
+	}
+	t := 0
+	for _, d := range dst {
+		b.Copy(d.K, d.Slot, b.Slice(ko, t, t+d.N))
+		b.Copy(d.V, d.Slot, b.Slice(vo, t, t+d.N))
+		t += d.N
+	}
+	return qo, nil, nil
 }
 
-// CheckQKVInto checks QKVNorms' destinations for keys k: both or neither,
-// F32 tensors of k's shape, and not the same memory.
-func CheckQKVInto(k, kdst, vdst *Tensor) error {
-	switch {
-	case kdst == nil && vdst == nil:
+// CheckQKVInto checks QKVNorms' destinations for keys k ([T, heads, d]):
+// none, or runs of slots inside distinct F32 tensors of k's row shape,
+// their N summing to T.
+func CheckQKVInto(k *Tensor, dst []KVRun) error {
+	if dst == nil {
 		return nil
-	case kdst == nil || vdst == nil || kdst == vdst || kdst.DType() != F32 || vdst.DType() != F32 ||
-		!SameShape(kdst.Shape(), k.Shape()) || !SameShape(vdst.Shape(), k.Shape()):
-		return fmt.Errorf("QKVNorms into %v and %v of keys %v: want both or neither, distinct, F32, of the keys' shape", kdst, vdst, k)
+	}
+	rows := 0
+	for _, d := range dst {
+		if d.K == nil || d.V == nil || d.K == d.V || d.K.DType() != F32 || d.V.DType() != F32 || d.K.Rank() != k.Rank() ||
+			!SameShape(d.K.Shape()[1:], k.Shape()[1:]) || !SameShape(d.V.Shape(), d.K.Shape()) ||
+			d.Slot < 0 || d.N < 0 || d.Slot+d.N > d.K.Dim(0) {
+			return fmt.Errorf("QKVNorms into slots %d..%d of %v and %v, keys %v: want distinct F32 tensors of the keys' rows holding the slots", d.Slot, d.Slot+d.N-1, d.K, d.V, k)
+		}
+		rows += d.N
+	}
+	if rows != k.Dim(0) {
+		return fmt.Errorf("QKVNorms of %d tokens into %d cache slots", k.Dim(0), rows)
 	}
 	return nil
 }
 
-// Into copies t into dst and returns dst, or returns t when dst is nil.
-func Into(b Backend, dst, t *Tensor) *Tensor {
-	if dst == nil {
-		return t
+// AttentionRow is a batch row of AttendRows: keys and values of its own
+// ([S, Hkv, D] and [S, Hkv, Dv]: a request's cache) with their slots'
+// positions and first slot, as AttentionOptions' KeyPos and KeyStart of a
+// call with one row.
+type AttentionRow struct {
+	K, V     *Tensor
+	KeyPos   []int32
+	KeyStart int
+}
+
+// RowsAttender is implemented by backends that attend the rows of
+// AttendRows in one call. Each row's result must be its own Attention's,
+// bit for bit.
+type RowsAttender interface {
+	AttentionRows(q *Tensor, rows []AttentionRow, opt AttentionOptions) *Tensor
+}
+
+// AttendRows is Attention over a batch whose rows keep their keys and
+// values apart (a serving step's requests, each with its cache): q is
+// [B, L, Hq, D], batch row b attends to rows[b], opt.QueryPos holds the
+// B·L query positions and its key fields must be unset. The result,
+// [B, L, Hq, Dv], is each row's own Attention.
+func AttendRows(b Backend, q *Tensor, rows []AttentionRow, opt AttentionOptions) *Tensor {
+	if r, ok := b.(RowsAttender); ok {
+		return r.AttentionRows(q, rows, opt)
 	}
-	b.Copy(dst, 0, t)
-	return dst
+	return AttendRowsApart(b, q, rows, opt)
+}
+
+// AttendRowsApart is AttendRows as one Attention a row, for backends (and
+// cases) without the one call.
+func AttendRowsApart(b Backend, q *Tensor, rows []AttentionRow, opt AttentionOptions) *Tensor {
+	if err := CheckAttendRows(q, rows, opt); err != nil {
+		panic(err)
+	}
+	B, L, Hq, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	var out *Tensor
+	for i, r := range rows {
+		o := opt
+		if opt.QueryPos != nil {
+			o.QueryPos = opt.QueryPos[i*L : (i+1)*L]
+		}
+		o.KeyPos, o.KeyStart = r.KeyPos, []int{r.KeyStart}
+		a := b.Attention(b.Slice(q, i, i+1).Reshape(L, Hq, D), r.K, r.V, o)
+		a = a.Reshape(1, L, Hq, a.Dim(-1))
+		if B == 1 {
+			return a
+		}
+		if out == nil {
+			out = b.Zeros(F32, B, L, Hq, a.Dim(-1))
+		}
+		b.Copy(out, i, a)
+	}
+	return out
+}
+
+// CheckAttendRows validates AttendRows' arguments; each row's own shapes
+// are Attention's to check.
+func CheckAttendRows(q *Tensor, rows []AttentionRow, opt AttentionOptions) error {
+	switch {
+	case q.Rank() != 4 || q.Dim(0) != len(rows) || len(rows) == 0:
+		return fmt.Errorf("AttendRows wants q [B, L, Hq, D] with a row each, got %v for %d rows", q, len(rows))
+	case opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil:
+		return fmt.Errorf("AttendRows takes each row's key positions from the row, not the options")
+	case opt.QueryPos != nil && len(opt.QueryPos) != q.Dim(0)*q.Dim(1):
+		return fmt.Errorf("AttendRows needs %d query positions, got %d", q.Dim(0)*q.Dim(1), len(opt.QueryPos))
+	}
+	for i, r := range rows {
+		if r.K == nil || r.V == nil || r.K.Rank() != 3 || r.V.Rank() != 3 {
+			return fmt.Errorf("AttendRows row %d: keys %v and values %v, want [S, Hkv, D] each", i, r.K, r.V)
+		}
+	}
+	return nil
 }
 
 // AddRMSNormNorm is a layer boundary's two norms: the residual stream

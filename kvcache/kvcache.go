@@ -238,9 +238,9 @@ func (l *Layer) alloc(slots int) {
 // Full layers grow as needed; rings write slot position mod capacity.
 func (l *Layer) Write(start int, k, v *compute.Tensor) {
 	n := k.Dim(0)
-	if kd, vd, ok := l.Slots(start, n); ok {
-		l.b.Copy(kd, 0, k)
-		l.b.Copy(vd, 0, v)
+	if r, ok := l.Slots(start, n); ok {
+		l.b.Copy(r.K, r.Slot, k)
+		l.b.Copy(r.V, r.Slot, v)
 		return
 	}
 	c := len(l.pos) // a ring's write that wraps: two runs
@@ -256,8 +256,8 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 	}
 }
 
-// Slots returns the cache's storage for positions start..start+n−1 as
-// [n, KVHeads, HeadDim] views, when those slots are contiguous (always in
+// Slots returns the cache's storage for positions start..start+n−1 as a
+// run of its slots, when those slots are contiguous (always in
 // a full layer, which grows as needed; in a ring unless the run wraps), and
 // records the positions as written: the caller then writes the views, as
 // an op that produces the keys and values in place instead of Write's copy
@@ -265,7 +265,7 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 // positions are recorded before the data lands: a write that then fails
 // leaves them naming stale slots, so a failed step's cache must be dropped
 // or truncated (as after any failed forward).
-func (l *Layer) Slots(start, n int) (k, v *compute.Tensor, ok bool) {
+func (l *Layer) Slots(start, n int) (run compute.KVRun, ok bool) {
 	slot := start
 	l.grow(start + n)
 	if l.ring > 0 {
@@ -277,13 +277,13 @@ func (l *Layer) Slots(start, n int) (k, v *compute.Tensor, ok bool) {
 		}
 		c := len(l.pos) // below the capacity only while no write has wrapped
 		if slot = start % c; slot+n > c {
-			return nil, nil, false
+			return run, false
 		}
 	}
 	for i := range n {
 		l.pos[slot+i] = int32(start + i)
 	}
-	return l.b.Slice(l.k, slot, slot+n), l.b.Slice(l.v, slot, slot+n), true
+	return compute.KVRun{K: l.k, V: l.v, Slot: slot, N: n}, true
 }
 
 // View returns the keys, values and per-slot positions to attend over after

@@ -655,7 +655,7 @@ func TestSlotsMatchWrite(t *testing.T) {
 			l := viaSlots.Layer(i)
 			_, _, before, _ := l.View(viaSlots.Len())
 			before = slices.Clone(before)
-			kd, vd, ok := l.Slots(viaSlots.Len(), n)
+			r, ok := l.Slots(viaSlots.Len(), n)
 			if !ok {
 				if l.Spec().Window == 0 {
 					t.Fatalf("a full layer refused positions %d..%d", viaSlots.Len(), viaSlots.Len()+n-1)
@@ -666,8 +666,11 @@ func TestSlotsMatchWrite(t *testing.T) {
 				l.Write(viaSlots.Len(), k, v)
 				continue
 			}
-			b.Copy(kd, 0, k)
-			b.Copy(vd, 0, v)
+			if r.N != n || r.K.Dim(0) < r.Slot+n {
+				t.Fatalf("slots %d..%d of %v for %d positions", r.Slot, r.Slot+r.N-1, r.K, n)
+			}
+			b.Copy(r.K, r.Slot, k)
+			b.Copy(r.V, r.Slot, v)
 		}
 		viaWrite.Advance(n)
 		viaSlots.Advance(n)

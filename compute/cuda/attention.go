@@ -161,15 +161,16 @@ type clusterAttn struct{ C, nk, kpb, W, smem, KG, VG int }
 // row) pairs whose rows span at most keys positions, ok false where the
 // pass keeps attn_fused (or the split path): fewer than two blocks a cluster would leave
 // one a multiprocessor, the device has no clusters of C blocks, the rows
-// are not in 16-byte chunks, a block's share would not fit its shared
+// are not in 16-byte chunks (or their caches do not start on 16 bytes:
+// not aligned), a block's share would not fit its shared
 // memory, or the clusters would not all fit the device at once. On the
 // H200 a 31B verify's four queries (128 clusters of 8) took 37.8 µs a
 // sliding layer against attn_fused's 16.6, and a 1,000-key row at 16
 // blocks a cluster (142 KiB each) 93-230 µs against 78-80.
-func (b *Backend) attnClusterPlan(k, v *compute.Tensor, D, Dv, keys, clusters int) (p clusterAttn, ok bool) {
+func (b *Backend) attnClusterPlan(aligned bool, D, Dv, keys, clusters int) (p clusterAttn, ok bool) {
 	most := min(attnClusterBlocks, b.attnClusterMax)
 	C := min(most, b.dev.SMs/max(1, clusters))
-	if C < 2 || keys == 0 || D%4 != 0 || Dv%4 != 0 || ptrOf(k).ptr%16 != 0 || ptrOf(v).ptr%16 != 0 {
+	if C < 2 || keys == 0 || D%4 != 0 || Dv%4 != 0 || !aligned {
 		return p, false
 	}
 	// Where the blocks' shares do not fit, more blocks a cluster make them
@@ -307,10 +308,67 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	if err != nil || sh.D > 512 {
 		panic(fmt.Sprintf("cuda: %v (head dimension at most 512)", err))
 	}
-	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
 	f32(q, "Attention")
 	f32(k, "Attention")
 	f32(v, "Attention")
+	rows := make([]attnKeys, sh.B)
+	for bi := range rows {
+		r := &rows[bi]
+		r.slots, r.n = sh.S, sh.S
+		if opt.KeyLen != nil {
+			r.n = min(max(opt.KeyLen[bi], 0), sh.S)
+		}
+		if opt.KeyPos != nil {
+			r.pos = opt.KeyPos[bi*sh.S : (bi+1)*sh.S]
+		}
+	}
+	return b.attend(q, k, v, nil, rows, sh, opt)
+}
+
+// attnRows has AttentionRows attend rows of a length below attnTileMin
+// (decode and verify rows of several requests) in one launch a kernel over
+// a table of their caches (TANDEM_CUDA_ATTN_ROWS=0: one Attention a row;
+// live). Each row's arithmetic is its own call's, so the bits are the same.
+var attnRows = true // read by liveSettings
+
+// AttentionRows implements compute.RowsAttender: the rows' own caches are
+// a table of addresses the kernels read (kvp in ops.cu), the rows'
+// positions one slot-order table, and every row runs what its own
+// Attention would (TestAttentionRowsMatchApart). Rows of a length the
+// tiled kernels take, a lone row, or rows of different head shapes go one
+// Attention a row.
+func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, opt compute.AttentionOptions) *compute.Tensor {
+	if err := compute.CheckAttendRows(q, kv, opt); err != nil {
+		panic("cuda: " + err.Error())
+	}
+	sh := compute.AttentionShape{B: q.Dim(0), L: q.Dim(1), Hq: q.Dim(2), D: q.Dim(3), Hkv: kv[0].K.Dim(1), Dv: kv[0].V.Dim(2)}
+	rows := make([]attnKeys, sh.B)
+	same := attnRows && sh.B > 1 && sh.L < attnTileMin && sh.D <= 512 && q.DType() == compute.F32
+	for bi, r := range kv {
+		S := r.K.Dim(0)
+		same = same && r.K.DType() == compute.F32 && r.V.DType() == compute.F32 && r.K.Dim(1) == sh.Hkv && r.K.Dim(2) == sh.D &&
+			r.V.Dim(0) == S && r.V.Dim(1) == sh.Hkv && r.V.Dim(2) == sh.Dv && (r.KeyPos == nil || len(r.KeyPos) == S)
+		rows[bi] = attnKeys{slots: S, n: S, pos: r.KeyPos}
+		sh.S = max(sh.S, S)
+	}
+	if !same || sh.Hkv == 0 || sh.Hq%sh.Hkv != 0 {
+		return compute.AttendRowsApart(b, q, kv, opt)
+	}
+	return b.attend(q, kv[0].K, kv[0].V, kv, rows, sh, opt)
+}
+
+// attnKeys is where a batch row's keys are: slots of them, the first n of
+// which may hold one, at positions pos (nil: slot s is position s).
+type attnKeys struct {
+	slots, n int
+	pos      []int32
+}
+
+// attend is Attention of q over k and v ([B, S, …]) or, with kv, over each
+// row's own cache kv[bi] (k and v are then kv[0]'s, and S the most slots a
+// row has).
+func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, keys []attnKeys, sh compute.AttentionShape, opt compute.AttentionOptions) *compute.Tensor {
+	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
 	var out *compute.Tensor
 	if q.Rank() == 3 {
 		out = b.alloc(compute.F32, L, Hq, Dv)
@@ -323,6 +381,10 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	if S == 0 {
 		return b.Zeros(compute.F32, out.Shape()...)
 	}
+	kAligned, vAligned := ptrOf(k).ptr%16 == 0, ptrOf(v).ptr%16 == 0
+	for _, r := range kv {
+		kAligned, vAligned = kAligned && ptrOf(r.K).ptr%16 == 0, vAligned && ptrOf(r.V).ptr%16 == 0
+	}
 
 	// Order each row's keys by position. One table holds the slot order,
 	// the rows' first and last positions (span: the kernels visit offsets up
@@ -331,18 +393,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	tab := make([]int32, B*S+2*B+len(opt.QueryPos))
 	slotOf, span := tab[:B*S], tab[B*S:B*S+2*B]
 	copy(tab[B*S+2*B:], opt.QueryPos)
-	nsplit, keys := 1, 0 // keys: the most positions a row's keys span
-	for bi := range B {
-		n := S
-		if opt.KeyLen != nil {
-			n = min(max(opt.KeyLen[bi], 0), S)
-		}
+	nsplit, keysMax := 1, 0 // keysMax: the most positions a row's keys span
+	for bi, r := range keys {
 		vlo, vhi := visibleKeys(opt, bi, L)
 		lo, hi := int32(-1), int32(-1)
-		for s := range n {
+		for s := range r.n {
 			kp := int32(s)
-			if opt.KeyPos != nil {
-				kp = opt.KeyPos[bi*S+s]
+			if r.pos != nil {
+				kp = r.pos[s]
 			}
 			if kp < 0 || kp < vlo || kp > vhi {
 				continue
@@ -360,15 +418,15 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		if lo < 0 {
 			continue
 		}
-		if int(hi-lo) >= S {
-			panic(fmt.Sprintf("cuda: Attention key positions %d..%d span more than the %d slots", lo, hi, S))
+		if int(hi-lo) >= r.slots {
+			panic(fmt.Sprintf("cuda: Attention key positions %d..%d span more than the %d slots", lo, hi, r.slots))
 		}
 		span[2*bi], span[2*bi+1] = lo, hi
-		keys = max(keys, int(hi-lo)+1)
-		for s := range n {
+		keysMax = max(keysMax, int(hi-lo)+1)
+		for s := range r.n {
 			kp := int32(s)
-			if opt.KeyPos != nil {
-				kp = opt.KeyPos[bi*S+s]
+			if r.pos != nil {
+				kp = r.pos[s]
 			}
 			if kp < 0 || kp < vlo || kp > vhi {
 				continue
@@ -379,6 +437,11 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			row[kp-lo] = int32(s)
 		}
 		nsplit = max(nsplit, int(hi/attnChunk-lo/attnChunk)+1)
+	}
+	var kvp any // the rows' caches, for the kernels' kvp
+	if kv != nil {
+		kvp = ptrOf(b.kvRows(kv))
+		b.attnRowsN++
 	}
 	tabT := ptrOf(b.table(tab))
 	so, mp := tabT, at(tabT, B*S)
@@ -398,7 +461,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	// attn_scores' blocks take attnScoreChunk key offsets each (the tiled
 	// kernel's a chunk's), up to the longest span: blocks past it would
 	// only write −∞. nmax is the most blocks a max array holds.
-	nscoreU := (max(1, min(S, keys)) + attnScoreChunk - 1) / attnScoreChunk
+	nscoreU := (max(1, min(S, keysMax)) + attnScoreChunk - 1) / attnScoreChunk
 	nmax := max(nscore, nscoreU)
 	// The scratch (scores and per-split partials) grows with queries × keys;
 	// a long prefill chunk over a long context would need gigabytes, so a
@@ -423,14 +486,14 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 	// at most one chunk's worth (sliding windows): the split path's bits.
 	var cl clusterAttn
 	useCl := false
-	if fusedAttention && L < attnTileMin && keys <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
-		cl, useCl = b.attnClusterPlan(k, v, D, Dv, keys, Hq*B*min(G, L)) // a launch a group of queries
+	if fusedAttention && L < attnTileMin && keysMax <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
+		cl, useCl = b.attnClusterPlan(kAligned && vAligned, D, Dv, keysMax, Hq*B*min(G, L)) // a launch a group of queries
 	}
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
 		flags |= attnFlagPacked
 	}
-	if attnCols4 && Dv >= attnCols4Min && Dv%4 == 0 && ptrOf(v).ptr%16 == 0 {
+	if attnCols4 && Dv >= attnCols4Min && Dv%4 == 0 && vAligned {
 		flags |= attnFlagCols4
 		b.cols4N++
 	}
@@ -475,6 +538,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				b.roundsN++
 				kernel, args = "attn_cluster_rounds", append(args, cl.KG, cl.VG)
 			}
+			args = append(args, kvp)
 			k, run := b.kernel(kernel)
 			if !run {
 				continue
@@ -489,7 +553,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 		if fused {
 			b.fusedN++
 			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
-				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags)
+				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags, kvp)
 			continue
 		}
 		scores, values, rows := "attn_scores", "attn_values", B*n
@@ -504,15 +568,15 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window)
 		} else {
 			b.launch(scores, [3]uint32{uint32(Hq), uint32(rows), uint32(nblk)}, 256,
-				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window, attnScoreChunk)
+				ptrOf(qg), ptrOf(k), ptrOf(sc), ptrOf(cmax), so, mp, qp, n, Hq, Hkv, S, D, scale, causal, opt.Window, attnScoreChunk, kvp)
 		}
 		args := []any{ptrOf(v), ptrOf(sc), ptrOf(cmax), pvArg, peArg, so, mp, qp, n, Hq, Hkv, S, Dv, nblk, nsplit, causal, opt.Window}
 		if !tiled { // the untiled values kernels take the output, for combineInValues
 			if combineInValues {
-				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len(), flags)...)
+				b.launch(values, [3]uint32{uint32(Hq), uint32(rows), 1}, 256, append(args, ptrOf(og), pg, out.Len(), flags, kvp)...)
 				continue
 			}
-			args = append(args, nil, nil, 0, flags)
+			args = append(args, nil, nil, 0, flags, kvp)
 		}
 		if tiled {
 			cols := tiledCols(v, Dv)

@@ -50,25 +50,26 @@ type Backend struct {
 	late  lateRead // ReadLate's pinned memory
 	k     map[string]Kernel
 
-	mu       sync.Mutex
-	ropes    map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
-	tables   tableMemo                         // see table
-	splits   []splitEntry                      // see splitParts
-	counters *compute.Tensor                   // splitCounters zeros, reset by the kernels after use
-	sites    map[string]bool                   // recording sites seen (BeginRecord)
-	recSite  string                            // the site being recorded, for Checkpoint ("" outside one)
-	recPart  int                               // its parts launched so far
-	recCalls int                               // Checkpoint calls within it (checkpointEvery)
-	spunAt   time.Time                         // last Spin, until the next download
-	issued   []time.Duration                   // see IssueTimes
-	fusedN   int                               // attn_fused launches, for the test that they happen
-	cols4N   int                               // attention passes that ask the untiled values kernels for four columns a thread (attnCols4)
-	gluN     int                               // matmul_rows_glu launches, likewise
-	clusterN int                               // launches of the rows kernels' cluster-finish variants, likewise
-	attnClN  int                               // attn_cluster launches, likewise
-	roundsN  int                               // attn_cluster_rounds launches, likewise
-	earlyN   int                               // products run by an _early kernel (earlyWeights), likewise
-	tilesN   int                               // products run by a multi-tile rows kernel (tilesFor), likewise
+	mu        sync.Mutex
+	ropes     map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
+	tables    tableMemo                         // see table
+	splits    []splitEntry                      // see splitParts
+	counters  *compute.Tensor                   // splitCounters zeros, reset by the kernels after use
+	sites     map[string]bool                   // recording sites seen (BeginRecord)
+	recSite   string                            // the site being recorded, for Checkpoint ("" outside one)
+	recPart   int                               // its parts launched so far
+	recCalls  int                               // Checkpoint calls within it (checkpointEvery)
+	spunAt    time.Time                         // last Spin, until the next download
+	issued    []time.Duration                   // see IssueTimes
+	fusedN    int                               // attn_fused launches, for the test that they happen
+	cols4N    int                               // attention passes that ask the untiled values kernels for four columns a thread (attnCols4)
+	gluN      int                               // matmul_rows_glu launches, likewise
+	clusterN  int                               // launches of the rows kernels' cluster-finish variants, likewise
+	attnClN   int                               // attn_cluster launches, likewise
+	roundsN   int                               // attn_cluster_rounds launches, likewise
+	earlyN    int                               // products run by an _early kernel (earlyWeights), likewise
+	tilesN    int                               // products run by a multi-tile rows kernel (tilesFor), likewise
+	attnRowsN int                               // attention passes over a table of rows' caches (AttentionRows), likewise
 
 	// attnClusterSmem is the most dynamic shared memory an attn_cluster
 	// block may take and attnClusterMax its most blocks a cluster (0: the
@@ -1702,9 +1703,9 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 // with TANDEM_CUDA_NORM2=0). Its rows take rmsnorm_rope's two-pass scale
 // rather than rmsnorm's register cache: the same bits, and heads of at most
 // 512 elements gain little from the cache.
-func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE, kdst, vdst *compute.Tensor) (qo, ko, vo *compute.Tensor) {
+func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE, dst []compute.KVRun) (qo, ko, vo *compute.Tensor) {
 	if !fusedOps || !fusedNorm2 {
-		return compute.QKVNormsUnfused(b, q, k, v, qw, kw, eps, pos, r, kdst, vdst)
+		return compute.QKVNormsUnfused(b, q, k, v, qw, kw, eps, pos, r, dst)
 	}
 	T, Hq, d, err := compute.CheckRoPE(q, pos, r)
 	if err != nil {
@@ -1719,19 +1720,41 @@ func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []i
 	f32(v, "QKVNorms")
 	qp, qt := normWeight(q, qw, d, "QKVNorms")
 	kp, kt := normWeight(k, kw, d, "QKVNorms")
-	if err := compute.CheckQKVInto(k, kdst, vdst); err != nil {
+	if err := compute.CheckQKVInto(k, dst); err != nil {
 		panic("cuda: " + err.Error())
 	}
-	qo, ko, vo = b.alloc(compute.F32, q.Shape()...), kdst, vdst
-	if kdst == nil {
+	qo = b.alloc(compute.F32, q.Shape()...)
+	// One run of slots is written as ko and vo; several through a table of
+	// their caches (kvRows: the table attention's rows read) and one of
+	// each token's run and slot.
+	var kout, vout, kvp, tslot any
+	switch len(dst) {
+	case 0:
 		ko, vo = b.alloc(compute.F32, k.Shape()...), b.alloc(compute.F32, v.Shape()...)
-	} else {
-		b.forgetWrites(kdst)
-		b.forgetWrites(vdst)
+		kout, vout = ptrOf(ko), ptrOf(vo)
+	case 1:
+		kout, vout = at(ptrOf(dst[0].K), dst[0].Slot*Hk*d), at(ptrOf(dst[0].V), dst[0].Slot*Hk*d)
+	default:
+		kv := make([]compute.AttentionRow, len(dst))
+		ts := make([]int32, 0, 2*T)
+		for i, x := range dst {
+			kv[i] = compute.AttentionRow{K: x.K, V: x.V}
+			for s := range x.N {
+				ts = append(ts, int32(i), int32(x.Slot+s))
+			}
+		}
+		kvp, tslot = ptrOf(b.kvRows(kv)), ptrOf(b.table(ts))
+	}
+	for _, x := range dst {
+		b.forgetWrites(x.K)
+		b.forgetWrites(x.V)
 	}
 	if n := T * (Hq + 2*Hk); n > 0 && d > 0 {
-		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, rowThreads(d), ptrOf(qo), ptrOf(ko), ptrOf(vo), ptrOf(q), ptrOf(k), ptrOf(v),
-			qp, qt, kp, kt, eps, ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim/2)
+		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, rowThreads(d), ptrOf(qo), kout, vout, ptrOf(q), ptrOf(k), ptrOf(v),
+			qp, qt, kp, kt, eps, ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim/2, kvp, tslot)
+	}
+	if dst != nil {
+		return qo, nil, nil
 	}
 	return qo, ko, vo
 }

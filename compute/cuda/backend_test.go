@@ -623,7 +623,7 @@ func TestAttentionSpeed(t *testing.T) {
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
 				if vr.cluster > 0 {
-					if p, ok := g.attnClusterPlan(k, v, s.D, s.D, c.keys, s.Hq*L); g.attnClN == before {
+					if p, ok := g.attnClusterPlan(ptrOf(k).ptr%16 == 0 && ptrOf(v).ptr%16 == 0, s.D, s.D, c.keys, s.Hq*L); g.attnClN == before {
 						line += fmt.Sprintf(" (attn_fused: %d KiB, %d of %d clusters fit, ok %v)", p.smem>>10, g.attnClustersHeld(p.C, p.smem), s.Hq*L, ok)
 					}
 				}
@@ -1066,28 +1066,52 @@ func TestFusedOpsMatch(t *testing.T) {
 			{weight(g, compute.F16, randF32(r, d), d), nil, v, compute.DefaultRoPE(d/2, 10000)}, // rotates half the head
 		} {
 			fusedNorm2 = false
-			q0, k0, v0 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, nil, nil)
+			q0, k0, v0 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, nil)
 			want := [][]float32{g.ToF32(q0), g.ToF32(k0), g.ToF32(v0)}
-			for _, into := range []bool{false, true} {
+			row := Hk * d
+			// Straight into caches: none, one run (slots 2..4 of a cache), or
+			// each of a batch's rows its own (token 0 into slot 5 of one
+			// cache, tokens 1 and 2 into slots 0 and 1 of another).
+			for _, runs := range [][]struct{ cache, slot, n int }{nil, {{0, 2, T}}, {{0, 5, 1}, {1, 0, 2}}} {
 				fusedNorm2 = true
-				var kdst, vdst, kc, vc *compute.Tensor
-				if into { // straight into slots 2..4 of a cache-like tensor
-					kc, vc = g.Zeros(compute.F32, T+3, Hk, d), g.Zeros(compute.F32, T+3, Hk, d)
-					kdst, vdst = g.Slice(kc, 2, 2+T), g.Slice(vc, 2, 2+T)
+				var dst []compute.KVRun
+				var caches []compute.KVRun
+				for range 2 {
+					caches = append(caches, compute.KVRun{K: g.Zeros(compute.F32, T+3, Hk, d), V: g.Zeros(compute.F32, T+3, Hk, d)})
 				}
-				q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, kdst, vdst)
-				for i, got := range [][]float32{g.ToF32(q1), g.ToF32(k1), g.ToF32(v1)} {
-					if err := sameBits(got, want[i]); err != nil {
-						t.Fatalf("QKVNorms d=%d (values are keys: %v, into slots: %v) output %d: %v", d, c.v == k, into, i, err)
+				for _, r := range runs {
+					dst = append(dst, compute.KVRun{K: caches[r.cache].K, V: caches[r.cache].V, Slot: r.slot, N: r.n})
+				}
+				q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, dst)
+				if err := sameBits(g.ToF32(q1), want[0]); err != nil {
+					t.Fatalf("QKVNorms d=%d (values are keys: %v, into %v) queries: %v", d, c.v == k, runs, err)
+				}
+				if dst == nil {
+					for i, got := range [][]float32{g.ToF32(k1), g.ToF32(v1)} {
+						if err := sameBits(got, want[i+1]); err != nil {
+							t.Fatalf("QKVNorms d=%d (values are keys: %v) output %d: %v", d, c.v == k, i+1, err)
+						}
 					}
+					continue
 				}
-				if into {
-					for _, cache := range []*compute.Tensor{kc, vc} {
-						for _, s := range []int{0, 1, T + 2} {
-							for _, x := range g.ToF32(g.Index(cache, s)) {
-								if x != 0 {
-									t.Fatalf("QKVNorms into slots 2..%d wrote slot %d", T+1, s)
+				if k1 != nil || v1 != nil {
+					t.Fatalf("QKVNorms into caches returned keys %v and values %v, want nil", k1, v1)
+				}
+				// Every slot holds its token's keys and values, or zeros.
+				for ci, cache := range caches {
+					for i, ct := range []*compute.Tensor{cache.K, cache.V} {
+						got := g.ToF32(ct)
+						for s := range T + 3 {
+							wantRow := make([]float32, row)
+							tok := 0
+							for _, r := range runs {
+								if r.cache == ci && s >= r.slot && s < r.slot+r.n {
+									copy(wantRow, want[i+1][(tok+s-r.slot)*row:])
 								}
+								tok += r.n
+							}
+							if err := sameBits(got[s*row:(s+1)*row], wantRow); err != nil {
+								t.Fatalf("QKVNorms d=%d into %v: cache %d output %d slot %d: %v", d, runs, ci, i+1, s, err)
 							}
 						}
 					}
@@ -1506,5 +1530,117 @@ func TestMemInfoCountsCachedBlocks(t *testing.T) {
 	}
 	if free > total || free < driver+4*n && free < total {
 		t.Fatalf("MemInfo free %d of %d with the driver's %d and %d bytes just returned to the pool", free, total, driver, 4*n)
+	}
+}
+
+// TestAttentionRowsMatchApart protects AttentionRows, a serving step's
+// rows attending each to a cache of its own in one pass over a table of
+// their addresses: every row's output must be its own Attention's, bit for
+// bit, on every kernel path (attn_cluster, attn_fused, the split path with
+// and without the values kernel combining) and on every kind of row: full
+// caches of different lengths, rings that wrap, a ring partly filled, keys
+// that straddle a position chunk, and a row with no key in sight. The
+// per-token cache writes of QKVNorms are TestFusedOpsMatch's.
+func TestAttentionRowsMatchApart(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(on, comb, pk bool, cl int, rows bool) {
+		fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks, attnRows = on, comb, pk, cl, rows
+	}(fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks, attnRows)
+	attnRows = true
+	r := rand.New(rand.NewPCG(61, 62))
+	const Hq, Hkv = 8, 2
+	// A row: slots of a cache, positions lo..hi held at slot p % slots
+	// (a ring where hi ≥ slots; nil positions for a full cache whose slot p
+	// is position p), queried at its last L positions.
+	type row struct {
+		slots, lo, hi int
+		ring          bool
+	}
+	make1 := func(rw row, L, D int) (compute.AttentionRow, []int32) {
+		k := g.FromF32(randF32(r, rw.slots*Hkv*D), rw.slots, Hkv, D)
+		v := g.FromF32(randF32(r, rw.slots*Hkv*D), rw.slots, Hkv, D)
+		a := compute.AttentionRow{K: k, V: v}
+		if rw.ring {
+			a.KeyPos = make([]int32, rw.slots)
+			for s := range a.KeyPos {
+				a.KeyPos[s] = -1
+			}
+			for p := rw.lo; p <= rw.hi; p++ {
+				a.KeyPos[p%rw.slots] = int32(p)
+			}
+			a.KeyStart = (rw.hi + 1) % rw.slots
+		}
+		qpos := make([]int32, L)
+		for l := range qpos {
+			qpos[l] = int32(max(0, rw.hi-L+1+l))
+		}
+		return a, qpos
+	}
+	cases := []struct {
+		name   string
+		window int
+		rows   []row
+	}{
+		{"full caches of 1, 100 and 300 keys", 0, []row{{1, 0, 0, false}, {100, 0, 99, false}, {300, 0, 299, false}}},
+		{"sliding rings: wrapped, partly filled, across a chunk", 512, []row{{575, 1500, 2074, true}, {64, 0, 40, true}, {575, 700, 1274, true}, {575, 0, 574, true}}},
+		{"full caches straddling a chunk, and one short", 0, []row{{1500, 0, 1499, false}, {1100, 0, 1099, false}, {5, 0, 4, false}}},
+		{"a ring with no key in sight", 16, []row{{64, 0, 40, true}, {64, 100, 163, true}}},
+	}
+	variants := []struct {
+		name                   string
+		fused, combine, packed bool
+		cluster                int
+	}{
+		{"attn_cluster", true, true, false, 8},
+		{"attn_fused", true, true, false, 0},
+		{"attn_fused packed", true, true, true, 0},
+		{"split path", false, true, false, 0},
+		{"split path with attn_combine", false, false, false, 0},
+	}
+	for _, D := range []int{64, 256, 512} {
+		for _, L := range []int{1, 4} {
+			for _, tc := range cases {
+				var kv []compute.AttentionRow
+				var qpos []int32
+				for _, rw := range tc.rows {
+					a, qp := make1(rw, L, D)
+					kv, qpos = append(kv, a), append(qpos, qp...)
+				}
+				// The window hides the queries' own early keys: a row whose
+				// queries see nothing yields zeros, on both paths.
+				if tc.window == 16 {
+					for i := range qpos[:L] {
+						qpos[i] = 100
+					}
+				}
+				q := g.FromF32(randF32(r, len(kv)*L*Hq*D), len(kv), L, Hq, D)
+				opt := compute.AttentionOptions{Scale: 0.5, Mask: compute.Causal, Window: tc.window, QueryPos: qpos}
+				for _, vr := range variants {
+					fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks = vr.fused, vr.combine, vr.packed, vr.cluster
+					name := fmt.Sprintf("head %d, %d queries, %s, %s", D, L, tc.name, vr.name)
+					want := g.ToF32(compute.AttendRowsApart(g, q, kv, opt))
+					before := g.attnRowsN
+					got := g.ToF32(g.AttentionRows(q, kv, opt))
+					if g.attnRowsN == before {
+						t.Fatalf("%s: the rows did not run as one pass", name)
+					}
+					if err := sameBits(got, want); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+				}
+			}
+		}
+	}
+	// Rows of a length the tiled kernels take go one Attention a row.
+	a, _ := make1(row{64, 0, 40, true}, 16, 64)
+	q := g.FromF32(randF32(r, 2*16*Hq*64), 2, 16, Hq, 64)
+	qpos := make([]int32, 2*16)
+	for i := range qpos {
+		qpos[i] = int32(25 + i%16)
+	}
+	before := g.attnRowsN
+	g.AttentionRows(q, []compute.AttentionRow{a, a}, compute.AttentionOptions{Mask: compute.Causal, QueryPos: qpos})
+	if g.attnRowsN != before {
+		t.Error("rows of 16 queries ran as one pass")
 	}
 }

@@ -38,6 +38,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ATTN_SCORE_CHUNK", "1024", func() bool { return attnScoreChunk == 1024 }, func() bool { return attnScoreChunk == 256 }},
 		{"TANDEM_CUDA_ATTN_ALL_KEYS", "1", func() bool { return attnAllKeys }, func() bool { return !attnAllKeys }},
 		{"TANDEM_CUDA_ATTN_TILED_COLS", "4", func() bool { return attnTiledCols == 4 }, func() bool { return attnTiledCols == 2 }},
+		{"TANDEM_CUDA_ATTN_ROWS", "0", func() bool { return !attnRows }, func() bool { return attnRows }},
 		{"TANDEM_CUDA_GLU", "0", func() bool { return !gluFused }, func() bool { return gluFused }},
 		{"TANDEM_CUDA_CLUSTER", "0", func() bool { return !clusterFinish }, func() bool { return clusterFinish }},
 		{"TANDEM_CUDA_ROWS_TILES", "1", func() bool { return rowsTiles == 1 }, func() bool { return rowsTiles == 4 }},

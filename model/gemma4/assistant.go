@@ -254,16 +254,16 @@ func (m *Model) kvSources() map[string]int {
 // target cache holds exactly the committed positions [0, Len).
 type Snapshot struct {
 	Len   int // committed positions
-	views map[string]kvView
+	views map[string]compute.AttentionRow
 }
 
 // Snapshot takes the drafter's view of cache c: the K/V of the last
 // non-shared sliding and full layers at the committed length.
 func (m *Model) Snapshot(c *kvcache.Cache) Snapshot {
-	s := Snapshot{Len: c.Len(), views: map[string]kvView{}}
+	s := Snapshot{Len: c.Len(), views: map[string]compute.AttentionRow{}}
 	for typ, i := range m.kvSources() {
-		var v kvView
-		v.k, v.v, v.pos, v.start = c.Layer(m.cacheOf[i]).View(c.Len())
+		var v compute.AttentionRow
+		v.K, v.V, v.KeyPos, v.KeyStart = c.Layer(m.cacheOf[i]).View(c.Len())
 		s.views[typ] = v
 	}
 	return s
@@ -364,30 +364,26 @@ func (a *Assistant) Step(rows []DraftRow, opt DraftOptions) (*StepOutput, error)
 	// As in the target, each layer boundary's norms run as one op
 	// (compute.AddRMSNormNorm), the last one with the final norm.
 	h := b.RMSNorm(z, a.layers[0].inNorm, eps)
+	offsets := make([]int, B+1) // a query a row
+	for i := range offsets {
+		offsets[i] = i
+	}
 	for i := range a.layers {
 		l := &a.layers[i]
 		nH, d := c.NumAttentionHeads, l.HeadDim
 		qp := b.MatMul(h, l.q)
 		q := compute.RMSNormRoPE(b, qp.Reshape(B, nH, d), l.qNorm, eps, qpos, l.rope)
-		var out *compute.Tensor // a lone row's attention output is the whole output
-		if B > 1 {
-			out = b.Zeros(compute.F32, B, nH, d)
-		}
+		kv := make([]compute.AttentionRow, B)
 		for ri, row := range rows {
-			v := row.Snap.views[l.Type]
-			opt2 := compute.AttentionOptions{Scale: 1, Mask: compute.Bidirectional, QueryPos: keyPos[ri : ri+1], KeyPos: v.pos, KeyStart: []int{v.start}}
-			if l.Type == Sliding {
-				opt2.Window = c.SlidingWindow
-			} else if opt.MaxSharedKV > 0 {
-				opt2.Window = opt.MaxSharedKV
-			}
-			att := b.Attention(b.Slice(q, ri, ri+1), v.k, v.v, opt2)
-			if out == nil {
-				out = att
-				continue
-			}
-			b.Copy(out, ri, att)
+			kv[ri] = row.Snap.views[l.Type]
 		}
+		opt2 := compute.AttentionOptions{Scale: 1, Mask: compute.Bidirectional}
+		if l.Type == Sliding {
+			opt2.Window = c.SlidingWindow
+		} else if opt.MaxSharedKV > 0 {
+			opt2.Window = opt.MaxSharedKV
+		}
+		out := attendRuns(b, q, keyPos, offsets, kv, opt2)
 		o := b.MatMul(out.Reshape(B, nH*d), l.o)
 		z, h = compute.AddRMSNormNorm(b, z, o, l.postAttnNorm, nil, l.preFFNorm, eps)
 		f := b.MatMul(compute.GeluMatMuls(b, h, l.gate, l.up), l.down)

@@ -560,7 +560,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	if c.HasPLE() {
 		ple = m.perLayerInputs(lookup(m.pleEmbed), x)
 	}
-	views := make([][]kvView, len(m.layers))
+	views := make([][]compute.AttentionRow, len(m.layers))
 	eps := float32(c.RMSNormEps)
 	// A layer boundary's norms run as one op where they meet
 	// (compute.AddRMSNormNorm): the residual add after attention with the
@@ -611,9 +611,9 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 				}
 				v := views[i][ri]
 				if l.Type == Sliding {
-					s.SlidingK, s.SlidingV, s.SlidingPos, s.SlidingStart = v.k, v.v, v.pos, v.start
+					s.SlidingK, s.SlidingV, s.SlidingPos, s.SlidingStart = v.K, v.V, v.KeyPos, v.KeyStart
 				} else {
-					s.FullK, s.FullV, s.FullPos = v.k, v.v, v.pos
+					s.FullK, s.FullV, s.FullPos = v.K, v.V, v.KeyPos
 				}
 			}
 			out.SharedKV = append(out.SharedKV, s)
@@ -664,18 +664,12 @@ func (m *Model) pleSlice(ple *compute.Tensor, i int) *compute.Tensor {
 	return m.b.Gather(ple.Reshape(N*L, P), rows)
 }
 
-// kvView is the K/V one layer attended to for one row: its own cache after
-// this pass's write, or its source layer's when KV-shared.
-type kvView struct {
-	k, v  *compute.Tensor
-	pos   []int32 // slot positions; nil means slot s is position s
-	start int     // slot to start reducing at (position order)
-}
-
 // attention runs layer i's attention for every row (spec §1.5). It writes
 // the layer's new K/V into each row's cache and records what each row
-// attended to in views[i], which KV-shared layers and the drafter reuse.
-func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, offsets []int, views [][]kvView, i int) *compute.Tensor {
+// attended to in views[i] (its own cache after this pass's write, or its
+// source layer's when KV-shared), which KV-shared layers and the drafter
+// reuse.
+func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, offsets []int, views [][]compute.AttentionRow, i int) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b
 	eps := float32(c.RMSNormEps)
@@ -688,47 +682,71 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		proj = append(proj, proj[1]) // values are the raw key projection
 	}
 	var q, kNew, vNew *compute.Tensor
-	written := false // a lone row's keys and values went straight into its cache
+	var dst []compute.KVRun // the rows' cache slots, where each row's run is contiguous
 	if l.Shared {
 		q = compute.RMSNormRoPE(b, proj[0].Reshape(N, nH, d), l.qNorm, eps, pos, rope)
 	} else {
-		var kdst, vdst *compute.Tensor
-		if len(rows) == 1 {
-			kdst, vdst, written = rows[0].Cache.Layer(m.cacheOf[i]).Slots(rows[0].Cache.Len(), N)
+		for ri, r := range rows {
+			run, ok := r.Cache.Layer(m.cacheOf[i]).Slots(r.Cache.Len(), offsets[ri+1]-offsets[ri])
+			if !ok { // a ring's write that wraps: every row writes its keys by copy
+				dst = nil
+				break
+			}
+			dst = append(dst, run)
 		}
 		q, kNew, vNew = compute.QKVNorms(b, proj[0].Reshape(N, nH, d), proj[1].Reshape(N, l.KVHeads, d),
-			proj[2].Reshape(N, l.KVHeads, d), l.qNorm, l.kNorm, eps, pos, rope, kdst, vdst)
+			proj[2].Reshape(N, l.KVHeads, d), l.qNorm, l.kNorm, eps, pos, rope, dst)
 	}
-	views[i] = make([]kvView, len(rows))
-	var out *compute.Tensor
-	if len(rows) > 1 {
-		out = b.Zeros(compute.F32, N, nH, d)
-	}
+	views[i] = make([]compute.AttentionRow, len(rows))
 	for ri, r := range rows {
-		s, e := offsets[ri], offsets[ri+1]
-		var kv kvView
 		if l.Shared {
-			kv = views[l.KVSource][ri]
-		} else {
-			cl := r.Cache.Layer(m.cacheOf[i])
-			if !written {
-				cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
-			}
-			kv.k, kv.v, kv.pos, kv.start = cl.View(r.Cache.Len() + e - s)
-		}
-		views[i][ri] = kv
-		opt := compute.AttentionOptions{Scale: 1, Mask: compute.Causal, QueryPos: pos[s:e], KeyPos: kv.pos, KeyStart: []int{kv.start}}
-		if l.Type == Sliding {
-			opt.Window = c.SlidingWindow
-		}
-		a := b.Attention(b.Slice(q, s, e), kv.k, kv.v, opt)
-		if out == nil { // one row: its attention is the whole output
-			out = a
+			views[i][ri] = views[l.KVSource][ri]
 			continue
 		}
-		b.Copy(out, s, a)
+		s, e := offsets[ri], offsets[ri+1]
+		cl := r.Cache.Layer(m.cacheOf[i])
+		if dst == nil {
+			cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
+		}
+		kv := &views[i][ri]
+		kv.K, kv.V, kv.KeyPos, kv.KeyStart = cl.View(r.Cache.Len() + e - s)
 	}
+	opt := compute.AttentionOptions{Scale: 1, Mask: compute.Causal}
+	if l.Type == Sliding {
+		opt.Window = c.SlidingWindow
+	}
+	out := attendRuns(b, q, pos, offsets, views[i], opt)
 	return b.MatMul(out.Reshape(N, nH*d), l.o)
+}
+
+// attendRuns attends each row's queries (rows offsets[ri]..offsets[ri+1]
+// of q, at positions pos) to its keys and values kv[ri]: rows of the same
+// length side by side in one call (compute.AttendRows), each result the
+// row's own Attention's. opt holds the mask, scale and window.
+func attendRuns(b compute.Backend, q *compute.Tensor, pos []int32, offsets []int, kv []compute.AttentionRow, opt compute.AttentionOptions) *compute.Tensor {
+	N, nH, d := q.Dim(0), q.Dim(1), q.Dim(2)
+	var out *compute.Tensor
+	for r0 := 0; r0 < len(kv); {
+		L := offsets[r0+1] - offsets[r0]
+		r1 := r0 + 1
+		for r1 < len(kv) && offsets[r1+1]-offsets[r1] == L {
+			r1++
+		}
+		s, e := offsets[r0], offsets[r1]
+		o := opt
+		o.QueryPos = pos[s:e]
+		a := compute.AttendRows(b, b.Slice(q, s, e).Reshape(r1-r0, L, nH, d), kv[r0:r1], o)
+		a = a.Reshape(e-s, nH, a.Dim(-1))
+		if s == 0 && e == N { // one run: its attention is the whole output
+			return a
+		}
+		if out == nil {
+			out = b.Zeros(compute.F32, N, nH, a.Dim(-1))
+		}
+		b.Copy(out, s, a)
+		r0 = r1
+	}
+	return out
 }
 
 // projections are the weights of the layer's first product: q, and k

@@ -597,10 +597,14 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm_rope(float* out, c
 // (token, head row): the query heads (qw, then RoPE), the key heads (kw,
 // then RoPE) and the value heads (no weight, no rotation; v may be k).
 // Each row is rmsnorm_rope's or rmsnorm's arithmetic, so the bits are those
-// of the three kernels.
+// of the three kernels. With kvp (a key and a value cache a run of tokens:
+// a batch's rows each write a cache of their own) token t's key and value
+// heads go to slot tslot[2t + 1] of run tslot[2t]'s caches instead of to
+// ko and vo.
 extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(float* qo, float* ko, float* vo, const float* q, const float* k, const float* v,
                                      const void* qw, int qwt, const void* kw, int kwt, float eps, const int* pos,
-                                     const float* freq, int Hq, int Hk, int d, int half) {
+                                     const float* freq, int Hq, int Hk, int d, int half,
+                                     const unsigned long long* kvp, const int* tslot) {
     pdl_start();
     __shared__ double sh[NMAX];
     const int per = Hq + 2 * Hk, t = blockIdx.x / per, i = blockIdx.x % per;
@@ -611,9 +615,13 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(float* qo, float
     if (i < Hq) {
         xr = q + ((size_t)t * Hq + i) * d, yr = qo + ((size_t)t * Hq + i) * d, w = qw, wt = qwt;
     } else if (i < Hq + Hk) {
-        xr = k + ((size_t)t * Hk + i - Hq) * d, yr = ko + ((size_t)t * Hk + i - Hq) * d, w = kw, wt = kwt;
+        xr = k + ((size_t)t * Hk + i - Hq) * d, w = kw, wt = kwt;
+        yr = (kvp ? (float*)kvp[2 * tslot[2 * t]] + (size_t)tslot[2 * t + 1] * Hk * d : ko + (size_t)t * Hk * d) +
+             (size_t)(i - Hq) * d;
     } else {
-        xr = v + ((size_t)t * Hk + i - Hq - Hk) * d, yr = vo + ((size_t)t * Hk + i - Hq - Hk) * d;
+        xr = v + ((size_t)t * Hk + i - Hq - Hk) * d;
+        yr = (kvp ? (float*)kvp[2 * tslot[2 * t] + 1] + (size_t)tslot[2 * t + 1] * Hk * d : vo + (size_t)t * Hk * d) +
+             (size_t)(i - Hq - Hk) * d;
     }
     const float r = row_rscale(xr, d, eps, sh);
     if (i >= Hq + Hk) {
@@ -901,6 +909,16 @@ struct __align__(8) slot_weight {
     float e;
 };
 
+// kv_base is batch row b's first key (which 0) or value (1) row: where the
+// call passes a table of its rows' caches (kvp: a key and a value pointer a
+// row, a serving step's requests each with a cache of its own), that row's
+// cache; else rows lie b·rows elements into one tensor. Only the address
+// changes, so a row's bits are the same either way.
+__device__ __forceinline__ const float* kv_base(const float* t, const unsigned long long* kvp, int b, int which,
+                                                size_t rows) {
+    return kvp ? (const float*)kvp[2 * b + which] : t + (size_t)b * rows;
+}
+
 // scores_pass writes the scores of row bl = blockIdx.y's keys in chunk z
 // of their offsets from the row's first position, scr[r] =
 // float32(q·k)·scale for each visible key r, and returns the thread's
@@ -914,7 +932,8 @@ struct __align__(8) slot_weight {
 // L2 flushed, and no step faster), so none stayed.
 __device__ __forceinline__ float scores_pass(const float* q, const float* k, float* scr, const int* slot_of,
                                              const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                             float scale, int causal, int window, int z, int chunk, float* qs) {
+                                             float scale, int causal, int window, int z, int chunk, float* qs,
+                                             const unsigned long long* kvp) {
     const int h = blockIdx.x, bl = blockIdx.y, b = bl / L, kvh = h / (Hq / Hkv);
     const size_t bh = (size_t)bl * Hq + h;
     for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
@@ -928,11 +947,12 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
     // are read 4·CH elements at a time with 16-byte loads, ahead of the
     // sums.
     constexpr int CH = 8; // four-float chunks a load step
-    const bool vec = D % (4 * CH) == 0 && ((size_t)k & 15) == 0;
+    const float* kb = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
+    const bool vec = D % (4 * CH) == 0 && ((size_t)kb & 15) == 0;
     for (int r = r0 + threadIdx.x; r < r1; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
         if (s < 0 || !visible(mp + r, qp, causal, window)) continue;
-        const float* kr = k + (((size_t)b * S + s) * Hkv + kvh) * D;
+        const float* kr = kb + (size_t)s * Hkv * D;
         float dot = 0.0f;
         if (vec) {
             for (int j = 0; j < D; j += 4 * CH) {
@@ -964,13 +984,14 @@ __device__ __forceinline__ float scores_pass(const float* q, const float* k, flo
 // the maximum of the blocks' maxima is exact in any grouping.
 extern "C" __global__ void attn_scores(const float* q, const float* k, float* sc, float* cmax, const int* slot_of,
                                        const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D,
-                                       float scale, int causal, int window, int chunk) {
+                                       float scale, int causal, int window, int chunk,
+                                       const unsigned long long* kvp) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     const float m = scores_pass(q, k, sc + bh * S, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window,
-                                blockIdx.z, chunk, qs);
+                                blockIdx.z, chunk, qs, kvp);
     store_block_max(m, shm, cmax + bh * gridDim.z + blockIdx.z);
 }
 
@@ -1067,7 +1088,8 @@ __device__ __forceinline__ void value_sums(const float* vb, size_t vstride, cons
 __device__ __forceinline__ void values_pass(const float* v, const float* scr, float mx, float* pv, double* pe,
                                             const int* slot_of, const int* span, const int* qpos, int L, int Hq,
                                             int Hkv, int S, int Dv, int nsplit, int causal, int window, float* out,
-                                            unsigned short* parts, size_t n, int flags) {
+                                            unsigned short* parts, size_t n, int flags,
+                                            const unsigned long long* kvp) {
     const bool packed = flags & ATTN_PACKED;
     __shared__ float es[ATTN_CHUNK];
     __shared__ int ss[ATTN_CHUNK];
@@ -1104,7 +1126,7 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
     }
     const double total = block_sum_d(part, sh); // __syncthreads inside also publishes es, ss, se
     const size_t vstride = (size_t)Hkv * Dv;
-    const float* vb = v + (size_t)b * S * vstride + (size_t)kvh * Dv;
+    const float* vb = kv_base(v, kvp, b, 1, (size_t)S * vstride) + (size_t)kvh * Dv;
     constexpr int VB = 16;
     // finish writes column j's sum: normalised (attn_combine of one split,
     // whose sums start from zero) or as the split's partial.
@@ -1167,13 +1189,13 @@ __device__ __forceinline__ void values_pass(const float* v, const float* scr, fl
 extern "C" __global__ void attn_values(const float* v, const float* sc, const float* cmax, float* pv, double* pe,
                                        const int* slot_of, const int* span, const int* qpos, int L, int Hq, int Hkv,
                                        int S, int Dv, int nscore, int nsplit, int causal, int window, float* out,
-                                       unsigned short* parts, size_t n, int flags) {
+                                       unsigned short* parts, size_t n, int flags, const unsigned long long* kvp) {
     pdl_start();
     const size_t bh = (size_t)blockIdx.y * Hq + blockIdx.x;
     float mx = -__int_as_float(0x7f800000);
     for (int i = 0; i < nscore; i++) mx = fmax_nan(mx, cmax[bh * nscore + i]);
     values_pass(v, sc + bh * S, mx, pv, pe, slot_of, span, qpos, L, Hq, Hkv, S, Dv, nsplit, causal, window, out,
-                parts, n, flags);
+                parts, n, flags, kvp);
 }
 
 // attn_fused: attn_scores and attn_values in one block, for passes whose
@@ -1188,12 +1210,13 @@ extern "C" __global__ void attn_values(const float* v, const float* sc, const fl
 extern "C" __global__ void attn_fused(const float* q, const float* k, const float* v, const int* slot_of,
                                       const int* span, const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv,
                                       float scale, int causal, int window, float* out, unsigned short* parts,
-                                      size_t n, int flags) {
+                                      size_t n, int flags, const unsigned long long* kvp) {
     pdl_start();
     __shared__ float qs[512];
     __shared__ float shm[RBLOCK];
     __shared__ float scs[ATTN_CHUNK];
-    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, ATTN_CHUNK, qs);
+    float m = scores_pass(q, k, scs, slot_of, span, qpos, L, Hq, Hkv, S, D, scale, causal, window, 0, ATTN_CHUNK, qs,
+                          kvp);
     if (ATTN_STOP == 1) { // timing builds only (TestAttentionSpeed): the scores alone
         if (m == 12345.0f) out[0] = m; // keeps the scores from being optimised away
         return;
@@ -1206,7 +1229,8 @@ extern "C" __global__ void attn_fused(const float* q, const float* k, const floa
         return;
     }
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[0]);
-    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n, flags);
+    values_pass(v, scs, mx, 0, 0, slot_of, span, qpos, L, Hq, Hkv, S, Dv, 1, causal, window, out, parts, n, flags,
+                kvp);
 }
 
 // cp_async16 copies 16 bytes from global to shared memory without a
@@ -1287,7 +1311,7 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
                                                   const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
                                                   int D, int Dv, float scale, int causal, int window, float* out,
                                                   unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
-                                                  int nsplit, int KG, int VG) {
+                                                  int nsplit, int KG, int VG, const unsigned long long* kvp) {
     extern __shared__ float4 dyn4[];
     __shared__ float shm[RBLOCK];
     __shared__ double sh[RBLOCK];
@@ -1313,13 +1337,14 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
     const int kpb = (nk + C - 1) / C, k0 = min(nk, c * kpb), k1 = min(nk, k0 + kpb), D4 = D / 4;
     const int c0 = c * W, w = max(0, min(W, Dv - c0)), W4 = w / 4;
     const size_t vstride = (size_t)Hkv * Dv;
-    const float* vb = v + (size_t)b * S * vstride + (size_t)kvh * Dv + c0;
+    const float* vb = kv_base(v, kvp, b, 1, (size_t)S * vstride) + (size_t)kvh * Dv + c0;
+    const float* kbase = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
     // copy_keys queues keys [a, z) of the block's into rows from kb; copy_values
     // the block's columns of keys [a, z) of the row into rows from vd.
     auto copy_keys = [&](int a, int z, float* kb) {
         for (int i = threadIdx.x; i < (z - a) * D4; i += RBLOCK) {
             const int kr = i / D4, j = i - kr * D4, s = sslot[a + kr];
-            if (s >= 0) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, k + (((size_t)b * S + s) * Hkv + kvh) * D + 4 * j);
+            if (s >= 0) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, kbase + (size_t)s * Hkv * D + 4 * j);
         }
     };
     auto copy_values = [&](int a, int z, float* vd) {
@@ -1478,18 +1503,19 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
 extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
     attn_cluster(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
                  int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
-                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W, int nsplit) {
+                 unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W, int nsplit,
+                 const unsigned long long* kvp) {
     attn_cluster_body<false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
-                             C, nkmax, kpbmax, W, nsplit, 0, 0);
+                             C, nkmax, kpbmax, W, nsplit, 0, 0, kvp);
 }
 
 extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
     attn_cluster_rounds(const float* q, const float* k, const float* v, const int* slot_of, const int* span,
                         const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal,
                         int window, float* out, unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
-                        int nsplit, int KG, int VG) {
+                        int nsplit, int KG, int VG, const unsigned long long* kvp) {
     attn_cluster_body<true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
-                            C, nkmax, kpbmax, W, nsplit, KG, VG);
+                            C, nkmax, kpbmax, W, nsplit, KG, VG, kvp);
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
