@@ -11,9 +11,8 @@ import (
 
 // tableMemoSize is how many uploaded index tables are kept for reuse: a
 // step of B rows uses about 2B + 1 (each row's sliding and full attention
-// order, the positions), and with several rows a table of the rows' caches
-// a layer (kvRows); a lookup is a scan of 64-bit sums.
-const tableMemoSize = 256
+// order, the positions), and a lookup is a scan of 64-bit sums.
+const tableMemoSize = 64
 
 // tableMemo keeps the small index tables ops uploaded most recently
 // (positions for RoPE, attention's slot order), so the next op with the
@@ -28,73 +27,47 @@ const tableMemoSize = 256
 type tableMemo struct {
 	mu      sync.Mutex
 	seed    maphash.Seed
-	entries map[uint64][]*tableEntry // by the contents' sum
-	n       int                      // tables held
-	clock   uint64                   // counts lookups: each entry's last use
+	entries []tableEntry // least recently used first
 }
 
 type tableEntry struct {
+	sum  uint64
 	host []int32
 	t    *compute.Tensor
-	used uint64
 }
 
 // table returns xs on the device, uploaded now or found in the memo. The
-// caller must not recycle it. A hit costs a hash and a map lookup; a miss
-// in a full memo scans it for the least recently used table.
+// caller must not recycle it.
 func (b *Backend) table(xs []int32) *compute.Tensor {
 	m := &b.tables
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.clock++
 	sum := maphash.Bytes(m.seed, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(xs))), 4*len(xs)))
-	for _, e := range m.entries[sum] {
-		if slices.Equal(e.host, xs) {
-			e.used = m.clock
+	for i, e := range m.entries {
+		if e.sum == sum && slices.Equal(e.host, xs) {
+			copy(m.entries[i:], m.entries[i+1:]) // most recently used last, in place
+			m.entries[len(m.entries)-1] = e
 			return e.t
 		}
 	}
 	t := b.ints(xs)
-	if m.entries == nil {
-		m.entries = map[uint64][]*tableEntry{}
+	if len(m.entries) == tableMemoSize {
+		m.entries[0] = tableEntry{}
+		m.entries = append(m.entries[:0], m.entries[1:]...)
 	}
-	if m.n == tableMemoSize {
-		m.evictOldest()
-	}
-	m.entries[sum] = append(m.entries[sum], &tableEntry{host: slices.Clone(xs), t: t, used: m.clock})
-	m.n++
+	m.entries = append(m.entries, tableEntry{sum: sum, host: slices.Clone(xs), t: t})
 	return t
-}
-
-// evictOldest drops the least recently used table.
-func (m *tableMemo) evictOldest() {
-	var oldSum uint64
-	oldest := -1
-	for sum, es := range m.entries {
-		for i, e := range es {
-			if oldest < 0 || e.used < m.entries[oldSum][oldest].used {
-				oldSum, oldest = sum, i
-			}
-		}
-	}
-	if oldest < 0 {
-		return
-	}
-	es := m.entries[oldSum]
-	if es = slices.Delete(es, oldest, oldest+1); len(es) == 0 {
-		delete(m.entries, oldSum)
-	} else {
-		m.entries[oldSum] = es
-	}
-	m.n--
 }
 
 // kvRows is the device table of rows' caches that the attention and
 // qkv_norms kernels take (kvp in ops.cu): each row's key and value
 // addresses, each address two int32 words, low first (the GPU is
 // little-endian; every allocation starts on 8 bytes). A step's layers each
-// have their own, the same every step until a cache grows, so the memo
-// keeps them.
+// have their own, the same every step until a cache grows; the memo keeps
+// a step's few shared tables rather than these (a memo of 256 tables, kept
+// across steps, made TestSampledTopsKeepTheTokens fail after another
+// model's run on the H200, and only with graphs: not yet understood; see
+// docs/gpu.md).
 func (b *Backend) kvRows(rows []compute.AttentionRow) *compute.Tensor {
 	words := make([]int32, 0, 4*len(rows))
 	for _, r := range rows {
