@@ -54,6 +54,10 @@ mutants=(
   'glu-finish-up|compute/cuda/kernels/matmul.cu|split_sum(part, MN, i + I, gridDim.y)|split_sum(part, MN, i, gridDim.y)|^TestGeluMatMulsMatch$'
   # matmul_rows_glu_by reading the first row'"'"'s up values for every row
   'glu-by-row|compute/cuda/kernels/matmul.cu|By ? up[(size_t)r * I + n0 + j] : s[G - 1]|By ? up[n0 + j] : s[G - 1]|^TestGeluMatMulsMatch$'
+  # the rows of one attention pass all reading the first row'"'"'s cache
+  'kvp-row|compute/cuda/kernels/ops.cu|return kvp ? (const float*)kvp[2 * b + which] : t + (size_t)b * rows;|return kvp ? (const float*)kvp[which] : t + (size_t)b * rows;|^TestAttentionRowsMatchApart$'
+  # qkv_norms writing every token'"'"'s keys at its run'"'"'s first token'"'"'s slot
+  'qkv-slot|compute/cuda/kernels/ops.cu|yr = (kvp ? (float*)kvp[2 * tslot[2 * t]] + (size_t)tslot[2 * t + 1] * Hk * d : ko + (size_t)t * Hk * d) +|yr = (kvp ? (float*)kvp[2 * tslot[2 * t]] + (size_t)tslot[1] * Hk * d : ko + (size_t)t * Hk * d) +|^TestFusedOpsMatch$'
   # random_uniform starting each run one draw late
   'random-jump|compute/cuda/kernels/ops.cu|pcg_jump(hi, lo, e0 - j * (u64)blk);|pcg_jump(hi, lo, e0 - j * (u64)blk + 1);|^TestRandomWeightMatchesMathRand$'
   # pcg_jump composing a power of the step with the multiplier for the increment
