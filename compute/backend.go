@@ -393,7 +393,9 @@ func CheckAttendRows(q *Tensor, rows []AttentionRow, opt AttentionOptions) error
 		return fmt.Errorf("AttendRows wants q [B, L, Hq, D] with a row each, got %v for %d rows", q, len(rows))
 	case opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil:
 		return fmt.Errorf("AttendRows takes each row's key positions from the row, not the options")
-	case opt.QueryPos != nil && len(opt.QueryPos) != q.Dim(0)*q.Dim(1):
+	case opt.Mask != Causal && opt.Mask != Bidirectional:
+		return fmt.Errorf("AttendRows with unknown mask %d", opt.Mask)
+	case (opt.QueryPos != nil || opt.Mask == Causal || opt.Window > 0) && len(opt.QueryPos) != q.Dim(0)*q.Dim(1):
 		return fmt.Errorf("AttendRows needs %d query positions, got %d", q.Dim(0)*q.Dim(1), len(opt.QueryPos))
 	}
 	for i, r := range rows {

@@ -259,9 +259,9 @@ func (l *Layer) Write(start int, k, v *compute.Tensor) {
 // Slots returns the cache's storage for positions start..start+n−1 as a
 // run of its slots, when those slots are contiguous (always in
 // a full layer, which grows as needed; in a ring unless the run wraps), and
-// records the positions as written: the caller then writes the views, as
+// records the positions as written: the caller then writes those slots, as
 // an op that produces the keys and values in place instead of Write's copy
-// does. ok is false, and nothing recorded, for a run that wraps. The
+// does (compute.QKVNorms). ok is false, and nothing recorded, for a run that wraps. The
 // positions are recorded before the data lands: a write that then fails
 // leaves them naming stale slots, so a failed step's cache must be dropped
 // or truncated (as after any failed forward).

@@ -328,15 +328,19 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 // attnRows has AttentionRows attend rows of a length below attnTileMin
 // (decode and verify rows of several requests) in one launch a kernel over
 // a table of their caches (TANDEM_CUDA_ATTN_ROWS=0: one Attention a row;
-// live). Each row's arithmetic is its own call's, so the bits are the same.
+// live).
 var attnRows = true // read by liveSettings
 
 // AttentionRows implements compute.RowsAttender: the rows' own caches are
-// a table of addresses the kernels read (kvp in ops.cu), the rows'
-// positions one slot-order table, and every row runs what its own
-// Attention would (TestAttentionRowsMatchApart). Rows of a length the
-// tiled kernels take, a lone row, or rows of different head shapes go one
-// Attention a row.
+// a table of addresses the kernels read (kvp in ops.cu) and the rows'
+// positions one slot-order table. A row's bits are its own Attention's
+// (TestAttentionRowsMatchApart), though the batch may take another kernel
+// path than the row alone would (more clusters, a split count and span
+// over all rows, one misaligned cache for all): the paths give the same
+// bits (TestFusedAttentionMatches). Rows of a length the tiled kernels
+// take, a lone row, rows of different head shapes, and passes whose
+// scratch would pass attnScratchBytes (a long row makes every row's
+// scores as long) go one Attention a row.
 func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, opt compute.AttentionOptions) *compute.Tensor {
 	if err := compute.CheckAttendRows(q, kv, opt); err != nil {
 		panic("cuda: " + err.Error())
@@ -351,7 +355,11 @@ func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, op
 		rows[bi] = attnKeys{slots: S, n: S, pos: r.KeyPos}
 		sh.S = max(sh.S, S)
 	}
-	if !same || sh.Hkv == 0 || sh.Hq%sh.Hkv != 0 {
+	// The split path's scratch, at most: scores, block maxima and partial
+	// sums for every query of every row over the longest row's slots.
+	splits := sh.S/attnChunk + 2
+	scratch := sh.B * sh.L * sh.Hq * (4*(sh.S+sh.S/32+1+splits*sh.Dv) + 8*splits)
+	if !same || sh.Hkv == 0 || sh.Hq%sh.Hkv != 0 || scratch > attnScratchBytes {
 		return compute.AttendRowsApart(b, q, kv, opt)
 	}
 	return b.attend(q, kv[0].K, kv[0].V, kv, rows, sh, opt)

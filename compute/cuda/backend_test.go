@@ -1548,7 +1548,7 @@ func TestAttentionRowsMatchApart(t *testing.T) {
 	}(fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks, attnRows)
 	attnRows = true
 	r := rand.New(rand.NewPCG(61, 62))
-	const Hq, Hkv = 8, 2
+	const Hq, Hkv = 4, 2 // few heads, so that four rows of four queries still fit attn_cluster's clusters
 	// A row: slots of a cache, positions lo..hi held at slot p % slots
 	// (a ring where hi ≥ slots; nil positions for a full cache whose slot p
 	// is position p), queried at its last L positions.
@@ -1597,6 +1597,7 @@ func TestAttentionRowsMatchApart(t *testing.T) {
 		{"split path", false, true, false, 0},
 		{"split path with attn_combine", false, false, false, 0},
 	}
+	ran := map[string]int{} // passes by variant, queries a row and the kernel path taken
 	for _, D := range []int{64, 256, 512} {
 		for _, L := range []int{1, 4} {
 			for _, tc := range cases {
@@ -1619,15 +1620,35 @@ func TestAttentionRowsMatchApart(t *testing.T) {
 					fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks = vr.fused, vr.combine, vr.packed, vr.cluster
 					name := fmt.Sprintf("head %d, %d queries, %s, %s", D, L, tc.name, vr.name)
 					want := g.ToF32(compute.AttendRowsApart(g, q, kv, opt))
-					before := g.attnRowsN
+					before, fusedBefore, clBefore := g.attnRowsN, g.fusedN, g.attnClN
 					got := g.ToF32(g.AttentionRows(q, kv, opt))
 					if g.attnRowsN == before {
 						t.Fatalf("%s: the rows did not run as one pass", name)
+					}
+					if g.attnClN > clBefore {
+						ran[fmt.Sprintf("%s, %d queries: attn_cluster", vr.name, L)]++
+					} else if g.fusedN > fusedBefore {
+						ran[fmt.Sprintf("%s, %d queries: attn_fused", vr.name, L)]++
+					} else {
+						ran[fmt.Sprintf("%s, %d queries: split path", vr.name, L)]++
 					}
 					if err := sameBits(got, want); err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
 				}
+			}
+		}
+	}
+	// Every variant must have taken its own path for both query counts
+	// (a pass the cluster cannot hold takes attn_fused, so it may do both).
+	for _, vr := range variants {
+		path := map[bool]string{true: "attn_fused", false: "split path"}[vr.fused]
+		if vr.cluster > 0 && g.attnClusterMax > 0 {
+			path = "attn_cluster"
+		}
+		for _, L := range []int{1, 4} {
+			if key := fmt.Sprintf("%s, %d queries: %s", vr.name, L, path); ran[key] == 0 {
+				t.Errorf("%s never ran (paths taken: %v)", key, ran)
 			}
 		}
 	}

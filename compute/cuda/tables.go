@@ -10,8 +10,10 @@ import (
 )
 
 // tableMemoSize is how many uploaded index tables are kept for reuse: a
-// step of B rows uses about 2B + 1 (each row's sliding and full attention
-// order, the positions), and a lookup is a scan of 64-bit sums.
+// step uses a few shared by its layers (the positions, each kind of
+// layer's attention order) and, with several rows, a table of the rows'
+// caches a layer (kvRows), which stay across steps only while a step's
+// tables fit; a lookup is a scan of 64-bit sums.
 const tableMemoSize = 64
 
 // tableMemo keeps the small index tables ops uploaded most recently
@@ -63,11 +65,9 @@ func (b *Backend) table(xs []int32) *compute.Tensor {
 // qkv_norms kernels take (kvp in ops.cu): each row's key and value
 // addresses, each address two int32 words, low first (the GPU is
 // little-endian; every allocation starts on 8 bytes). A step's layers each
-// have their own, the same every step until a cache grows; the memo keeps
-// a step's few shared tables rather than these (a memo of 256 tables, kept
-// across steps, made TestSampledTopsKeepTheTokens fail after another
-// model's run on the H200, and only with graphs: not yet understood; see
-// docs/gpu.md).
+// have their own, the same every step until a cache grows. They go through
+// the memo of 64 (a memo of 256 that kept them across steps coincided with
+// a failure under graphs that is not yet understood; docs/gpu.md).
 func (b *Backend) kvRows(rows []compute.AttentionRow) *compute.Tensor {
 	words := make([]int32, 0, 4*len(rows))
 	for _, r := range rows {

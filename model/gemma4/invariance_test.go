@@ -163,6 +163,58 @@ func TestBatchRowsAreBitIdentical(t *testing.T) {
 	}
 }
 
+// TestEqualRowsAreBitIdentical protects a serving step's rows of one
+// length, which attend together (compute.AttendRows; on the GPU one pass
+// over a table of their caches) and write their keys straight into their
+// caches: each row's logits equal the row's alone, in a step where one
+// row's sliding ring wraps (every row then writes by copy) and in the next,
+// where every row writes in place.
+func TestEqualRowsAreBitIdentical(t *testing.T) {
+	const step = 4 // the caches' most tokens a pass: rings of the window (16) + 3 slots
+	for _, preset := range tinyTargets {
+		t.Run(preset, func(t *testing.T) {
+			m := loadTiny(t, preset)
+			b := m.Backend()
+			V := m.Config.Text.VocabSize
+			// Prompts of 10, 17 and 25 tokens: the second row's three new
+			// positions 17..19 take ring slots 17, 18 and 0.
+			prompts := []int{10, 17, 25}
+			var ids [][]int32
+			var caches []*kvcache.Cache
+			var alone [][][]float32
+			for i, p := range prompts {
+				ids = append(ids, randomTokens(p+4, V, uint64(20+i)))
+				c := m.NewCache(step)
+				feed(t, m, c, ids[i][:p], step)
+				caches = append(caches, c)
+				solo := m.NewCache(step)
+				feed(t, m, solo, ids[i][:p], step)
+				alone = append(alone, append(feed(t, m, solo, ids[i][p:p+3], 3), feed(t, m, solo, ids[i][p+3:], 1)...))
+			}
+			for _, s := range []struct{ from, n int }{{0, 3}, {3, 1}} {
+				var rows []gemma4.Row
+				for i, p := range prompts {
+					rows = append(rows, gemma4.Row{Tokens: ids[i][p+s.from : p+s.from+s.n], Cache: caches[i]})
+				}
+				out, err := m.Forward(rows, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+				if err != nil {
+					t.Fatal(err)
+				}
+				all := b.ToF32(out.Logits)
+				var want, got [][]float32
+				for i := range prompts {
+					want = append(want, alone[i][s.from:s.from+s.n]...)
+					for j := range s.n {
+						k := i*s.n + j
+						got = append(got, all[k*V:(k+1)*V])
+					}
+				}
+				sameBits(t, fmt.Sprintf("three rows of %d tokens in one pass", s.n), want, got)
+			}
+		})
+	}
+}
+
 func TestForwardRejectsBadInput(t *testing.T) {
 	m := loadTiny(t, "gemma4-tiny-e2b")
 	c := m.NewCache(4)
