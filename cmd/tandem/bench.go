@@ -300,8 +300,8 @@ func newBench() *cobra.Command {
 			}
 			if onGPU && g.Device().Graphs() {
 				s := g.Device().GraphStats()
-				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs (%d instantiated; %.0f ms building them in all), %d ran op by op after a failed capture\n",
-					s.Launched, s.Instantiated, ms(s.Build), s.Fallbacks)
+				fmt.Fprintf(out, "CUDA graphs: %d steps launched as graphs (%d instantiated, %d of them for other kernels, clusters or programmatic waits at a site; %.0f ms building them in all), %d ran op by op after a failed capture\n",
+					s.Launched, s.Instantiated, s.Reinstantiated, ms(s.Build), s.Fallbacks)
 				printChanged(out, s)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)

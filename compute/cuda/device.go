@@ -598,8 +598,10 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 		clAttrs = []launchAttr{pdlAttr, clusterAttr(cluster)}
 	}
 	return func() error {
+		withPDL := pdl || dev.pdlRec
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
+			rec.shape = mixSig(mixSig(rec.shape, uint64(k.fn)), launchShape(cluster, withPDL))
 		}
 		var pp uintptr // the heap array's address: stable, unlike a stack slot's
 		if len(params) > 0 {
@@ -608,7 +610,6 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 		if dev.prof != nil && !dev.prof.graphs {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
-		withPDL := pdl || dev.pdlRec
 		if clustered || withPDL && dev.d.launchExFn != 0 {
 			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
 			switch {

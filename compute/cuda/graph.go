@@ -29,18 +29,22 @@ const maxGraphs = 256
 
 // graphState is the device thread's record of graphs.
 type graphState struct {
-	execs map[string]uintptr     // instantiated graph per site
-	rec   *recording             // non-nil while capturing
-	prev  map[string][]launchSig // each site's last recording's launches
-	stats GraphStats
+	execs  map[string]uintptr     // instantiated graph per site
+	shapes map[string]uint64      // each exec's launches' kernels, clusters and PDL (recording.shape)
+	rec    *recording             // non-nil while capturing
+	prev   map[string][]launchSig // each site's last recording's launches
+	stats  GraphStats
 }
 
 // GraphStats counts what became of recordings.
 type GraphStats struct {
-	Launched     int           // recordings launched as graphs
-	Fallbacks    int           // recordings that ran op by op after a failed capture or launch
-	Instantiated int           // graphs instantiated (a new site, or an update refused)
-	Build        time.Duration // ending captures, updating and instantiating: host time on the device thread
+	Launched     int // recordings launched as graphs
+	Fallbacks    int // recordings that ran op by op after a failed capture or launch
+	Instantiated int // graphs instantiated (a new site, or an update refused)
+	// Reinstantiated counts executable graphs dropped, not updated, for a
+	// recording of other kernels, clusters or programmatic waits.
+	Reinstantiated int
+	Build          time.Duration // ending captures, updating and instantiating: host time on the device thread
 
 	// Every launch of a recording is compared with the same launch of its
 	// site's previous recording: Compared counts them by kernel and
@@ -104,6 +108,21 @@ type recording struct {
 	calls []func() error // the captured calls, to run directly if the graph fails
 	err   error          // the first call that failed while capturing
 	gates []func() error // run before the graph launches (or its calls rerun): late uploads' values
+	// shape sums each launch's kernel, cluster dimensions and programmatic
+	// launch: what an executable graph is updated in place only if it
+	// matches (see launchGraph).
+	shape uint64
+}
+
+// launchShape is the part of a launch's configuration that an executable
+// graph keeps from its instantiation: its cluster dimensions and whether
+// it waits programmatically.
+func launchShape(cluster [3]uint32, pdl bool) uint64 {
+	v := uint64(cluster[0]) | uint64(cluster[1])<<21 | uint64(cluster[2])<<42
+	if pdl {
+		v |= 1 << 63
+	}
+	return v
 }
 
 // Graphs reports whether recordings become graphs on this device.
@@ -141,6 +160,7 @@ func (dev *Device) dropGraphs() {
 	for site, exec := range dev.graphs.execs {
 		dev.d.cuGraphExecDestroy(exec)
 		delete(dev.graphs.execs, site)
+		delete(dev.graphs.shapes, site)
 	}
 }
 
@@ -178,7 +198,7 @@ func (dev *Device) endCapture() {
 		// A late upload's copy node reads its bytes when the graph runs:
 		// they must be final before it launches, which may wait for the
 		// host. The graph is updated first, while the host computes them.
-		ok = dev.launchGraph(rec.site, g, func() bool {
+		ok = dev.launchGraph(rec.site, rec.shape, g, func() bool {
 			t0 := time.Now()
 			defer func() { gated += time.Since(t0) }()
 			for _, gate := range rec.gates {
@@ -205,13 +225,24 @@ func (dev *Device) endCapture() {
 }
 
 // launchGraph updates site's executable graph to g (or instantiates one
-// when the update is refused: a different shape) and launches it, once
-// ready reports true.
-func (dev *Device) launchGraph(site string, g uintptr, ready func() bool) bool {
+// when the update is refused: a different topology) and launches it, once
+// ready reports true. An executable graph whose launches had other
+// kernels, cluster dimensions or programmatic waits than g's (shape) is
+// instantiated again instead: the driver's update documents no such
+// limits, and a kernel's cluster dimensions change with its pass's shared
+// memory (attn_cluster over more keys), or a site's name is shared by
+// another model's graph.
+func (dev *Device) launchGraph(site string, shape uint64, g uintptr, ready func() bool) bool {
 	if dev.graphs.execs == nil {
-		dev.graphs.execs = map[string]uintptr{}
+		dev.graphs.execs, dev.graphs.shapes = map[string]uintptr{}, map[string]uint64{}
 	}
 	exec := dev.graphs.execs[site]
+	if exec != 0 && dev.graphs.shapes[site] != shape {
+		dev.d.cuGraphExecDestroy(exec)
+		exec = 0
+		delete(dev.graphs.execs, site)
+		dev.graphs.stats.Reinstantiated++
+	}
 	if exec != 0 {
 		var info struct { // CUgraphExecUpdateResultInfo
 			result           int32
@@ -234,7 +265,7 @@ func (dev *Device) launchGraph(site string, g uintptr, ready func() bool) bool {
 			return false
 		}
 		dev.graphs.stats.Instantiated++
-		dev.graphs.execs[site] = exec
+		dev.graphs.execs[site], dev.graphs.shapes[site] = exec, shape
 	}
 	if !ready() {
 		return false

@@ -464,3 +464,52 @@ func TestCompareLaunches(t *testing.T) {
 		}
 	}
 }
+
+// TestGraphsFollowClusterSizes protects updating a site's executable graph
+// in place only from a recording of the same kernels, cluster dimensions
+// and programmatic waits: attn_cluster's blocks a cluster change with a
+// pass's shared memory (more keys) and a site's name can be another
+// model's, and the driver documents no update of cluster dimensions. Each
+// recording must give the direct result, and each change of the cluster
+// size must instantiate the site's graph again.
+func TestGraphsFollowClusterSizes(t *testing.T) {
+	direct := backendOrSkip(t)
+	defer func(cl int, on bool) { attnClusterBlocks, fusedAttention = cl, on }(attnClusterBlocks, fusedAttention)
+	fusedAttention = true
+	on := graphsEnabled
+	graphsEnabled = true
+	g, err := New(0)
+	graphsEnabled = on
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if !g.dev.Graphs() || g.attnClusterMax < 8 {
+		t.Skip("the driver lacks the graph calls or clusters of 8")
+	}
+	const S, Hq, Hkv, D = 100, 4, 2, 64
+	r := rand.New(rand.NewPCG(71, 72))
+	qs, ks, vs := randF32(r, Hq*D), randF32(r, S*Hkv*D), randF32(r, S*Hkv*D)
+	opt := compute.AttentionOptions{Mask: compute.Causal, QueryPos: []int32{S - 1}}
+	kd, vd := direct.FromF32(ks, S, Hkv, D), direct.FromF32(vs, S, Hkv, D)
+	kg, vg := g.FromF32(ks, S, Hkv, D), g.FromF32(vs, S, Hkv, D)
+	prev := 0
+	for i, C := range []int{4, 4, 8, 8, 4, 2, 8} { // a site is recorded from its second step on
+		attnClusterBlocks = C
+		want := direct.ToF32(direct.Attention(direct.FromF32(qs, 1, Hq, D), kd, vd, opt))
+		before, clBefore := g.dev.GraphStats().Reinstantiated, g.attnClN
+		end := compute.Record(g, "attn")
+		out := g.Attention(g.FromF32(qs, 1, Hq, D), kg, vg, opt)
+		end()
+		if err := sameBits(g.ToF32(out), want); err != nil {
+			t.Fatalf("step %d, clusters of %d after %d: recorded differs from direct: %v", i, C, prev, err)
+		}
+		if g.attnClN == clBefore {
+			t.Fatalf("step %d: attn_cluster did not run", i)
+		}
+		if again := g.dev.GraphStats().Reinstantiated > before; i > 1 && again != (C != prev) {
+			t.Fatalf("step %d, clusters of %d after %d: instantiated again %v", i, C, prev, again)
+		}
+		prev = C
+	}
+}
