@@ -19,13 +19,7 @@ func TestAttendRowsApartIsEachRowsAttention(t *testing.T) {
 	b := cpu.New(1)
 	r := rand.New(rand.NewPCG(1, 2))
 	const L, Hq, Hkv, D = 2, 4, 2, 8
-	fill := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = r.Float32()*2 - 1
-		}
-		return x
-	}
+	fill := func(n int) []float32 { return uniform(r, n) }
 	ring := []int32{8, 9, 10, 11, 4, 5, 6, 7} // positions 4..11 in 8 slots, oldest at slot 4
 	rows := []compute.AttentionRow{
 		{K: b.FromF32(fill(12*Hkv*D), 12, Hkv, D), V: b.FromF32(fill(12*Hkv*D), 12, Hkv, D)},
@@ -89,13 +83,7 @@ func TestQKVNormsIntoRuns(t *testing.T) {
 	b := cpu.New(1)
 	r := rand.New(rand.NewPCG(3, 4))
 	const T, Hq, Hk, d = 3, 2, 1, 8
-	fill := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = r.Float32()*2 - 1
-		}
-		return x
-	}
+	fill := func(n int) []float32 { return uniform(r, n) }
 	q, k, v := b.FromF32(fill(T*Hq*d), T, Hq, d), b.FromF32(fill(T*Hk*d), T, Hk, d), b.FromF32(fill(T*Hk*d), T, Hk, d)
 	pos := []int32{5, 6, 9}
 	rope := compute.DefaultRoPE(d, 10000)
@@ -145,4 +133,13 @@ func TestQKVNormsIntoRuns(t *testing.T) {
 			t.Errorf("%s: no error", tc.name)
 		}
 	}
+}
+
+// uniform is n values drawn uniformly from [−1, 1).
+func uniform(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = r.Float32()*2 - 1
+	}
+	return x
 }

@@ -21,17 +21,7 @@ func TestGraphsMatchDirect(t *testing.T) {
 	direct := backendOrSkip(t)
 	defer func(on bool) { checkpoints = on }(checkpoints)
 	checkpoints = true
-	on := graphsEnabled
-	graphsEnabled = true
-	g, err := New(0)
-	graphsEnabled = on
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	if !g.dev.Graphs() {
-		t.Skip("the driver lacks the graph calls")
-	}
+	g := graphsBackend(t)
 	const M, K, N, S, H, D = 1, 1536, 2048, 40, 4, 64
 	r := rand.New(rand.NewPCG(13, 14))
 	wv, nv := randF32(r, N*K), randF32(r, K)
@@ -476,16 +466,9 @@ func TestGraphsFollowClusterSizes(t *testing.T) {
 	direct := backendOrSkip(t)
 	defer func(cl int, on bool) { attnClusterBlocks, fusedAttention = cl, on }(attnClusterBlocks, fusedAttention)
 	fusedAttention = true
-	on := graphsEnabled
-	graphsEnabled = true
-	g, err := New(0)
-	graphsEnabled = on
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	if !g.dev.Graphs() || g.attnClusterMax < 8 {
-		t.Skip("the driver lacks the graph calls or clusters of 8")
+	g := graphsBackend(t)
+	if g.attnClusterMax < 8 {
+		t.Skip("the device lacks clusters of 8")
 	}
 	const S, Hq, Hkv, D = 100, 4, 2, 64
 	r := rand.New(rand.NewPCG(71, 72))
@@ -512,4 +495,23 @@ func TestGraphsFollowClusterSizes(t *testing.T) {
 		}
 		prev = C
 	}
+}
+
+// graphsBackend is a second backend with CUDA graphs on whatever the
+// environment says, closed when the test ends; it skips where the driver
+// lacks the graph calls.
+func graphsBackend(t *testing.T) *Backend {
+	t.Helper()
+	on := graphsEnabled
+	graphsEnabled = true
+	g, err := New(0)
+	graphsEnabled = on
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	if !g.dev.Graphs() {
+		t.Skip("the driver lacks the graph calls")
+	}
+	return g
 }
