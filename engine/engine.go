@@ -72,6 +72,12 @@ type Config struct {
 	// its synthetic coin (tandem bench --engine --synthetic-acceptance),
 	// whose output is NOT the target's.
 	Judge spec.Judge
+	// AdaptiveDrafts lets greedy requests stop drafting while steps
+	// without drafts emit more tokens a second than steps with them, at
+	// the step's batch size, as measured while the engine runs (the
+	// faster mode is taken, the other tried now and then; adaptive.go).
+	// Greedy output is the same either way; sampled requests always draft.
+	AdaptiveDrafts bool
 
 	// beforeStep, if set (tests only), runs on the scheduler before each
 	// step: a test can hold the engine between steps to look at it.
@@ -166,6 +172,7 @@ type Stats struct {
 	GeneratedTokens  int64
 	Steps            int64 // forward passes of the target
 	Drafts           int64 // speculative rounds with at least one draft
+	UndraftedSteps   int64 // steps whose greedy requests did not draft (AdaptiveDrafts)
 	DraftTokens      int64
 	AcceptedTokens   int64
 	AcceptedPerPos   []int64 // accepted drafts by position 1..k

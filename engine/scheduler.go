@@ -68,6 +68,11 @@ type Engine struct {
 	// the step after it; draftsKept and draftsMissed count the rows whose
 	// guess proved right and wrong, draftsUsed those a step verified
 	// (tests).
+	// adapt decides whether a step's greedy requests draft
+	// (Config.AdaptiveDrafts; nil: always), and undrafted is this step's
+	// decision.
+	adapt                                *adaptive
+	undrafted                            bool
 	held                                 *spec.Drawn
 	draftsKept, draftsMissed, draftsUsed atomic.Int64 // draftsUsed: verified by the next step
 }
@@ -141,6 +146,9 @@ func newEngine(cfg Config, propose func([]*spec.Assistant, []spec.Round) ([]spec
 	if cfg.Drafter != nil {
 		e.maxStep = max(e.maxStep, cfg.DraftTokens+1)
 		e.stats.AcceptedPerPos = make([]int64, cfg.DraftTokens)
+		if cfg.AdaptiveDrafts {
+			e.adapt = newAdaptive()
+		}
 	}
 	if err := checkMemory(cfg, e.maxStep); err != nil {
 		return nil, err

@@ -102,11 +102,21 @@ func (e *Engine) step() {
 	}
 	t0 := time.Now()
 	rows := e.plan()
+	adapting := e.adapting(rows)
+	var a0 time.Time
+	e.undrafted = false
+	if adapting {
+		e.undrafted, a0 = !e.adapt.draft(len(rows)), e.adapt.now()
+	}
 	drawn, who, err := e.draftAll(rows)
 	if err != nil {
 		e.failAll(fmt.Errorf("engine: drafting: %w", err))
 		return
 	}
+	// A step counts as the mode it ran in: one decided without drafts may
+	// still verify a greedy row's drafts picked ahead or taken back, one
+	// decided with them may have none left to draft.
+	drafted := adapting && e.greedyDrafts(rows)
 	b := e.m.Backend()
 	in := make([]gemma4.Row, len(rows))
 	site := make([]byte, 0, 4*len(rows)+4)
@@ -159,8 +169,14 @@ func (e *Engine) step() {
 	for i := range rows {
 		e.settle(&rows[i], i, out, &d)
 	}
+	if adapting {
+		e.adapt.observe(len(rows), drafted, int(d.GeneratedTokens), e.adapt.now().Sub(a0))
+	}
 	e.locked(func() {
 		e.stats.Steps++
+		if e.undrafted {
+			e.stats.UndraftedSteps++
+		}
 		e.stats.GeneratedTokens += d.GeneratedTokens
 		e.stats.Drafts += d.Drafts
 		e.stats.DraftTokens += d.DraftTokens
@@ -169,6 +185,22 @@ func (e *Engine) step() {
 			e.stats.AcceptedPerPos[i] += n
 		}
 		e.rate.add(t0, time.Now(), int(d.GeneratedTokens))
+	})
+}
+
+// adapting reports whether the step of rows is one adaptive drafting
+// decides: every request past its prompt, and some greedy one drafting.
+func (e *Engine) adapting(rows []row) bool {
+	if e.adapt == nil || slices.ContainsFunc(rows, func(w row) bool { return w.r.prefilling() }) {
+		return false
+	}
+	return slices.ContainsFunc(rows, func(w row) bool { return w.r.draft != nil && w.r.seq.Params().Greedy() })
+}
+
+// greedyDrafts reports whether some greedy row of the step verifies drafts.
+func (e *Engine) greedyDrafts(rows []row) bool {
+	return slices.ContainsFunc(rows, func(w row) bool {
+		return w.r.seq.Params().Greedy() && (len(w.prop.Tokens) > 0 || w.late > 0)
 	})
 }
 
@@ -211,7 +243,11 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 			e.draftsUsed.Add(1)
 			continue
 		}
-		if k := spec.Depth(r.seq, e.cfg.DraftTokens); k > 0 {
+		k := spec.Depth(r.seq, e.cfg.DraftTokens)
+		if e.undrafted && r.seq.Params().Greedy() {
+			k = 0 // plain steps are faster at this batch size (adaptive.go)
+		}
+		if k > 0 {
 			ds = append(ds, r.draft)
 			rounds = append(rounds, spec.Round{Pending: w.tokens[0], Hidden: r.hidden, Snap: e.m.Snapshot(r.cache),
 				History: r.seq.History, Prompt: r.seq.Prompt, K: k})

@@ -39,6 +39,9 @@ type Options struct {
 	Draft       string
 	DraftTokens int                 // drafts per round; 0: the engine's default (3)
 	DraftOpt    gemma4.DraftOptions // query position, shared-KV cap
+	// AdaptiveDrafts lets greedy requests stop drafting while plain steps
+	// are faster at the running batch size (engine.Config.AdaptiveDrafts).
+	AdaptiveDrafts bool
 
 	// Backend runs the models; nil: the CPU backend on every core. Device names it for
 	// /health (the backend's name when empty).
@@ -165,7 +168,7 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	}
 
 	eng, err := engine.New(engine.Config{
-		Model: m, Drafter: drafter, DraftTokens: opt.DraftTokens, Draft: opt.DraftOpt,
+		Model: m, Drafter: drafter, DraftTokens: opt.DraftTokens, Draft: opt.DraftOpt, AdaptiveDrafts: opt.AdaptiveDrafts,
 		CtxSize: opt.CtxSize, Parallel: opt.Parallel, PrefillSize: opt.PrefillSize, MaxQueue: opt.MaxQueue,
 	})
 	if err != nil {

@@ -94,11 +94,12 @@ var (
 	descDraftTokens  = desc("tandem:spec_decode_num_draft_tokens_total", "Draft tokens proposed.")
 	descAccepted     = desc("tandem:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.")
 	descAcceptPerPos = desc("tandem:spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens accepted, by draft position (0-based).", "position")
+	descUndrafted    = desc("tandem:spec_decode_undrafted_steps_total", "Steps whose greedy requests did not draft because steps without drafts were faster (--adaptive-drafts).")
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVUsed, descKVBudget, descPrefix, descRate,
-		descFinished, descPrompt, descCached, descGenerated, descSteps, descDrafts, descDraftTokens, descAccepted, descAcceptPerPos} {
+		descFinished, descPrompt, descCached, descGenerated, descSteps, descDrafts, descDraftTokens, descAccepted, descAcceptPerPos, descUndrafted} {
 		ch <- d
 	}
 }
@@ -126,6 +127,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDrafts, st.Drafts)
 	counter(descDraftTokens, st.DraftTokens)
 	counter(descAccepted, st.AcceptedTokens)
+	counter(descUndrafted, st.UndraftedSteps)
 	for i, n := range st.AcceptedPerPos {
 		// vLLM numbers positions from 0.
 		counter(descAcceptPerPos, n, strconv.Itoa(i))

@@ -13,7 +13,7 @@ func TestMetrics(t *testing.T) {
 		Running: 3, Waiting: 2, KVUsedTokens: 512, KVBudgetTokens: 2048, PrefixTokens: 64,
 		Requests: 10, PromptTokens: 1000, CachedTokens: 100, GeneratedTokens: 500, Steps: 200,
 		Drafts: 150, DraftTokens: 450, AcceptedTokens: 300, AcceptedPerPos: []int64{140, 100, 60},
-		DecodeTokensRate: 42,
+		UndraftedSteps: 7, DecodeTokensRate: 42,
 	}
 	_, ts, _ := newTestServer(t, fe, nil)
 	post(t, ts.URL+"/v1/chat/completions", `{`+userHi+`}`)
@@ -30,6 +30,7 @@ func TestMetrics(t *testing.T) {
 		"tandem:spec_decode_num_drafts_total 150",
 		"tandem:spec_decode_num_draft_tokens_total 450",
 		"tandem:spec_decode_num_accepted_tokens_total 300",
+		"tandem:spec_decode_undrafted_steps_total 7",
 		`tandem:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 140`,
 		`tandem:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 100`,
 		`tandem:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 60`,

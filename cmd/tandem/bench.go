@@ -117,6 +117,7 @@ func newBench() *cobra.Command {
 		synthetic, temperature, topP           float64
 		topK                                   int
 		asJSON, kernels, graphProfile, viaEng  bool
+		adaptive                               bool
 		cpuProfile, sweep                      string
 	)
 	cmd := &cobra.Command{
@@ -223,7 +224,7 @@ func newBench() *cobra.Command {
 			var rows []benchRow
 			ctx := context.Background()
 			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
-				sample: sp}
+				adaptive: adaptive, sample: sp}
 			for _, grp := range groups {
 				err := func() error {
 					undo := grp.apply()
@@ -427,6 +428,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&topP, "top-p", 0, "with --temperature, sample from the most likely tokens holding this much probability (0 or 1: all; Gemma 4's has 0.95)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&adaptive, "adaptive-drafts", false, "the engine runs' greedy requests stop drafting while steps without drafts are faster (engine.Config.AdaptiveDrafts)")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
@@ -513,6 +515,7 @@ type benchRun struct {
 	graphs      bool          // --graph-profile
 	engine      bool          // --engine
 	engineBatch int           // --engine-batch
+	adaptive    bool          // --adaptive-drafts
 	sample      sample.Params // --temperature, seed 1
 }
 
@@ -620,7 +623,7 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 	}
 	run := func(drafter *gemma4.Assistant) (float64, engine.Usage, error) {
 		e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k,
-			CtxSize: len(prompt) + br.tokens + 1, Parallel: 1, PrefixCacheTokens: -1, Judge: judge})
+			CtxSize: len(prompt) + br.tokens + 1, Parallel: 1, PrefixCacheTokens: -1, Judge: judge, AdaptiveDrafts: br.adaptive && drafter != nil})
 		if err != nil {
 			return 0, engine.Usage{}, err
 		}
@@ -671,7 +674,7 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter *gemma4.Assistant, judge spec.Judge, onStarted func()) (float64, error) {
 	n := br.engineBatch
 	e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k, CtxSize: len(prompt) + br.tokens + 1,
-		Parallel: n, PrefixCacheTokens: -1, Judge: judge})
+		Parallel: n, PrefixCacheTokens: -1, Judge: judge, AdaptiveDrafts: br.adaptive && drafter != nil})
 	if err != nil {
 		return 0, err
 	}

@@ -25,6 +25,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"serve", "--model", model, "--device", "tpu"}, []string{"--device", "tpu"}},
 		{[]string{"serve", "--model", model, "--log-format", "xml"}, []string{"--log-format", "xml"}},
 		{[]string{"serve", "--model", model, "--num-draft-tokens", "2"}, []string{"--num-draft-tokens needs --draft"}},
+		{[]string{"serve", "--model", model, "--adaptive-drafts"}, []string{"--adaptive-drafts needs --draft"}},
 		{[]string{"serve", "--model", model, "--draft", model, "--draft-position", "T+1"}, []string{"--draft-position", "T+1"}},
 		// 0 is not "the default": the help says 1–64.
 		{[]string{"serve", "--model", model, "--draft", model, "--num-draft-tokens", "0"}, []string{"--num-draft-tokens: the number of draft tokens must be between 1 and 64, got 0"}},
