@@ -74,20 +74,24 @@ func (a *adaptive) draft(n int) bool {
 }
 
 // observe records a step of n requests, with drafts or not, that emitted
-// tokens in d.
+// tokens in d. Rates are a request's (tokens a second over n), so that the
+// sizes of one class compare; a mode's first step is not counted in its
+// rate (a new step shape pays for its first recording: a CUDA graph).
 func (a *adaptive) observe(n int, drafted bool, tokens int, d time.Duration) {
 	m := a.sizes[sizeClass(n)]
-	if m == nil || d <= 0 {
+	if m == nil || d <= 0 || n <= 0 {
 		return
 	}
 	i := 0
 	if drafted {
 		i = 1
 	}
-	r := float64(tokens) / d.Seconds()
-	if m.seen[i] == 0 {
+	r := float64(tokens) / d.Seconds() / float64(n)
+	switch m.seen[i] {
+	case 0:
+	case 1:
 		m.rate[i] = r
-	} else {
+	default:
 		m.rate[i] += adaptWeight * (r - m.rate[i])
 	}
 	m.seen[i]++

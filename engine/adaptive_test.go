@@ -129,3 +129,41 @@ func TestAdaptiveDraftsMatchAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptiveDraftsAheadStop protects adaptive drafting where drafts are
+// picked ahead (the GPU's path, here on the CPU backend that reads
+// asynchronously): a step decided without drafts drops the drafts picked
+// for it, or greedy rows would verify them and pick the next ones ahead,
+// step after step, whatever the policy said.
+func TestAdaptiveDraftsAheadStop(t *testing.T) {
+	m, _ := aheadTarget(t)
+	t.Setenv("TANDEM_SPEC_AHEAD", "always")
+	var reqs []Request
+	for i := range 4 {
+		reqs = append(reqs, Request{Prompt: promptOf(12, uint64(80+i)), MaxTokens: 60})
+	}
+	e := start(t, Config{Model: m, Drafter: drafterFor(t, m), DraftTokens: 3, Parallel: 4, PrefillSize: 16, CtxSize: 128, AdaptiveDrafts: true})
+	var clock time.Time
+	e.adapt.now = func() time.Time { // steps with drafts ten times slower
+		cost := time.Millisecond
+		if !e.undrafted {
+			cost = 10 * time.Millisecond
+		}
+		clock = clock.Add(cost / 2)
+		return clock
+	}
+	got := runAll(t, e, reqs)
+	for i, r := range reqs {
+		if want, _, _ := alone(t, r, nil, 0, 16); !slices.Equal(got[i].tokens, want) {
+			t.Errorf("request %d: %v, plain %v", i, got[i].tokens, want)
+		}
+	}
+	st := e.Stats()
+	t.Logf("%d steps, %d without greedy drafts, %d rounds drafted; drafts picked ahead kept %d, used %d", st.Steps, st.UndraftedSteps, st.Drafts, e.draftsKept.Load(), e.draftsUsed.Load())
+	if e.draftsKept.Load() == 0 {
+		t.Fatal("no drafts were picked ahead: the test no longer exercises that path")
+	}
+	if st.UndraftedSteps <= st.Steps/2 {
+		t.Fatalf("%d of %d steps without greedy drafts: drafts picked ahead kept the rows drafting", st.UndraftedSteps, st.Steps)
+	}
+}

@@ -124,7 +124,7 @@ func (n *aheadDraft) fits(accepted int, picks []int32, depth int) bool {
 // where they fit (the request going on).
 func (e *Engine) settleAhead(w *row, v spec.Verdict) error {
 	r := w.r
-	if r.guess != nil {
+	if r.guess != nil && !(e.undrafted && len(w.prop.Tokens) == 0) { // a round left undrafted (adaptive.go) says nothing of acceptance
 		r.guess.Saw(v.Accepted)
 	}
 	switch n := w.next; {

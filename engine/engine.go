@@ -76,7 +76,8 @@ type Config struct {
 	// without drafts emit more tokens a second than steps with them, at
 	// the step's batch size, as measured while the engine runs (the
 	// faster mode is taken, the other tried now and then; adaptive.go).
-	// Greedy output is the same either way; sampled requests always draft.
+	// Greedy output is the same either way (not under Judge's synthetic
+	// coin, which is drawn per draft); sampled requests always draft.
 	AdaptiveDrafts bool
 
 	// beforeStep, if set (tests only), runs on the scheduler before each

@@ -174,7 +174,7 @@ func (e *Engine) step() {
 	}
 	e.locked(func() {
 		e.stats.Steps++
-		if e.undrafted {
+		if adapting && !drafted {
 			e.stats.UndraftedSteps++
 		}
 		e.stats.GeneratedTokens += d.GeneratedTokens
@@ -237,6 +237,13 @@ func (e *Engine) draftAll(rows []row) (*spec.Drawn, []int, error) {
 			rows[i].propose(*r.carry)
 			r.carry = nil
 			continue
+		}
+		if r.ahead != nil && e.undrafted && r.seq.Params().Greedy() {
+			// Plain steps are faster now: the drafts picked ahead go unused
+			// (aheadProposals still reads their batch), or a greedy row
+			// would go on drafting ahead step after step.
+			r.ahead = nil
+			r.stats.Ahead--
 		}
 		if r.ahead != nil { // picked during the last step (aheadProposals reads them)
 			rows[i].ahead, rows[i].late, rows[i].toks, r.ahead = r.ahead, r.ahead.k, r.ahead.toks, nil

@@ -143,6 +143,9 @@ func newBench() *cobra.Command {
 			if engineBatch < 0 || engineBatch == 1 {
 				return fmt.Errorf("--engine-batch must be 0 (off) or at least 2 requests, got %d", engineBatch)
 			}
+			if adaptive && (draft == "" || !viaEng && engineBatch == 0) {
+				return errors.New("--adaptive-drafts needs --draft and --engine or --engine-batch")
+			}
 			if pruns < 1 {
 				return fmt.Errorf("--prefill-runs must be at least 1, got %d", pruns)
 			}
