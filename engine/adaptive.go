@@ -35,9 +35,9 @@ type adaptive struct {
 // is measured on its own.
 func sizeClass(n int) int { return bits.Len(uint(n)) }
 
-// modeRates is one batch size's record: the rates (tokens/s) of steps
-// without drafts [0] and with them [1], how many steps each has measured,
-// and how many steps were decided.
+// modeRates is one class of batch sizes' record: the rates (a request's
+// tokens a second) of steps without drafts [0] and with them [1], how many
+// steps each has measured, and how many steps were decided.
 type modeRates struct {
 	rate    [2]float64
 	seen    [2]int
