@@ -102,6 +102,10 @@ type benchRow struct {
 	// speculation: each request's rounds verified in one step with the
 	// others'), at the drafter's real acceptance or the synthetic one.
 	EngineBatchSpecTokS float64 `json:"engine_batch_speculative_tokens_per_s,omitempty"`
+	// With --adaptive-drafts: the speculative run's steps, and those in
+	// which its greedy requests did not draft.
+	EngineBatchSpecSteps      int64 `json:"engine_batch_speculative_steps,omitempty"`
+	EngineBatchUndraftedSteps int64 `json:"engine_batch_undrafted_steps,omitempty"`
 	// --graph-profile: real plain steps and speculative rounds timed a
 	// whole CUDA graph at a time (no events between kernels).
 	GraphPlain  *cuda.Profile `json:"graph_timeline,omitempty"`
@@ -383,6 +387,9 @@ func newBench() *cobra.Command {
 					if r.EngineBatchSpecTokS > 0 {
 						fmt.Fprintf(out, "; speculatively %.2f tok/s in all (%.2fx)", r.EngineBatchSpecTokS, r.EngineBatchSpecTokS/r.EngineBatchTokS)
 					}
+					if r.EngineBatchSpecSteps > 0 {
+						fmt.Fprintf(out, ", %d of %d steps without greedy drafts (--adaptive-drafts)", r.EngineBatchUndraftedSteps, r.EngineBatchSpecSteps)
+					}
 					fmt.Fprintln(out)
 				}
 			}
@@ -519,6 +526,7 @@ type benchRun struct {
 	engine      bool          // --engine
 	engineBatch int           // --engine-batch
 	adaptive    bool          // --adaptive-drafts
+	lastStats   engine.Stats  // the last engineBatchRun's engine, as it stopped
 	sample      sample.Params // --temperature, seed 1
 }
 
@@ -619,6 +627,9 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 			if row.EngineBatchSpecTokS, err = br.engineBatchRun(ctx, prompt, br.a, judge, nil); err != nil {
 				return err
 			}
+			if br.adaptive {
+				row.EngineBatchSpecSteps, row.EngineBatchUndraftedSteps = br.lastStats.Steps, br.lastStats.UndraftedSteps
+			}
 		}
 	}
 	if !br.engine {
@@ -709,6 +720,7 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter 
 		}()
 	}
 	wg.Wait()
+	br.lastStats = e.Stats()
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
