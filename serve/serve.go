@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"tandem/chat"
@@ -85,8 +86,9 @@ const DefaultGrace = 10 * time.Second
 const NoGrace time.Duration = -1
 
 // Run loads the models, serves HTTP on ln until ctx ends, then stops accepting, lets in-flight
-// requests finish within the grace period, cancels what is left, and returns nil. It returns
-// an error when loading fails or the listener fails. Run closes ln.
+// requests finish within the grace period, cancels what is left, and returns nil. While the
+// models load, every request gets a 503 ("loading" on /health), and ctx ending stops Run at
+// once. It returns an error when loading fails or the listener fails. Run closes ln.
 func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	defer ln.Close()
 	log := opt.Logger
@@ -96,18 +98,6 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	if opt.Model == "" {
 		return errors.New("serve: a model directory is required")
 	}
-	name := opt.ModelName
-	if name == "" {
-		name = filepath.Base(filepath.Clean(opt.Model))
-	}
-	b := opt.Backend
-	if b == nil {
-		b = cpu.New(0)
-	}
-	device := opt.Device
-	if device == "" {
-		device = b.Name()
-	}
 	grace := opt.ShutdownGrace
 	switch {
 	case grace == 0:
@@ -116,97 +106,16 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 		grace = 0
 	}
 
-	start := time.Now()
-	var load gemma4.LoadOptions
-	if b.Name() == "cpu" {
-		// Weights stay memory-mapped: read them once now, with the bar.
-		if err := readWeights(opt.Progress, opt.Model, opt.Draft); err != nil {
-			return err
-		}
-	} else {
-		// Weights are copied to the device: the upload is the wait to show.
-		load.Progress = progress.Bar(opt.Progress, "loading weights onto "+b.Name(), 0)
-	}
-	m, err := gemma4.LoadWith(opt.Model, b, load)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	var drafter *gemma4.Assistant
-	if opt.Draft != "" {
-		if drafter, err = gemma4.LoadAssistant(opt.Draft, b); err != nil {
-			return err
-		}
-		defer drafter.Close()
-		if err := drafter.Bind(m); err != nil {
-			return fmt.Errorf("drafter %s: %w", opt.Draft, err)
-		}
-	}
-	tok, err := tokenizer.LoadDir(opt.Model)
-	if err != nil {
-		return fmt.Errorf("the model's tokenizer: %w", err)
-	}
-	tmpl, err := chat.Load(opt.Model)
-	if err != nil {
-		// A model without a chat template still serves /v1/completions.
-		log.Warn("no usable chat template: /v1/chat/completions is off", "err", err)
-		tmpl = nil
-	}
-	stops := opt.StopTokens
-	if stops == nil {
-		if stops, err = StopTokens(opt.Model); err != nil {
-			return err
-		}
-	}
-	sp := opt.Sampling
-	if sp == nil {
-		def, err := DefaultSampling(opt.Model)
-		if err != nil {
-			return err
-		}
-		sp = &def
-	}
-
-	eng, err := engine.New(engine.Config{
-		Model: m, Drafter: drafter, DraftTokens: opt.DraftTokens, Draft: opt.DraftOpt, AdaptiveDrafts: opt.AdaptiveDrafts,
-		CtxSize: opt.CtxSize, Parallel: opt.Parallel, PrefillSize: opt.PrefillSize, MaxQueue: opt.MaxQueue,
-	})
-	if err != nil {
-		return err
-	}
-	// The engine must stop on every path out, or its loop goroutine outlives Run.
-	engineClosed := false
-	defer func() {
-		if !engineClosed {
-			eng.Close(context.Background())
-		}
-	}()
-	draftName := ""
-	if opt.Draft != "" {
-		draftName = filepath.Base(filepath.Clean(opt.Draft))
-	}
-	// The engine fills in these defaults too; the server shows them.
-	ctxSize, draftTokens := opt.CtxSize, 0
-	if ctxSize == 0 {
-		ctxSize = min(m.Config.Text.MaxPositionEmbeddings, engine.DefaultCtxSize)
-	}
-	if drafter != nil {
-		draftTokens = cmp.Or(opt.DraftTokens, engine.DefaultDraftTokens)
-	}
-	srv, err := server.New(server.Config{
-		Engine: eng, Tokenizer: tok, Template: tmpl,
-		ModelName: name, Draft: draftName, DraftTokens: draftTokens, Device: device, ContextSize: ctxSize,
-		APIKey: opt.APIKey, MaxBodyBytes: opt.MaxBodyBytes,
-		Sampling: *sp, MaxTokens: opt.MaxTokens, StopTokens: stops,
-		Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-
+	// The listener answers from the start, so that a client (or a load balancer's check)
+	// gets a 503 while the weights load instead of a connection that hangs.
+	var handler atomic.Pointer[http.Handler]
+	var h http.Handler = http.HandlerFunc(loading)
+	handler.Store(&h)
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute, // a body sent a byte at a time does not hold a connection forever
+		IdleTimeout:       2 * time.Minute,
 		// Request contexts derive from this one, not from ctx: a shutdown lets in-flight
 		// requests finish instead of cancelling them at once.
 		BaseContext: func(net.Listener) context.Context { return context.Background() },
@@ -215,10 +124,45 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
+	start := time.Now()
+	loaded := make(chan loadResult, 1)
+	go func() {
+		a, err := load(opt, log)
+		loaded <- loadResult{a, err}
+	}()
+	var a *app
+	select {
+	case r := <-loaded:
+		if r.err != nil {
+			hs.Close()
+			return r.err
+		}
+		a = r.a
+	case <-ctx.Done():
+		hs.Close()
+		go func() { // what the load still makes is closed when it ends
+			if r := <-loaded; r.a != nil {
+				r.a.close()
+			}
+		}()
+		log.Info("tandem serve: stopped while loading")
+		return nil
+	case err := <-served: // the listener failed
+		go func() {
+			if r := <-loaded; r.a != nil {
+				r.a.close()
+			}
+		}()
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer a.close()
+	h = a.srv.Handler()
+	handler.Store(&h)
+
 	url := "http://" + ln.Addr().String()
-	args := []any{"url", url, "model", name, "device", device, "load_s", time.Since(start).Seconds()}
-	if draftName != "" {
-		args = append(args, "draft", draftName)
+	args := []any{"url", url, "model", a.name, "device", a.device, "load_s", time.Since(start).Seconds()}
+	if a.draftName != "" {
+		args = append(args, "draft", a.draftName)
 	}
 	log.Info("tandem serve: ready", args...)
 	if opt.Ready != nil {
@@ -231,31 +175,170 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	case serveErr = <-served: // the listener failed
 	}
 
-	// Shutdown: refuse new completions, stop accepting connections, let running requests
-	// finish until the grace period ends, then cancel them (their clients get a 503
-	// shutting_down, or an error event in a stream) and wait for their handlers to return.
+	// Shutdown: refuse new completions (503, and "draining" on /health, while the listener
+	// still answers, so that a load balancer sees it), let running requests finish until the
+	// grace period ends, then cancel them (their clients get a 503 shutting_down, or an error
+	// event in a stream), and then close the listener and wait for the handlers to return.
+	eng := a.eng
 	log.Info("tandem serve: shutting down", "grace_s", grace.Seconds(), "running", eng.Stats().Running, "waiting", eng.Stats().Waiting)
-	srv.Drain()
+	a.srv.Drain()
 	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	engDone := make(chan error, 1)
-	go func() { engDone <- eng.Close(graceCtx) }()
+	if err := eng.Close(graceCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		log.Warn("tandem serve: engine close", "err", err)
+	}
 	// Handlers end soon after the engine cancels their requests; allow a little for that.
-	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), grace+5*time.Second)
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelHTTP()
 	if err := hs.Shutdown(httpCtx); err != nil {
 		log.Warn("tandem serve: closing connections that did not finish", "err", err)
 		hs.Close()
 	}
-	if err := <-engDone; err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		log.Warn("tandem serve: engine close", "err", err)
-	}
-	engineClosed = true
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", serveErr)
 	}
 	log.Info("tandem serve: stopped")
 	return nil
+}
+
+// loading answers every request while the models load: a 503 with Retry-After, in the API's
+// error shape, and {"status":"loading"} on /health.
+func loading(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "5")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if r.URL.Path == "/health" {
+		io.WriteString(w, `{"status":"loading"}`+"\n")
+		return
+	}
+	io.WriteString(w, `{"error":{"message":"the model is loading; retry shortly","type":"server_error","param":null,"code":"model_loading"}}`+"\n")
+}
+
+// loadStarted, when set (tests), runs as a load starts: it can hold the load.
+var loadStarted func()
+
+// app is what Run serves: the models, the engine and the HTTP server over them.
+type app struct {
+	m                       *gemma4.Model
+	drafter                 *gemma4.Assistant
+	eng                     *engine.Engine
+	srv                     *server.Server
+	name, device, draftName string
+}
+
+type loadResult struct {
+	a   *app
+	err error
+}
+
+// close stops the engine (at once: Run has let it finish by then, where it served) and
+// frees the models.
+func (a *app) close() {
+	if a.eng != nil {
+		a.eng.Close(context.Background())
+	}
+	if a.drafter != nil {
+		a.drafter.Close()
+	}
+	if a.m != nil {
+		a.m.Close()
+	}
+}
+
+// load loads the models and builds the engine and the server; on an error it frees what
+// it made.
+func load(opt Options, log *slog.Logger) (_ *app, err error) {
+	if loadStarted != nil {
+		loadStarted()
+	}
+	a := &app{name: opt.ModelName, device: opt.Device}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	if a.name == "" {
+		a.name = filepath.Base(filepath.Clean(opt.Model))
+	}
+	b := opt.Backend
+	if b == nil {
+		b = cpu.New(0)
+	}
+	if a.device == "" {
+		a.device = b.Name()
+	}
+	var lo gemma4.LoadOptions
+	if b.Name() == "cpu" {
+		// Weights stay memory-mapped: read them once now, with the bar.
+		if err := readWeights(opt.Progress, opt.Model, opt.Draft); err != nil {
+			return nil, err
+		}
+	} else {
+		// Weights are copied to the device: the upload is the wait to show.
+		lo.Progress = progress.Bar(opt.Progress, "loading weights onto "+b.Name(), 0)
+	}
+	if a.m, err = gemma4.LoadWith(opt.Model, b, lo); err != nil {
+		return nil, err
+	}
+	if opt.Draft != "" {
+		if a.drafter, err = gemma4.LoadAssistant(opt.Draft, b); err != nil {
+			return nil, err
+		}
+		if err := a.drafter.Bind(a.m); err != nil {
+			return nil, fmt.Errorf("drafter %s: %w", opt.Draft, err)
+		}
+	}
+	tok, err := tokenizer.LoadDir(opt.Model)
+	if err != nil {
+		return nil, fmt.Errorf("the model's tokenizer: %w", err)
+	}
+	tmpl, err := chat.Load(opt.Model)
+	if err != nil {
+		// A model without a chat template still serves /v1/completions.
+		log.Warn("no usable chat template: /v1/chat/completions is off", "err", err)
+		tmpl = nil
+	}
+	stops := opt.StopTokens
+	if stops == nil {
+		if stops, err = StopTokens(opt.Model); err != nil {
+			return nil, err
+		}
+	}
+	sp := opt.Sampling
+	if sp == nil {
+		def, err := DefaultSampling(opt.Model)
+		if err != nil {
+			return nil, err
+		}
+		sp = &def
+	}
+	if a.eng, err = engine.New(engine.Config{
+		Model: a.m, Drafter: a.drafter, DraftTokens: opt.DraftTokens, Draft: opt.DraftOpt, AdaptiveDrafts: opt.AdaptiveDrafts,
+		CtxSize: opt.CtxSize, Parallel: opt.Parallel, PrefillSize: opt.PrefillSize, MaxQueue: opt.MaxQueue,
+	}); err != nil {
+		return nil, err
+	}
+	if opt.Draft != "" {
+		a.draftName = filepath.Base(filepath.Clean(opt.Draft))
+	}
+	// The engine fills in these defaults too; the server shows them.
+	ctxSize, draftTokens := opt.CtxSize, 0
+	if ctxSize == 0 {
+		ctxSize = min(a.m.Config.Text.MaxPositionEmbeddings, engine.DefaultCtxSize)
+	}
+	if a.drafter != nil {
+		draftTokens = cmp.Or(opt.DraftTokens, engine.DefaultDraftTokens)
+	}
+	if a.srv, err = server.New(server.Config{
+		Engine: a.eng, Tokenizer: tok, Template: tmpl,
+		ModelName: a.name, Draft: a.draftName, DraftTokens: draftTokens, Device: a.device, ContextSize: ctxSize,
+		APIKey: opt.APIKey, MaxBodyBytes: opt.MaxBodyBytes,
+		Sampling: *sp, MaxTokens: opt.MaxTokens, StopTokens: stops,
+		Logger: log,
+	}); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // writerFunc adapts a function to io.Writer.

@@ -1,9 +1,16 @@
 package serve
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"tandem/sample"
 )
@@ -33,5 +40,50 @@ func TestDefaultSampling(t *testing.T) {
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("%s: %+v, err %v; want %+v (error %v)", tc.name, got, err, tc.want, tc.wantErr)
 		}
+	}
+}
+
+// TestLoadingAnswers protects the listener's answers while the models load: a 503 with
+// Retry-After in the API's error shape, {"status":"loading"} on /health, and Run returning at
+// once when its context ends during the load.
+func TestLoadingAnswers(t *testing.T) {
+	hold, held := make(chan struct{}), make(chan struct{})
+	loadStarted = func() { close(held); <-hold }
+	defer func() { loadStarted = nil }()
+	defer close(hold) // the load goes on, fails on the missing directory, and is dropped
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, ln, Options{Model: filepath.Join(t.TempDir(), "none"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}()
+	<-held
+	url := "http://" + ln.Addr().String()
+	for _, c := range []struct{ method, path, want string }{
+		{"GET", "/health", `"status":"loading"`},
+		{"POST", "/v1/completions", `"code":"model_loading"`},
+	} {
+		req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(`{"prompt":"hi"}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s %s while loading: %d (Retry-After %q) %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run stopped during the load: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return when its context ended during the load")
 	}
 }

@@ -138,7 +138,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	}
 	p.logprobs = req.Logprobs != nil && *req.Logprobs
 
+	release, err := s.prepSlot(r.Context())
+	if err != nil {
+		return err
+	}
 	prompt, err := s.buildChatPrompt(&req)
+	release()
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	if req.Echo && p.logprobs {
 		return badRequest("echo", "echo with logprobs is not supported (prompt logprobs are not computed)")
 	}
+	release, err := s.prepSlot(r.Context())
+	if err != nil {
+		return err
+	}
 	prompt, promptText, err := s.completionPrompt(&req.Prompt, req.Echo)
+	release()
 	if err != nil {
 		return err
 	}

@@ -108,7 +108,7 @@ func submitError(err error, promptParam string) *apiError {
 			Message: "the server is busy: its request queue is full; retry later", RetryAfter: 1}
 	case errors.Is(err, engine.ErrClosed):
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
-			Message: "the server is shutting down"}
+			Message: "the server is shutting down", RetryAfter: 5}
 	case errors.As(err, &ce):
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam,
 			Code: "context_length_exceeded", Message: ce.Error()}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -28,7 +29,7 @@ func (s *Server) buildChatPrompt(req *chatRequest) (*chatPrompt, error) {
 	if s.cfg.Template == nil {
 		return nil, badRequest("messages", "this model has no chat template; use /v1/completions with a prompt")
 	}
-	msgs, err := normalizeMessages(req.Messages)
+	msgs, err := normalizeMessages(req.Messages, s.cfg.ContextSize)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +109,7 @@ func renderSafely(t *chat.Template, msgs json.RawMessage, opt chat.Options) (out
 // content given as an array of text parts is joined into one string (templates expect a
 // string), null content becomes "" except on assistant messages (a tool-call turn has none).
 // Everything else in a message is kept as sent, key order included.
-func normalizeMessages(raw json.RawMessage) (json.RawMessage, error) {
+func normalizeMessages(raw json.RawMessage, ctxSize int) (json.RawMessage, error) {
 	if len(raw) == 0 || isNull(raw) {
 		return nil, badRequest("messages", "messages is required")
 	}
@@ -118,6 +119,12 @@ func normalizeMessages(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	if len(list) == 0 {
 		return nil, badRequest("messages", "messages must not be empty")
+	}
+	if ctxSize > 0 && len(list) > ctxSize {
+		// Every message takes a token at least, and a template may scan the messages once
+		// for each: refused before rendering.
+		return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "messages", Code: "context_length_exceeded",
+			Message: fmt.Sprintf("%d messages cannot fit the context of %d tokens", len(list), ctxSize)}
 	}
 	out := make([]map[string]json.RawMessage, len(list))
 	for i, m := range list {

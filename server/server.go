@@ -26,6 +26,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -74,7 +75,10 @@ type Config struct {
 	// APIKey, when set, is required as "Authorization: Bearer KEY" on every route except
 	// /health and /metrics (401 otherwise).
 	APIKey string
-	// MaxBodyBytes caps request bodies (413 beyond); 0: 16 MiB.
+	// MaxBodyBytes caps request bodies (413 beyond); 0: 64 bytes a token of ContextSize,
+	// between 1 and 16 MiB (16 MiB without a ContextSize). A body is read, rendered and
+	// tokenized before the engine can say its prompt is too long, so the cap bounds that
+	// work: 64 bytes a token is many times what a prompt that fits takes, escapes and all.
 	MaxBodyBytes int64
 
 	// Sampling holds the defaults for fields a request leaves out (generation_config.json's
@@ -110,10 +114,16 @@ type Server struct {
 	handler     http.Handler
 	started     time.Time
 	draining    atomic.Bool
+	// prep bounds the requests rendering and tokenizing their prompts at once: that work
+	// happens before the engine's queue can refuse a request, and a large body takes
+	// seconds and a gigabyte of it.
+	prep chan struct{}
 }
 
 const (
 	defaultMaxBodyBytes = 16 << 20
+	minMaxBodyBytes     = 1 << 20
+	bodyBytesPerToken   = 64
 	defaultMaxTokens    = 2048
 )
 
@@ -133,6 +143,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = defaultMaxBodyBytes
+		if cfg.ContextSize > 0 {
+			cfg.MaxBodyBytes = min(max(bodyBytesPerToken*int64(cfg.ContextSize), minMaxBodyBytes), defaultMaxBodyBytes)
+		}
 	}
 	if cfg.MaxTokens == 0 {
 		cfg.MaxTokens = defaultMaxTokens
@@ -146,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, errors.New("server: Config.StopTokens holds an id outside the vocabulary")
 		}
 	}
-	s := &Server{cfg: cfg, eng: cfg.Engine, log: cfg.Logger, started: time.Now()}
+	s := &Server{cfg: cfg, eng: cfg.Engine, log: cfg.Logger, started: time.Now(), prep: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -163,6 +176,17 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(prometheus.NewRegistry(), s)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// prepSlot waits for a turn to render and tokenize a prompt (s.prep), or for the client to
+// leave; release ends the turn.
+func (s *Server) prepSlot(ctx context.Context) (release func(), err error) {
+	select {
+	case s.prep <- struct{}{}:
+		return func() { <-s.prep }, nil
+	case <-ctx.Done():
+		return nil, submitError(ctx.Err(), "")
+	}
 }
 
 // Handler returns the HTTP handler serving every route.

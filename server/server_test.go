@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"tandem/engine"
 )
@@ -331,10 +333,72 @@ func TestDrain(t *testing.T) {
 	if status, _, body := get(t, ts.URL+"/health"); status != 503 || !strings.Contains(string(body), `"draining"`) {
 		t.Errorf("health while draining: %d %s", status, body)
 	}
-	status, _, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`)
-	if status != 503 || !strings.Contains(string(body), "shutting_down") {
-		t.Errorf("chat while draining: %d %s", status, body)
+	status, h, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}]}`)
+	if status != 503 || !strings.Contains(string(body), "shutting_down") || h.Get("Retry-After") == "" {
+		t.Errorf("chat while draining: %d %s (Retry-After %q)", status, body, h.Get("Retry-After"))
 	}
+}
+
+// TestBodyLimitFollowsTheContext protects the default body cap: 64 bytes a token of the
+// context, between 1 and 16 MiB, 16 MiB without a context size, and a set cap as it is.
+func TestBodyLimitFollowsTheContext(t *testing.T) {
+	tok, _ := fixtures(t)
+	fe := newFake(encode(t, "Hi."))
+	for _, tc := range []struct {
+		ctx       int
+		set, want int64
+	}{
+		{0, 0, 16 << 20}, {256, 0, 1 << 20}, {65536, 0, 4 << 20}, {1 << 20, 0, 16 << 20}, {256, 5000, 5000},
+	} {
+		s, err := New(Config{Engine: fe, Tokenizer: tok, ModelName: "m", ContextSize: tc.ctx, MaxBodyBytes: tc.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.MaxBodyBytes != tc.want {
+			t.Errorf("context %d, set %d: body cap %d, want %d", tc.ctx, tc.set, s.cfg.MaxBodyBytes, tc.want)
+		}
+	}
+}
+
+// TestTooManyMessages: more messages than the context has tokens are refused before the
+// template renders them (a template may scan them once for each).
+func TestTooManyMessages(t *testing.T) {
+	fe := newFake(encode(t, "Hi."))
+	_, ts, _ := newTestServer(t, fe, func(c *Config) { c.ContextSize = 40 })
+	msg := `{"role":"user","content":"x"}`
+	many := `{"messages":[` + strings.TrimSuffix(strings.Repeat(msg+",", 41), ",") + `]}`
+	status, _, body := post(t, ts.URL+"/v1/chat/completions", many)
+	if e := decodeJSON[apiErr](t, body); status != 400 || strp(e.Error.Code) != "context_length_exceeded" || strp(e.Error.Param) != "messages" {
+		t.Fatalf("41 messages for a context of 40: %d %s", status, body)
+	}
+}
+
+// TestPromptTurns: the prompts being rendered and tokenized at once are bounded, and a
+// client that leaves while waiting for a turn ends its request.
+func TestPromptTurns(t *testing.T) {
+	fe := newFake(encode(t, "Hi."))
+	s, _, _ := newTestServer(t, fe, nil)
+	var held []func()
+	for range cap(s.prep) {
+		release, err := s.prepSlot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, release)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.prepSlot(ctx); err == nil {
+		t.Fatal("a turn past the bound was given")
+	} else if ae, ok := err.(*apiError); !ok || ae.Status != 499 {
+		t.Fatalf("waiting past the client: %v", err)
+	}
+	held[0]()
+	release, err := s.prepSlot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
 }
 
 // TestLogLine: one line per request with method, route, status, tokens and duration.

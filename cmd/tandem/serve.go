@@ -29,8 +29,9 @@ func newServe() *cobra.Command {
 			"with output identical to plain decoding) and answers POST /v1/chat/completions and\n" +
 			"/v1/completions, GET /v1/models, /health and /metrics. Sampling defaults come from the\n" +
 			"model's generation_config.json unless --temp, --top-p, --top-k or --min-p are given; a request's\n" +
-			"own values win. SIGINT or SIGTERM stops accepting requests, lets running ones finish for\n" +
-			"--shutdown-grace, cancels the rest and exits 0; a second signal exits at once.",
+			"own values win. While the weights load, the port answers 503 (/health: loading). SIGINT or\n" +
+			"SIGTERM stops accepting requests, lets running ones finish for --shutdown-grace, cancels the\n" +
+			"rest and exits 0; a second signal, or one during the load, exits at once.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opt.Model == "" {
