@@ -134,7 +134,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		if req.Logprobs == nil || !*req.Logprobs {
 			return badRequest("top_logprobs", "top_logprobs needs logprobs set to true")
 		}
-		p.topLogprobs = *req.TopLogprobs
+		p.topLogprobs = int(*req.TopLogprobs)
 	}
 	p.logprobs = req.Logprobs != nil && *req.Logprobs
 

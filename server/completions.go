@@ -44,7 +44,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 		if *req.Logprobs < 0 || *req.Logprobs > maxCompletionLogprobs {
 			return badRequest("logprobs", "logprobs must be in [0, %d], got %d", maxCompletionLogprobs, *req.Logprobs)
 		}
-		p.logprobs, p.topLogprobs = true, *req.Logprobs
+		p.logprobs, p.topLogprobs = true, int(*req.Logprobs)
 	}
 	if req.BestOf != nil && *req.BestOf != 1 {
 		return badRequest("best_of", "best_of = %d is not supported (only 1)", *req.BestOf)

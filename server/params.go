@@ -35,7 +35,7 @@ type genParams struct {
 
 // commonParams validates the fields chat and text completions share. maxTokens is the
 // request's max_tokens (or max_completion_tokens), named maxParam in errors.
-func (s *Server) commonParams(c *commonRequest, maxTokens *int, maxParam string) (genParams, error) {
+func (s *Server) commonParams(c *commonRequest, maxTokens *wholeInt, maxParam string) (genParams, error) {
 	var p genParams
 	if err := s.checkModel(c.Model); err != nil {
 		return p, err
@@ -61,7 +61,7 @@ func (s *Server) commonParams(c *commonRequest, maxTokens *int, maxParam string)
 		if *maxTokens < 1 {
 			return p, badRequest(maxParam, "%s must be at least 1, got %d", maxParam, *maxTokens)
 		}
-		p.maxTokens, p.maxTokensSet = *maxTokens, true
+		p.maxTokens, p.maxTokensSet = int(*maxTokens), true
 	}
 
 	sp := s.cfg.Sampling
@@ -84,7 +84,7 @@ func (s *Server) commonParams(c *commonRequest, maxTokens *int, maxParam string)
 		case *v < 0:
 			return p, badRequest("top_k", "top_k must be >= 0 (or -1 for off), got %d", *v)
 		default:
-			sp.TopK = *v
+			sp.TopK = int(*v)
 		}
 	}
 	if v := c.MinP; v != nil {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -21,20 +23,20 @@ type commonRequest struct {
 	Model         string         `json:"model"`
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options"`
-	MaxTokens     *int           `json:"max_tokens"`
+	MaxTokens     *wholeInt      `json:"max_tokens"`
 
-	Temperature       *float64 `json:"temperature"`
-	TopP              *float64 `json:"top_p"`
-	TopK              *int     `json:"top_k"`
-	MinP              *float64 `json:"min_p"`
-	RepetitionPenalty *float64 `json:"repetition_penalty"`
-	FrequencyPenalty  *float64 `json:"frequency_penalty"`
-	PresencePenalty   *float64 `json:"presence_penalty"`
-	Seed              *int64   `json:"seed"`
+	Temperature       *float64  `json:"temperature"`
+	TopP              *float64  `json:"top_p"`
+	TopK              *wholeInt `json:"top_k"`
+	MinP              *float64  `json:"min_p"`
+	RepetitionPenalty *float64  `json:"repetition_penalty"`
+	FrequencyPenalty  *float64  `json:"frequency_penalty"`
+	PresencePenalty   *float64  `json:"presence_penalty"`
+	Seed              *int64    `json:"seed"`
 
 	Stop         stopField          `json:"stop"`
 	StopTokenIDs []int64            `json:"stop_token_ids"` // vLLM's extension: extra stop token ids
-	N            *int               `json:"n"`
+	N            *wholeInt          `json:"n"`
 	LogitBias    map[string]float64 `json:"logit_bias"`
 }
 
@@ -47,9 +49,9 @@ type streamOptions struct {
 type chatRequest struct {
 	commonRequest
 	Messages            json.RawMessage `json:"messages"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	MaxCompletionTokens *wholeInt       `json:"max_completion_tokens"`
 	Logprobs            *bool           `json:"logprobs"`
-	TopLogprobs         *int            `json:"top_logprobs"`
+	TopLogprobs         *wholeInt       `json:"top_logprobs"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          toolChoiceField `json:"tool_choice"`
 	// ChatTemplateKwargs are extra template variables (vLLM's extension), e.g.
@@ -67,12 +69,34 @@ type responseFormat struct {
 type completionRequest struct {
 	commonRequest
 	Prompt   promptField `json:"prompt"`
-	Logprobs *int        `json:"logprobs"` // the number of alternatives, 0 for the chosen token's only
+	Logprobs *wholeInt   `json:"logprobs"` // the number of alternatives, 0 for the chosen token's only
 	Echo     bool        `json:"echo"`
-	BestOf   *int        `json:"best_of"`
+	BestOf   *wholeInt   `json:"best_of"`
 	Suffix   *string     `json:"suffix"`
 	// SkipSpecialTokens (vLLM's extension, default true) drops special tokens from the text.
 	SkipSpecialTokens *bool `json:"skip_special_tokens"`
+}
+
+// wholeInt is an integer field that also takes a whole number written as a float (5.0,
+// 1e3), as Python clients send and vLLM accepts; a fraction is still a 400.
+type wholeInt int
+
+func (w *wholeInt) UnmarshalJSON(b []byte) error {
+	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil && n >= math.MinInt32 && n <= math.MaxInt32 {
+		*w = wholeInt(n)
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil || f != math.Trunc(f) || f < math.MinInt32 || f > math.MaxInt32 {
+		value := "number " + string(b)
+		if err != nil {
+			value = strings.TrimPrefix(jsonKind(b), "a ")
+			value = strings.TrimPrefix(value, "an ")
+		}
+		return &json.UnmarshalTypeError{Value: value, Type: reflect.TypeFor[int]()}
+	}
+	*w = wholeInt(f)
+	return nil
 }
 
 // stopField is "stop": a string, a list of strings, or null.

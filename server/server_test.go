@@ -114,7 +114,9 @@ func TestRequestErrors(t *testing.T) {
 		{"empty body", chatURL, ``, 400, "", "", "empty"},
 		{"not an object", chatURL, `[1,2]`, 400, "", "", "must be a JSON object"},
 		{"wrong type temperature", chatURL, `{` + msgs + `,"temperature":"hot"}`, 400, "temperature", "", "temperature: want a number, got a string"},
-		{"wrong type max_tokens", chatURL, `{` + msgs + `,"max_tokens":1.5}`, 400, "max_tokens", "", "want an integer"},
+		{"wrong type max_tokens", chatURL, `{` + msgs + `,"max_tokens":1.5}`, 400, "max_tokens", "", "max_tokens: want an integer, got the number 1.5"},
+		{"max_tokens a string", chatURL, `{` + msgs + `,"max_tokens":"5"}`, 400, "max_tokens", "", "max_tokens: want an integer, got a string"},
+		{"n past int32", chatURL, `{` + msgs + `,"n":1e10}`, 400, "n", "", "want an integer"},
 		{"wrong type stream", chatURL, `{` + msgs + `,"stream":"yes"}`, 400, "stream", "", "want a boolean"},
 		{"wrong type include_usage", chatURL, `{` + msgs + `,"stream":true,"stream_options":{"include_usage":1}}`, 400, "stream_options.include_usage", "", "want a boolean"},
 		{"wrong type stop", chatURL, `{` + msgs + `,"stop":5}`, 400, "stop", "", "stop: want a string or an array"},
@@ -419,5 +421,23 @@ func TestLogLine(t *testing.T) {
 	}
 	if !strings.Contains(lines[1], "status=404") || !strings.Contains(lines[1], "route=other") {
 		t.Errorf("second line: %s", lines[1])
+	}
+}
+
+// TestWholeNumbersAsIntegers: integer fields take whole numbers written as floats (5.0, 1e1),
+// as Python clients send them and vLLM accepts.
+func TestWholeNumbersAsIntegers(t *testing.T) {
+	fe := newFake(encode(t, "Hi."))
+	_, ts, _ := newTestServer(t, fe, nil)
+	for _, body := range []string{
+		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5.0,"n":1.0,"top_k":4e0}`,
+		`{"messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":1e1,"logprobs":true,"top_logprobs":2.0}`,
+	} {
+		if status, _, resp := post(t, ts.URL+"/v1/chat/completions", body); status != 200 {
+			t.Errorf("%s: %d %s", body, status, resp)
+		}
+	}
+	if status, _, resp := post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","max_tokens":3.0,"logprobs":1.0,"best_of":1.0}`); status != 200 {
+		t.Errorf("completions: %d %s", status, resp)
 	}
 }
