@@ -114,8 +114,9 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	hs := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute, // a body sent a byte at a time does not hold a connection forever
-		IdleTimeout:       2 * time.Minute,
+		// The server bounds reading a body itself, with a 408 (ReadTimeout would make a
+		// slow body a client gone).
+		IdleTimeout: 2 * time.Minute,
 		// Request contexts derive from this one, not from ctx: a shutdown lets in-flight
 		// requests finish instead of cancelling them at once.
 		BaseContext: func(net.Listener) context.Context { return context.Background() },

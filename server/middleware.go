@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -194,8 +195,23 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, req any) er
 
 // readBody reads the request body, up to MaxBodyBytes (413 beyond).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	// A body sent a byte at a time must not hold the connection forever: the connection's
+	// read deadline is set for the body and cleared once it is in. After a failed read it
+	// stays, so that net/http's discarding of the body's rest fails at once and the 408
+	// goes out (cleared, the discard would wait for the rest). Connections that cannot
+	// take one (HTTP/2) read without.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err == nil && deadline {
+		rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+				Message: fmt.Sprintf("the request body did not arrive within %s", bodyReadTimeout)}
+		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
@@ -208,6 +224,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	}
 	return body, nil
 }
+
+// bodyReadTimeout bounds reading a request's body.
+var bodyReadTimeout = time.Minute
 
 // methodNotAllowed answers a known path asked with the wrong method.
 func methodNotAllowed(allow string) handlerFunc {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -439,5 +441,50 @@ func TestWholeNumbersAsIntegers(t *testing.T) {
 	}
 	if status, _, resp := post(t, ts.URL+"/v1/completions", `{"prompt":"Hi","max_tokens":3.0,"logprobs":1.0,"best_of":1.0}`); status != 200 {
 		t.Errorf("completions: %d %s", status, resp)
+	}
+}
+
+// TestBodyDeadlineIsTheBodysAlone protects the body's read deadline: a body that does not
+// arrive in time is a 408 (the reply goes out, the connection ends), and a stream that runs
+// longer than the deadline keeps its request.
+func TestBodyDeadlineIsTheBodysAlone(t *testing.T) {
+	defer func(d time.Duration) { bodyReadTimeout = d }(bodyReadTimeout)
+	bodyReadTimeout = 100 * time.Millisecond
+	fe := newFake(append(encode(t, "Hello there, a long answer."), turnEnd))
+	fe.set(func(f *fakeEngine) { f.hold = 1 }) // one event, then the request waits for its context
+	_, ts, _ := newTestServer(t, fe, nil)
+
+	// A stream held open well past the deadline is not cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Hi"}],"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fe.cancelled:
+		t.Fatal("a stream was cancelled by the body's read deadline")
+	case <-time.After(5 * bodyReadTimeout):
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-fe.cancelled: // the client leaving still ends it
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client left and the request went on")
+	}
+
+	// A body that stops arriving is a 408.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	reply, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(reply), "HTTP/1.1 408") || !strings.Contains(string(reply), "request_timeout") {
+		t.Fatalf("a body that stopped arriving: %q", reply)
 	}
 }
