@@ -131,6 +131,14 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 		a, err := load(opt, log)
 		loaded <- loadResult{a, err}
 	}()
+	// abandon closes what the load still makes, when it ends.
+	abandon := func() {
+		go func() {
+			if r := <-loaded; r.a != nil {
+				r.a.close()
+			}
+		}()
+	}
 	var a *app
 	select {
 	case r := <-loaded:
@@ -141,19 +149,11 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 		a = r.a
 	case <-ctx.Done():
 		hs.Close()
-		go func() { // what the load still makes is closed when it ends
-			if r := <-loaded; r.a != nil {
-				r.a.close()
-			}
-		}()
+		abandon()
 		log.Info("tandem serve: stopped while loading")
 		return nil
 	case err := <-served: // the listener failed
-		go func() {
-			if r := <-loaded; r.a != nil {
-				r.a.close()
-			}
-		}()
+		abandon()
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer a.close()

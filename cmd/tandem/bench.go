@@ -273,7 +273,7 @@ func newBench() *cobra.Command {
 					}
 					if engineBatch > 1 {
 						batch := func(onStart func(int32)) (int, error) {
-							_, err := run.engineBatchRun(ctx, prompt, nil, spec.Judge{}, func() { onStart(0) })
+							_, _, err := run.engineBatchRun(ctx, prompt, nil, spec.Judge{}, func() { onStart(0) })
 							return tokens - 1, err // the engine's decode steps once every request has its first token
 						}
 						if r.EngineBatchTimeline, r.EngineBatchSteps, err = profileRun(g, kernelsAsIssued, batch); err != nil {
@@ -526,7 +526,6 @@ type benchRun struct {
 	engine      bool          // --engine
 	engineBatch int           // --engine-batch
 	adaptive    bool          // --adaptive-drafts
-	lastStats   engine.Stats  // the last engineBatchRun's engine, as it stopped
 	sample      sample.Params // --temperature, seed 1
 }
 
@@ -620,15 +619,16 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 	if br.engineBatch > 1 {
 		var err error
 		row.EngineBatch = br.engineBatch
-		if row.EngineBatchTokS, err = br.engineBatchRun(ctx, prompt, nil, judge, nil); err != nil {
+		if row.EngineBatchTokS, _, err = br.engineBatchRun(ctx, prompt, nil, judge, nil); err != nil {
 			return err
 		}
 		if br.a != nil {
-			if row.EngineBatchSpecTokS, err = br.engineBatchRun(ctx, prompt, br.a, judge, nil); err != nil {
+			var st engine.Stats
+			if row.EngineBatchSpecTokS, st, err = br.engineBatchRun(ctx, prompt, br.a, judge, nil); err != nil {
 				return err
 			}
 			if br.adaptive {
-				row.EngineBatchSpecSteps, row.EngineBatchUndraftedSteps = br.lastStats.Steps, br.lastStats.UndraftedSteps
+				row.EngineBatchSpecSteps, row.EngineBatchUndraftedSteps = st.Steps, st.UndraftedSteps
 			}
 		}
 	}
@@ -684,13 +684,14 @@ func (br *benchRun) engineRuns(ctx context.Context, row *benchRow, prompt []int3
 // all, counted from the moment every request has its first token (the
 // prefill is behind them all) to the last token.
 //
-// onStarted, if set, runs once every request has its first token.
-func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter *gemma4.Assistant, judge spec.Judge, onStarted func()) (float64, error) {
+// onStarted, if set, runs once every request has its first token. It
+// also returns the engine's counters as it stopped.
+func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter *gemma4.Assistant, judge spec.Judge, onStarted func()) (float64, engine.Stats, error) {
 	n := br.engineBatch
 	e, err := engine.New(engine.Config{Model: br.m, Drafter: drafter, DraftTokens: br.k, CtxSize: len(prompt) + br.tokens + 1,
 		Parallel: n, PrefixCacheTokens: -1, Judge: judge, AdaptiveDrafts: br.adaptive && drafter != nil})
 	if err != nil {
-		return 0, err
+		return 0, engine.Stats{}, err
 	}
 	defer e.Close(context.Background())
 	times := make([]tokenTimes, n)
@@ -701,7 +702,7 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter 
 	for i := range n {
 		ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: br.tokens, Sample: br.sample})
 		if err != nil {
-			return 0, err
+			return 0, engine.Stats{}, err
 		}
 		wg.Add(1)
 		go func() {
@@ -720,14 +721,21 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter 
 		}()
 	}
 	wg.Wait()
-	br.lastStats = e.Stats()
+	st := e.Stats()
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return 0, st, err
 	}
+	return batchRate(times), st, nil
+}
+
+// batchRate is the tokens a second in all of requests whose tokens came
+// at times, from the moment every one had its first to the last; 0 where
+// that leaves nothing to count.
+func batchRate(times []tokenTimes) float64 {
 	var start, end time.Time
 	for _, t := range times {
 		if len(t) == 0 {
-			return 0, nil
+			return 0
 		}
 		if t[0].After(start) {
 			start = t[0]
@@ -745,9 +753,9 @@ func (br *benchRun) engineBatchRun(ctx context.Context, prompt []int32, drafter 
 		}
 	}
 	if count == 0 || !end.After(start) {
-		return 0, nil
+		return 0
 	}
-	return float64(count) / end.Sub(start).Seconds(), nil
+	return float64(count) / end.Sub(start).Seconds()
 }
 
 // graphRuns adds --graph-profile's timelines to row: the plain decode and,
