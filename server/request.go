@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"strconv"
 	"strings"
 )
 
@@ -82,20 +81,15 @@ type completionRequest struct {
 type wholeInt int
 
 func (w *wholeInt) UnmarshalJSON(b []byte) error {
-	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil && n >= math.MinInt32 && n <= math.MaxInt32 {
-		*w = wholeInt(n)
-		return nil
-	}
-	var f float64
-	if err := json.Unmarshal(b, &f); err != nil || f != math.Trunc(f) || f < math.MinInt32 || f > math.MaxInt32 {
-		value := "number " + string(b)
-		if err != nil {
-			value = strings.TrimPrefix(jsonKind(b), "a ")
-			value = strings.TrimPrefix(value, "an ")
+	var n int32
+	if err := json.Unmarshal(b, &n); err != nil { // its error names what came, for the 400
+		var f float64
+		if json.Unmarshal(b, &f) != nil || f != math.Trunc(f) || f < math.MinInt32 || f > math.MaxInt32 {
+			return err
 		}
-		return &json.UnmarshalTypeError{Value: value, Type: reflect.TypeFor[int]()}
+		n = int32(f)
 	}
-	*w = wholeInt(f)
+	*w = wholeInt(n)
 	return nil
 }
 

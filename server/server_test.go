@@ -119,6 +119,7 @@ func TestRequestErrors(t *testing.T) {
 		{"wrong type max_tokens", chatURL, `{` + msgs + `,"max_tokens":1.5}`, 400, "max_tokens", "", "max_tokens: want an integer, got the number 1.5"},
 		{"max_tokens a string", chatURL, `{` + msgs + `,"max_tokens":"5"}`, 400, "max_tokens", "", "max_tokens: want an integer, got a string"},
 		{"n past int32", chatURL, `{` + msgs + `,"n":1e10}`, 400, "n", "", "want an integer"},
+		{"n a boolean", chatURL, `{` + msgs + `,"n":true}`, 400, "n", "", "n: want an integer, got a boolean"},
 		{"wrong type stream", chatURL, `{` + msgs + `,"stream":"yes"}`, 400, "stream", "", "want a boolean"},
 		{"wrong type include_usage", chatURL, `{` + msgs + `,"stream":true,"stream_options":{"include_usage":1}}`, 400, "stream_options.include_usage", "", "want a boolean"},
 		{"wrong type stop", chatURL, `{` + msgs + `,"stop":5}`, 400, "stop", "", "stop: want a string or an array"},
