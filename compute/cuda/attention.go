@@ -342,12 +342,15 @@ var attnRows = true // read by liveSettings
 // scratch would pass attnScratchBytes (a long row makes every row's
 // scores as long) go one Attention a row.
 func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, opt compute.AttentionOptions) *compute.Tensor {
+	if !attnRows || len(kv) < 2 || q.Rank() != 4 || q.Dim(1) >= attnTileMin {
+		return compute.AttendRowsApart(b, q, kv, opt) // a lone request's decode: checked there, once
+	}
 	if err := compute.CheckAttendRows(q, kv, opt); err != nil {
 		panic("cuda: " + err.Error())
 	}
 	sh := compute.AttentionShape{B: q.Dim(0), L: q.Dim(1), Hq: q.Dim(2), D: q.Dim(3), Hkv: kv[0].K.Dim(1), Dv: kv[0].V.Dim(2)}
 	rows := make([]attnKeys, sh.B)
-	same := attnRows && sh.B > 1 && sh.L < attnTileMin && sh.D <= 512 && q.DType() == compute.F32
+	same := sh.D <= 512 && q.DType() == compute.F32
 	for bi, r := range kv {
 		S := r.K.Dim(0)
 		same = same && r.K.DType() == compute.F32 && r.V.DType() == compute.F32 && r.K.Dim(1) == sh.Hkv && r.K.Dim(2) == sh.D &&
