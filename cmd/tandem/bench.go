@@ -77,11 +77,14 @@ type benchRow struct {
 	AheadMissed int `json:"ahead_missed,omitempty"`
 	// --kernel-profile: a plain decode with its kernels back to back, a
 	// real plain decode's timeline, and a real speculative one's.
-	Profile       *cuda.Profile `json:"kernel_profile,omitempty"`
-	Timeline      *cuda.Profile `json:"kernel_timeline,omitempty"`
-	SpecTimeline  *cuda.Profile `json:"speculative_kernel_timeline,omitempty"`
-	ProfileSteps  int           `json:"profile_steps,omitempty"`
-	ProfileRounds int           `json:"profile_rounds,omitempty"`
+	Profile      *cuda.Profile `json:"kernel_profile,omitempty"`
+	Timeline     *cuda.Profile `json:"kernel_timeline,omitempty"`
+	SpecTimeline *cuda.Profile `json:"speculative_kernel_timeline,omitempty"`
+	ProfileSteps int           `json:"profile_steps,omitempty"`
+	// The prompt's prefill, its kernels as issued, and its measured time.
+	PrefillProfile *cuda.Profile `json:"prefill_kernel_profile,omitempty"`
+	PrefillTime    time.Duration `json:"prefill_profile_ns,omitempty"`
+	ProfileRounds  int           `json:"profile_rounds,omitempty"`
 	// With --engine-batch too, the N requests' plain decode through the
 	// engine, as issued, from the moment all have their first token.
 	EngineBatchTimeline *cuda.Profile `json:"engine_batch_kernel_timeline,omitempty"`
@@ -147,7 +150,7 @@ func newBench() *cobra.Command {
 			if engineBatch < 0 || engineBatch == 1 {
 				return fmt.Errorf("--engine-batch must be 0 (off) or at least 2 requests, got %d", engineBatch)
 			}
-			if adaptive && (draft == "" || !viaEng && engineBatch == 0) {
+			if adaptive && cmd.Flags().Changed("adaptive-drafts") && (draft == "" || !viaEng && engineBatch == 0) {
 				return errors.New("--adaptive-drafts needs --draft and --engine or --engine-batch")
 			}
 			if pruns < 1 {
@@ -263,6 +266,9 @@ func newBench() *cobra.Command {
 			if kernels {
 				for i := range rows {
 					r := &rows[i]
+					if r.PrefillProfile, r.PrefillTime, err = profilePrefill(ctx, g, m, randomPrompt(m, r.Context, 1)); err != nil {
+						return err
+					}
 					prompt := randomPrompt(m, r.Context, 2)
 					plain := plainRun(ctx, m, prompt, generation.Options{MaxTokens: tokens, Sample: run.sample})
 					if r.Profile, r.ProfileSteps, err = profileRun(g, kernelsBackToBack, plain); err != nil {
@@ -402,6 +408,9 @@ func newBench() *cobra.Command {
 				}
 			}
 			for _, r := range rows {
+				if r.PrefillProfile != nil {
+					printProfile(out, fmt.Sprintf("kernel profile: prefill of the %d-token prompt, as issued", r.Context), "prefill", r.PrefillProfile, 1, r.PrefillTime)
+				}
 				if r.Profile != nil {
 					step := time.Duration(float64(time.Second) / r.DecodeTokS)
 					printProfile(out, fmt.Sprintf("kernel profile: plain decode after %d tokens, kernels run back to back", r.Context), "step", r.Profile, r.ProfileSteps, step)
@@ -438,7 +447,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&topP, "top-p", 0, "with --temperature, sample from the most likely tokens holding this much probability (0 or 1: all; Gemma 4's has 0.95)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	f.BoolVar(&adaptive, "adaptive-drafts", false, "the engine runs' greedy requests stop drafting while steps without drafts are faster (engine.Config.AdaptiveDrafts)")
+	f.BoolVar(&adaptive, "adaptive-drafts", true, "the engine runs' greedy requests stop drafting while steps without drafts are faster, as tandem serve's do by default (engine.Config.AdaptiveDrafts); =false measures drafting in every step")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
@@ -971,6 +980,21 @@ func profileRun(g *cuda.Backend, kind profileKind, run func(onToken func(int32))
 		prof.Issue /= time.Duration(len(issue))
 	}
 	return &prof, units, nil
+}
+
+// profilePrefill times every kernel of prompt's prefill as issued (a
+// prefill's kernels are long enough that the device seldom waits on the
+// host): where a prompt pass's time goes, by kernel.
+func profilePrefill(ctx context.Context, g *cuda.Backend, m *gemma4.Model, prompt []int32) (*cuda.Profile, time.Duration, error) {
+	if err := g.Device().StartProfile(); err != nil {
+		return nil, 0, fmt.Errorf("prefill profile: %w", err)
+	}
+	res, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1}, nil)
+	p, perr := g.Device().StopProfile()
+	if err = errors.Join(err, perr); err != nil {
+		return nil, 0, fmt.Errorf("prefill profile: %w", err)
+	}
+	return &p, res.Prefill, nil
 }
 
 // randomPrompt is c random token ids, the same for a given c.

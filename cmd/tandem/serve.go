@@ -42,7 +42,7 @@ func newServe() *cobra.Command {
 				return err
 			}
 			opt.Draft, opt.DraftTokens, opt.DraftOpt = df.dir, df.k, dopt
-			if opt.AdaptiveDrafts && df.dir == "" {
+			if opt.AdaptiveDrafts && cmd.Flags().Changed("adaptive-drafts") && df.dir == "" {
 				return errors.New("--adaptive-drafts needs --draft")
 			}
 			if opt.Backend, err = openBackend(device, threads); err != nil {
@@ -102,7 +102,7 @@ func newServe() *cobra.Command {
 	fl.IntVar(&opt.PrefillSize, "prefill-size", 0, "prompt tokens per request per step (0: 512)")
 	fl.IntVar(&opt.Parallel, "parallel", 0, "requests decoding at once; the KV budget is ctx-size × parallel tokens (0: 4)")
 	fl.IntVar(&opt.MaxTokens, "max-tokens", 0, "default max_tokens of a request that sets none (0: 2048)")
-	fl.BoolVar(&opt.AdaptiveDrafts, "adaptive-drafts", false, "greedy requests stop drafting while steps without drafts are faster at the running batch size, as measured (output unchanged; sampled requests always draft)")
+	fl.BoolVar(&opt.AdaptiveDrafts, "adaptive-drafts", true, "greedy requests stop drafting while steps without drafts are faster at the running batch size, as measured (output unchanged; sampled requests always draft); =false drafts in every step")
 	fl.IntVar(&opt.MaxQueue, "max-queue", 0, "requests waiting for a slot before new ones get 429 (0: 64)")
 	fl.Float64Var(&sp.Temperature, "temp", 0, "default temperature (default: generation_config.json's, else 0 = greedy)")
 	fl.Float64Var(&sp.TopP, "top-p", 0, "default nucleus mass (default: generation_config.json's, else off)")
