@@ -567,3 +567,60 @@ type ExpertBatcher interface {
 	// {0 (k times), 1 (k times), …}, scales).
 	AddExperts(dst, src, scales *Tensor)
 }
+
+// Precision is what a product does with its f32 activations.
+type Precision uint8
+
+const (
+	// PrecisionExact products take the activations as they are: every decode and
+	// verify pass, and by default prompt passes too.
+	PrecisionExact Precision = iota
+	// PrecisionBF16 products round each activation to bf16 (to nearest, ties to
+	// even) first, as HF transformers in bf16, vLLM and llama.cpp compute
+	// a prompt: the tensor cores' rate. A row's result still never depends
+	// on the other rows, and equals an exact product of the rounded row.
+	PrecisionBF16
+)
+
+func (p Precision) String() string {
+	switch p {
+	case PrecisionExact:
+		return "exact"
+	case PrecisionBF16:
+		return "bf16"
+	}
+	return fmt.Sprintf("Precision(%d)", uint8(p))
+}
+
+// ParsePrecision reads "exact" or "bf16".
+func ParsePrecision(s string) (Precision, error) {
+	switch s {
+	case "exact":
+		return PrecisionExact, nil
+	case "bf16":
+		return PrecisionBF16, nil
+	}
+	return PrecisionExact, fmt.Errorf("unknown precision %q (want exact or bf16)", s)
+}
+
+// Precisioner is implemented by backends whose products can round their
+// activations (see Precision). The setting is the backend's, not a
+// goroutine's: like a recording, it belongs to the one pass being issued.
+type Precisioner interface {
+	// SetPrecision sets the precision of every product issued after it
+	// (MatMul, Stacker, GeluGater, Router and ExpertBatcher products) and
+	// returns the one before.
+	SetPrecision(p Precision) Precision
+}
+
+// SetPrecision sets b's product precision and returns the one before; a
+// backend that is not a Precisioner takes only PrecisionExact.
+func SetPrecision(b Backend, p Precision) (Precision, error) {
+	if s, ok := b.(Precisioner); ok {
+		return s.SetPrecision(p), nil
+	}
+	if p != PrecisionExact {
+		return PrecisionExact, fmt.Errorf("the %s backend computes products only at precision exact, not %s", b.Name(), p)
+	}
+	return PrecisionExact, nil
+}

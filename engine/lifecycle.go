@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"tandem/compute"
 	"tandem/generation"
 	"tandem/spec"
 )
@@ -79,9 +80,19 @@ func (e *Engine) end(r *request, reason string, err error) {
 		// (never fed), and possibly rejected drafts beyond them.
 		n := min(cache.Len(), len(r.seq.History))
 		if cache.Truncate(n) == nil {
-			e.keep(func() { e.prefix.put(r.seq.History[:n], cache, e.budget-e.kvUsed) })
+			e.keep(func() { e.prefix.put(r.seq.History[:n], cache, e.budget-e.kvUsed, e.servable(r, n)) })
 		}
 	}
+}
+
+// servable is how many of the n positions r's cache holds another request
+// may reuse: all of them, or where prompt passes run at another precision
+// than decoding, those its prompt passes wrote (prefixCache).
+func (e *Engine) servable(r *request, n int) int {
+	if e.m.PromptPrecision() == compute.PrecisionExact {
+		return n
+	}
+	return min(n, len(r.req.Prompt))
 }
 
 // keep runs a prefix-cache insertion; one that fails (out of memory while
@@ -105,6 +116,6 @@ func (e *Engine) rememberPrompt(r *request) {
 		return
 	}
 	if room := e.budget - e.kvUsed; e.prefix.fits(len(r.req.Prompt), room) {
-		e.keep(func() { e.prefix.put(r.req.Prompt, r.cache.Clone(), room) })
+		e.keep(func() { e.prefix.put(r.req.Prompt, r.cache.Clone(), room, len(r.req.Prompt)) })
 	}
 }

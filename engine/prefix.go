@@ -16,6 +16,12 @@ import (
 // have overwritten keys that position still needs. kvcache.CanTruncate
 // says exactly that; entries record the shortest prefix they can serve.
 // Reuse copies the entry's cache, so the entry stays for others.
+//
+// Where prompt passes compute at another precision than decoding
+// (gemma4.Model.SetPromptPrecision), a position a decode step wrote holds
+// other keys than a prompt pass would: an entry then serves prefixes only
+// as far as prompt passes wrote it (high), so that a request's keys are
+// the ones its own prefill would write.
 type prefixCache struct {
 	limit   int // most tokens held; 0: off
 	entries []*prefixEntry
@@ -27,6 +33,7 @@ type prefixEntry struct {
 	tokens []int32 // the positions the cache holds
 	cache  *kvcache.Cache
 	low    int    // the shortest prefix it can roll back to
+	high   int    // the longest prefix it serves: the positions prompt passes wrote
 	used   uint64 // last use, for LRU eviction
 }
 
@@ -46,7 +53,7 @@ func (p *prefixCache) take(prompt []int32) (*kvcache.Cache, int) {
 	var best *prefixEntry
 	bestN := 0
 	for _, e := range p.entries {
-		n := min(commonPrefix(e.tokens, prompt), len(prompt)-1)
+		n := min(commonPrefix(e.tokens, prompt), len(prompt)-1, e.high)
 		if n >= e.low && n > bestN {
 			best, bestN = e, n
 		}
@@ -63,13 +70,15 @@ func (p *prefixCache) take(prompt []int32) (*kvcache.Cache, int) {
 	return c, bestN
 }
 
-// put keeps cache, which holds exactly tokens, evicting the least recently
-// used entries to stay within the limit and room (what the KV budget
-// leaves). Entries it makes redundant (a prefix of tokens that it can
-// serve as far back) go; it is not kept if an entry makes it redundant.
-func (p *prefixCache) put(tokens []int32, c *kvcache.Cache, room int) {
+// put keeps cache, which holds exactly tokens, of which the first high
+// may serve a prefix (see high), evicting the least recently used entries
+// to stay within the limit and room (what the KV budget leaves). Entries it
+// makes redundant (a prefix of tokens that it can serve as far back and as
+// far on) go; it is not kept if an entry makes it redundant.
+func (p *prefixCache) put(tokens []int32, c *kvcache.Cache, room, high int) {
 	n := len(tokens)
-	if !p.fits(n, room) || n < 1 || c.Len() != n {
+	high = min(high, n)
+	if !p.fits(n, room) || n < 1 || c.Len() != n || high < 1 {
 		return
 	}
 	low := n
@@ -77,12 +86,12 @@ func (p *prefixCache) put(tokens []int32, c *kvcache.Cache, room int) {
 		low--
 	}
 	for _, e := range p.entries {
-		if len(e.tokens) >= n && e.low <= low && slices.Equal(e.tokens[:n], tokens) {
+		if len(e.tokens) >= n && e.low <= low && e.high >= high && slices.Equal(e.tokens[:n], tokens) {
 			return // e serves everything this entry would
 		}
 	}
 	p.entries = slices.DeleteFunc(p.entries, func(e *prefixEntry) bool {
-		if len(e.tokens) <= n && e.low >= low && slices.Equal(e.tokens, tokens[:len(e.tokens)]) {
+		if len(e.tokens) <= n && e.low >= low && e.high <= high && slices.Equal(e.tokens, tokens[:len(e.tokens)]) {
 			p.tokens -= len(e.tokens)
 			return true
 		}
@@ -90,7 +99,7 @@ func (p *prefixCache) put(tokens []int32, c *kvcache.Cache, room int) {
 	})
 	p.shrink(min(p.limit, room) - n)
 	p.clock++
-	p.entries = append(p.entries, &prefixEntry{tokens: slices.Clone(tokens), cache: c, low: low, used: p.clock})
+	p.entries = append(p.entries, &prefixEntry{tokens: slices.Clone(tokens), cache: c, low: low, high: high, used: p.clock})
 	p.tokens += n
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -153,7 +154,7 @@ func (e *Engine) step() {
 			in[i] = gemma4.Row{Next: next, Cache: in[i].Cache}
 		}
 	}
-	out, err := e.m.Forward(in, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true})
+	out, err := e.forward(in, rows)
 	end()
 	err = errors.Join(err, e.aheadProposals(rows))
 	if drawn != nil {
@@ -215,7 +216,58 @@ func (e *Engine) plan() []row {
 			rows[i].tokens = []int32{r.seq.History[len(r.seq.History)-1]} // pending
 		}
 	}
+	if e.m.PromptPrecision() != compute.PrecisionExact { // prompt chunks first: forward runs them apart
+		slices.SortStableFunc(rows, func(a, b row) int {
+			return cmp.Compare(boolInt(!a.r.prefilling()), boolInt(!b.r.prefilling()))
+		})
+	}
 	return rows
+}
+
+// forward runs a step's pass over in (rows' inputs): one pass, or where
+// prompt passes run at another precision than decoding
+// (gemma4.Model.SetPromptPrecision), one over the prompt chunks, which plan
+// put first, and one over the rest, their outputs joined. A request's
+// tokens then still do not depend on what else is in the step.
+func (e *Engine) forward(in []gemma4.Row, rows []row) (*gemma4.Output, error) {
+	opt := gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true}
+	n := 0 // prompt chunks
+	for n < len(rows) && rows[n].r.prefilling() {
+		n++
+	}
+	if e.m.PromptPrecision() == compute.PrecisionExact || n == 0 {
+		return e.m.Forward(in, opt)
+	}
+	prompts := opt
+	prompts.Prompt = true
+	if n == len(in) {
+		return e.m.Forward(in, prompts)
+	}
+	a, err := e.m.Forward(in[:n], prompts)
+	if err != nil {
+		return nil, err
+	}
+	z, err := e.m.Forward(in[n:], opt)
+	if err != nil {
+		return nil, err
+	}
+	b := e.m.Backend()
+	na := a.Offsets[len(a.Offsets)-1]
+	h := b.Zeros(compute.F32, na+z.Offsets[len(z.Offsets)-1], a.Hidden.Dim(-1))
+	b.Copy(h, 0, a.Hidden)
+	b.Copy(h, na, z.Hidden)
+	offsets := slices.Clone(a.Offsets)
+	for _, o := range z.Offsets[1:] {
+		offsets = append(offsets, na+o)
+	}
+	return &gemma4.Output{Hidden: h, Offsets: offsets}, nil
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // draftAll proposes drafts for every decoding request with a drafter, in

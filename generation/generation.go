@@ -337,7 +337,7 @@ func Prefill(ctx context.Context, m *gemma4.Model, cache *kvcache.Cache, prompt 
 		if e == len(prompt) {
 			which = gemma4.LogitsLast
 		}
-		out, err := m.Forward([]gemma4.Row{{Tokens: prompt[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: which})
+		out, err := m.Forward([]gemma4.Row{{Tokens: prompt[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: which, Prompt: true})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -395,7 +395,7 @@ func ScoreTokens(ctx context.Context, m *gemma4.Model, tokens []int32, chunk int
 			return nil, err
 		}
 		e := min(s+chunk, len(tokens)-1)
-		out, err := m.Forward([]gemma4.Row{{Tokens: tokens[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		out, err := m.Forward([]gemma4.Row{{Tokens: tokens[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll, Prompt: true})
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,7 @@ package cpu
 
 import (
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"tandem/compute"
@@ -33,7 +34,8 @@ var _ compute.Backend = (*Backend)(nil)
 // Backend is the CPU implementation of compute.Backend. It is safe for
 // concurrent use; it holds no mutable state besides scratch pools.
 type Backend struct {
-	threads int
+	threads   int
+	precision atomic.Uint32 // compute.Precision of MatMul's activations
 }
 
 // New returns a CPU backend that fans work out to at most threads goroutines

@@ -15,6 +15,21 @@ const (
 	matmulTileN = 16
 )
 
+// SetPrecision implements compute.Precisioner: at PrecisionBF16, MatMul
+// rounds its activations to bf16 first and is otherwise the same.
+func (b *Backend) SetPrecision(p compute.Precision) compute.Precision {
+	return compute.Precision(b.precision.Swap(uint32(p)))
+}
+
+// roundedBF16 is xs rounded to bf16, a copy.
+func roundedBF16(xs []float32) []float32 {
+	r := make([]float32, len(xs))
+	for i, v := range xs {
+		r[i] = compute.RoundBF16(v)
+	}
+	return r
+}
+
 // MatMul implements compute.Backend: x [..., K] F32 times w [N, K]ᵀ with F32,
 // BF16 or F16 weights. Every output element is one dot product in the fixed
 // order described in dot.go, whatever the number of rows M, so a row's
@@ -24,6 +39,9 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 		panic(fmt.Sprintf("cpu: MatMul %v by %vᵀ", x, w))
 	}
 	xs := f32s(x)
+	if compute.Precision(b.precision.Load()) == compute.PrecisionBF16 {
+		xs = roundedBF16(xs)
+	}
 	K, N := w.Dim(1), w.Dim(0)
 	M := compute.NumElements(x.Shape()[:x.Rank()-1])
 	shape := append(append([]int(nil), x.Shape()[:x.Rank()-1]...), N)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -49,6 +50,9 @@ type Backend struct {
 	stage *staging
 	late  lateRead // ReadLate's pinned memory
 	k     map[string]Kernel
+	// precision is the products' (compute.Precisioner): a prompt pass's
+	// products at PrecisionBF16 take matmul_tiled1.
+	precision atomic.Uint32
 
 	mu        sync.Mutex
 	ropes     map[*compute.RoPE]*compute.Tensor // uploaded frequency tables
@@ -68,6 +72,7 @@ type Backend struct {
 	attnClN   int                               // attn_cluster launches, likewise
 	roundsN   int                               // attn_cluster_rounds launches, likewise
 	earlyN    int                               // products run by an _early kernel (earlyWeights), likewise
+	tiled1N   int                               // products run by matmul_tiled1 (PrecisionBF16), likewise
 	tilesN    int                               // products run by a multi-tile rows kernel (tilesFor), likewise
 	attnRowsN int                               // attention passes over a table of rows' caches (AttentionRows), likewise
 
@@ -98,7 +103,7 @@ var kernelNames = map[string][]string{
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
 		"attn_cluster", "attn_cluster_rounds", "random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
 		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
@@ -674,6 +679,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 		b.matmulMMA(y, x, w, M, N, K, nil, nil)
 		return y
 	}
+	x = b.promptInput(x)
 	name := map[compute.DType]string{compute.F32: "matmul_f32_warp", compute.BF16: "matmul_bf16_warp", compute.F16: "matmul_f16_warp"}[w.DType()]
 	if name == "" {
 		panic(fmt.Sprintf("cuda: MatMul with %v weights", w))
@@ -851,7 +857,7 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 	M, K := x.Rows(), x.Dim(-1)
 	lead := x.Shape()[:x.Rank()-1]
 	var y *compute.Tensor
-	if M > 1 && segmentOutputs && x.DType() == compute.F32 && whole.DType() == compute.BF16 && !warpMatMul && K > 0 &&
+	if M > 1 && segmentOutputs && !b.bf16() && x.DType() == compute.F32 && whole.DType() == compute.BF16 && !warpMatMul && K > 0 &&
 		whole.Dim(0) > 0 && whole.Dim(1) == K {
 		// A rows kernel writes the products one after another.
 		segs := [2]int{ws[0].Dim(0), whole.Dim(0)}
@@ -908,7 +914,7 @@ var _ compute.GeluGater = (*Backend)(nil)
 // the stacked product's, so each output's sums are the ones GeluMul reads
 // after MatMuls.
 func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
-	if !gluFused || gate.Rank() != 2 || up.Rank() != 2 || gate.Dim(0) != up.Dim(0) {
+	if !gluFused || b.bf16() || gate.Rank() != 2 || up.Rank() != 2 || gate.Dim(0) != up.Dim(0) {
 		return nil, false
 	}
 	whole := b.stacked([]*compute.Tensor{gate, up})
@@ -921,7 +927,7 @@ func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, boo
 // GeluMatMulBy implements compute.GeluGater with matmul_rows_glu_by: the
 // product's K split is MatMul's of gate alone.
 func (b *Backend) GeluMatMulBy(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
-	if !gluFused || gate.Rank() != 2 || up.DType() != compute.F32 || up.Rows() != x.Rows() || up.Dim(-1) != gate.Dim(0) {
+	if !gluFused || b.bf16() || gate.Rank() != 2 || up.DType() != compute.F32 || up.Rows() != x.Rows() || up.Dim(-1) != gate.Dim(0) {
 		return nil, false
 	}
 	return b.rowsGLU(x, gate, gate.Dim(0), up)
@@ -1277,14 +1283,22 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		stride = at.stride
 	}
 	al := alignedRows(K, w, stride)
+	// A prompt pass's product at PrecisionBF16 takes matmul_tiled1 for any
+	// M where the tiled kernel runs; elsewhere its activations are rounded
+	// first (their mid and lo parts then zero: the same bits).
+	one := b.bf16() && at == nil && al == 1
+	if b.bf16() && !one {
+		x = b.promptInput(x)
+	}
 	tiles := ""
-	if at == nil {
+	if at == nil && !one {
 		tiles = tilesFor(M, N, K)
 	}
-	tiled := at == nil && M > 16 && tiles == "" && tiledMatMul && al == 1
+	tiled := at == nil && (one || M > 16 && tiles == "" && tiledMatMul && al == 1)
 	lone := at != nil && M == 1 && R == 1
 	name, rows := mma1Kernel, false
 	switch {
+	case one:
 	case lone:
 		name = "matmul_rows_at"
 	case at != nil:
@@ -1320,6 +1334,9 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		tail = append(tail, at.sel, at.off, at.stride)
 	case at != nil: // a block of the third dimension an output row
 		grid[2], tail = uint32(R), append(tail, at.sel, at.step, at.off, at.stride, at.xdiv)
+	case one:
+		name, grid[2], tail = "matmul_tiled1", uint32((M+63)/64), tail[:4]
+		b.tiled1N++
 	case tiled:
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
 	}
@@ -1399,6 +1416,32 @@ var sumSplitsOnly bool
 // splitCounters is the number of column-group counters the matmul kernels
 // use to let the last K split of a group sum the partials.
 const splitCounters = 1 << 16
+
+var _ compute.Precisioner = (*Backend)(nil)
+
+// SetPrecision implements compute.Precisioner.
+func (b *Backend) SetPrecision(p compute.Precision) compute.Precision {
+	return compute.Precision(b.precision.Swap(uint32(p)))
+}
+
+// bf16 reports whether products round their activations to bf16.
+func (b *Backend) bf16() bool { return compute.Precision(b.precision.Load()) == compute.PrecisionBF16 }
+
+// promptInput is x rounded to bf16 where products take it so (bf16), for
+// the kernels other than matmul_tiled1, which read the split's first part:
+// a rounded x's mid and lo parts are zero, so every kernel gives
+// matmul_tiled1's bits.
+func (b *Backend) promptInput(x *compute.Tensor) *compute.Tensor {
+	if !b.bf16() {
+		return x
+	}
+	h := b.alloc(compute.BF16, x.Shape()...)
+	b.Copy(h, 0, x)
+	r := b.alloc(compute.F32, x.Shape()...)
+	b.Copy(r, 0, h)
+	b.recycle(h)
+	return r
+}
 
 // splitEntry is a tensor's remembered split: its three bf16 parts.
 type splitEntry struct {

@@ -36,7 +36,31 @@ type Model struct {
 	cacheOf               []int // layer → cache slot, or −1 for KV-shared layers
 
 	halves sync.Map // n → [2]*compute.Tensor: gateUp's row ids on the backend, made once
+
+	prompt compute.Precision // prompt passes' products (SetPromptPrecision)
 }
+
+// SetPromptPrecision sets the precision of prompt passes' products
+// (ForwardOptions.Prompt); decode and verify passes stay exact. At
+// compute.PrecisionBF16 a prompt's keys and values differ from those a
+// decode of the same tokens writes, so a cache's prompt positions are
+// worth reusing only for another prompt (engine's prefix cache), and greedy
+// speculative output still equals plain, both starting from the same prompt
+// pass. It fails where the backend computes only exact products.
+func (m *Model) SetPromptPrecision(p compute.Precision) error {
+	prev, err := compute.SetPrecision(m.b, p)
+	if err != nil {
+		return fmt.Errorf("prompt precision: %w", err)
+	}
+	if _, err := compute.SetPrecision(m.b, prev); err != nil {
+		return fmt.Errorf("prompt precision: %w", err)
+	}
+	m.prompt = p
+	return nil
+}
+
+// PromptPrecision is the precision of prompt passes' products.
+func (m *Model) PromptPrecision() compute.Precision { return m.prompt }
 
 type layer struct {
 	Layer
@@ -479,6 +503,10 @@ type ForwardOptions struct {
 	// round's verify without drafts. A greedy decode step is issued ahead
 	// of the device and needs none.
 	Checkpoint bool
+	// Prompt marks a pass of prompt tokens (a prefill chunk, scoring),
+	// whose products run at the model's prompt precision
+	// (SetPromptPrecision); every row of the pass must be a prompt's.
+	Prompt bool
 }
 
 // SharedKV is one row's view of the K/V of the last non-shared sliding and
@@ -549,6 +577,13 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		offsets = append(offsets, len(ids))
 	}
 
+	if opt.Prompt && m.prompt != compute.PrecisionExact {
+		prev, err := compute.SetPrecision(b, m.prompt)
+		if err != nil {
+			return nil, fmt.Errorf("forward: %w", err)
+		}
+		defer compute.SetPrecision(b, prev)
+	}
 	lookup := func(table *compute.Tensor) *compute.Tensor {
 		if next != nil {
 			return b.GatherAt(table, next)

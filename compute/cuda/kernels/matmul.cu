@@ -1015,18 +1015,19 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
 // [k0, k1) and returns each output's three parts summed (lo + mid) + hi in
 // c: what matmul_tiled writes as a split's partial. as and bs are the
 // block's double-buffered shared tiles; every thread of the block calls it.
+template <int P>
 __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ xs,
                                             const unsigned short* __restrict__ w, int M, int N, int K, int k0, int k1,
-                                            int n0, int m0, unsigned short (*as)[3][TBM][32],
+                                            int n0, int m0, unsigned short (*as)[P][TBM][32],
                                             unsigned short (*bs)[TBN][32], float c[2][2][4]) {
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
     const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·16..
     const size_t MK = (size_t)M * K;
-    // Copies the K block at kb into buffer s: 768 activation chunks (three
-    // parts of 64 rows × 4) and 256 weight chunks, 16 bytes each.
+    // Copies the K block at kb into buffer s: 256 activation chunks a part
+    // (64 rows × 4) and 256 weight chunks, 16 bytes each.
     auto load = [&](int s, int kb) {
 #pragma unroll
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < P; i++) {
             const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
             const bool ok = m0 + row < M && kb + kc < k1;
             cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
@@ -1036,9 +1037,9 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
         cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    float acc[3][2][2][4];
+    float acc[P][2][2][4];
 #pragma unroll
-    for (int p = 0; p < 3; p++)
+    for (int p = 0; p < P; p++)
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -1058,7 +1059,7 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) q[nt] = *(const uint4*)&bs[s][wn * 16 + nt * 8 + g][8 * t];
 #pragma unroll
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < P; p++) {
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 const int r = wm * 32 + mt * 16 + g;
@@ -1075,7 +1076,12 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) c[mt][nt][e] = __fadd_rn(__fadd_rn(acc[2][mt][nt][e], acc[1][mt][nt][e]), acc[0][mt][nt][e]);
+            for (int e = 0; e < 4; e++) {
+                // One part: the sum three parts make when mid and lo are
+                // zero, (0 + 0) + hi, so a −0 comes out as +0 there too.
+                const float lo = P == 1 ? 0.0f : acc[P - 1][mt][nt][e], mid = P == 1 ? 0.0f : acc[P / 2][mt][nt][e];
+                c[mt][nt][e] = __fadd_rn(__fadd_rn(lo, mid), acc[0][mt][nt][e]);
+            }
 }
 
 // store_tile writes a thread's outputs c of the block's tile to o ([M, N]).
@@ -1106,7 +1112,25 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
     const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     float c[2][2][4];
-    tiled_range(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
+    tiled_range<3>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
+    store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
+    finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
+}
+
+// matmul_tiled1: matmul_tiled on the activations' first part alone, x
+// rounded to bf16 (a prompt pass at compute.PrecisionBF16): a third of the
+// mmas and of the activation traffic. Its bits are matmul_tiled's (and so
+// every product kernel's) on activations already rounded to bf16, whose
+// mid and lo parts are zero; any M, since a row's sums do not depend on it.
+extern "C" __global__ void matmul_tiled1(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                         float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
+    pdl_start();
+    __shared__ __align__(16) unsigned short as[2][1][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+    const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    float c[2][2][4];
+    tiled_range<1>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
     store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
 }
