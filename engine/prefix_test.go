@@ -26,12 +26,17 @@ func TestPrefixCacheReusesSharedPrefixes(t *testing.T) {
 		name    string
 		sample  sample.Params
 		drafter bool
+		bf16    bool // prompt passes at bf16: an entry serves only its prompt's positions
 	}{
-		{"greedy, speculative", sample.Params{}, true},
-		{"sampling, speculative", sample.Params{Temperature: 50, Seed: 5}, true},
-		{"greedy, plain", sample.Params{}, false},
+		{"greedy, speculative", sample.Params{}, true, false},
+		{"sampling, speculative", sample.Params{Temperature: 50, Seed: 5}, true, false},
+		{"greedy, plain", sample.Params{}, false, false},
+		{"greedy, speculative, bf16 prompts", sample.Params{}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.bf16 {
+				bf16Prompts(t)
+			}
 			cfg := Config{PrefillSize: 8, CtxSize: 256, Parallel: 2}
 			if tc.drafter {
 				cfg.Drafter = helper
@@ -55,13 +60,17 @@ func TestPrefixCacheReusesSharedPrefixes(t *testing.T) {
 			// The next turn: the last prompt, the answer, a new message.
 			// The answer's last token was never fed, so it is recomputed.
 			p2 := concat(p1, turn1.tokens, promptOf(7, 2)[1:])
+			nextTurn := len(p1) + len(turn1.tokens) - 1
+			if tc.bf16 { // the answer's positions were decoded: recomputed
+				nextTurn = len(p1)
+			}
 			for _, c := range []struct {
 				name      string
 				prompt    []int32
 				maxTokens int
 				cached    int
 			}{
-				{"next turn", p2, 12, len(p1) + len(turn1.tokens) - 1},
+				{"next turn", p2, 12, nextTurn},
 				// The same prompt again, with a longer answer: served by the
 				// copy kept at the prompt's end (the end snapshot is too far
 				// past it), all but the last prompt token.

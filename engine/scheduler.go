@@ -56,14 +56,15 @@ type Engine struct {
 	rate    rateWindow
 
 	// Owned by the scheduler goroutine.
-	active    []*request
-	prefix    *prefixCache
-	lateHeads int          // verify rows the walk read that logits did not compute (tests expect none)
-	ahead     bool         // greedy requests may decode ahead (canAhead)
-	late      bool         // sampled requests may sample ahead (canSampleAhead)
-	aheadRuns atomic.Int64 // runs decoded ahead (read by tests)
-	aheadMost atomic.Int64 // the most requests a run decoded together (tests)
-	lateRuns  atomic.Int64 // runs sampled ahead (tests)
+	active     []*request
+	prefix     *prefixCache
+	lateHeads  int          // verify rows the walk read that logits did not compute (tests expect none)
+	ahead      bool         // greedy requests may decode ahead (canAhead)
+	late       bool         // sampled requests may sample ahead (canSampleAhead)
+	aheadRuns  atomic.Int64 // runs decoded ahead (read by tests)
+	splitSteps atomic.Int64 // steps whose prompt chunks ran as a pass of their own (forward; read by tests)
+	aheadMost  atomic.Int64 // the most requests a run decoded together (tests)
+	lateRuns   atomic.Int64 // runs sampled ahead (tests)
 	// held is the drafts the last step picked ahead (drafts.go), read in
 	// the step after it; draftsKept and draftsMissed count the rows whose
 	// guess proved right and wrong, draftsUsed those a step verified

@@ -243,6 +243,7 @@ func (e *Engine) forward(in []gemma4.Row, rows []row) (*gemma4.Output, error) {
 	if n == len(in) {
 		return e.m.Forward(in, prompts)
 	}
+	e.splitSteps.Add(1)
 	a, err := e.m.Forward(in[:n], prompts)
 	if err != nil {
 		return nil, err

@@ -132,6 +132,32 @@ func TestGreedySpeculativeEqualsPlain(t *testing.T) {
 	}
 }
 
+// TestGreedySpeculativeEqualsPlainWithBF16Prompts: with prompt passes at
+// bf16 (Model.SetPromptPrecision), greedy speculative output still equals
+// plain greedy output, both starting from the same prompt pass, whole or
+// chunked.
+func TestGreedySpeculativeEqualsPlainWithBF16Prompts(t *testing.T) {
+	for _, preset := range presets {
+		t.Run(preset, func(t *testing.T) {
+			m, a := pair(t, preset)
+			if err := m.SetPromptPrecision(compute.PrecisionBF16); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct{ promptLen, prefill int }{{40, 512}, {300, 128}} {
+				p := prompt(tc.promptLen, m.Config.Text.VocabSize, uint64(tc.promptLen)+1)
+				opt := generation.Options{MaxTokens: 40, PrefillSize: tc.prefill}
+				want := plain(t, m, p, opt).Tokens
+				for _, k := range []int{1, 3, 7} {
+					got := speculative(t, m, assistant(t, a, gemma4.DraftOptions{}, opt.Sample), p, opt, k)
+					if !slices.Equal(got.Tokens, want) {
+						t.Fatalf("prompt %d, k=%d: speculative %v, plain %v", tc.promptLen, k, got.Tokens, want)
+					}
+				}
+			}
+		})
+	}
+}
+
 // scripted proposes tokens from a known continuation: the truth (forced
 // agreement) or the truth shifted by one (forced disagreement).
 type scripted struct {

@@ -81,3 +81,12 @@ func (b *Prefetching) LateI32(n int, values func() []int32) (*compute.Tensor, fu
 func (b *Prefetching) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 	return readLate(b, ts)
 }
+
+// SetPrecision implements compute.Precisioner where the wrapped backend does.
+func (b *Prefetching) SetPrecision(p compute.Precision) compute.Precision {
+	prev, err := compute.SetPrecision(b.Backend, p)
+	if err != nil {
+		panic(err)
+	}
+	return prev
+}

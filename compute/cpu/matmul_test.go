@@ -162,3 +162,33 @@ func TestMatMulInvarianceDataIsOrderSensitive(t *testing.T) {
 	}
 	t.Logf("of %d outputs, sequential order changes %d and split-K changes %d", N, seqDiff, splitDiff)
 }
+
+// TestPrecisionBF16RoundsActivations pins compute.PrecisionBF16 on the CPU:
+// a product then equals the exact product of the activations rounded to
+// bf16, bit for bit, and differs from the exact product of the activations
+// themselves; setting it back restores exact products.
+func TestPrecisionBF16RoundsActivations(t *testing.T) {
+	b := New(2)
+	for _, dt := range weightDTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			const M, N, K = 9, 13, 70
+			r := newRand(7)
+			x := randVec(r, M*K, 2)
+			w := weight(t, b, dt, roundTo(dt, randVec(r, N*K, 1)), N, K)
+			exact := b.ToF32(b.MatMul(b.FromF32(x, M, K), w))
+			rounded := b.ToF32(b.MatMul(b.FromF32(roundTo(compute.BF16, x), M, K), w))
+			if prev := b.SetPrecision(compute.PrecisionBF16); prev != compute.PrecisionExact {
+				t.Fatalf("a new backend's precision is %v", prev)
+			}
+			got := b.ToF32(b.MatMul(b.FromF32(x, M, K), w))
+			if prev := b.SetPrecision(compute.PrecisionExact); prev != compute.PrecisionBF16 {
+				t.Fatalf("SetPrecision returned %v, want bf16", prev)
+			}
+			requireSameBits(t, "bf16 product against the rounded activations' exact product", got, rounded)
+			if sameBits(got, exact) < 0 {
+				t.Fatal("the bf16 product equals the exact one: the activations were not rounded")
+			}
+			requireSameBits(t, "exact again", b.ToF32(b.MatMul(b.FromF32(x, M, K), w)), exact)
+		})
+	}
+}

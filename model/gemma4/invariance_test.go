@@ -50,12 +50,19 @@ func randomTokens(n, vocab int, seed uint64) []int32 {
 // returns every position's logits, row by row.
 func feed(t *testing.T, m *gemma4.Model, cache *kvcache.Cache, ids []int32, widths ...int) [][]float32 {
 	t.Helper()
+	return feedWith(t, m, cache, ids, gemma4.ForwardOptions{}, widths...)
+}
+
+// feedWith is feed with the passes' options (their Logits made LogitsAll).
+func feedWith(t *testing.T, m *gemma4.Model, cache *kvcache.Cache, ids []int32, opt gemma4.ForwardOptions, widths ...int) [][]float32 {
+	t.Helper()
+	opt.Logits = gemma4.LogitsAll
 	b := m.Backend()
 	V := m.Config.Text.VocabSize
 	var rows [][]float32
 	for s, w := 0, 0; s < len(ids); w++ {
 		e := min(s+widths[w%len(widths)], len(ids))
-		out, err := m.Forward([]gemma4.Row{{Tokens: ids[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		out, err := m.Forward([]gemma4.Row{{Tokens: ids[s:e], Cache: cache}}, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
