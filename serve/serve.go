@@ -43,6 +43,9 @@ type Options struct {
 	// AdaptiveDrafts lets greedy requests stop drafting while plain steps
 	// are faster at the running batch size (engine.Config.AdaptiveDrafts).
 	AdaptiveDrafts bool
+	// PromptPrecision is the precision of prompt passes' products
+	// (gemma4.Model.SetPromptPrecision); the zero value is exact.
+	PromptPrecision compute.Precision
 
 	// Backend runs the models; nil: the CPU backend on every core. Device names it for
 	// /health (the backend's name when empty).
@@ -279,6 +282,9 @@ func load(opt Options, log *slog.Logger) (_ *app, err error) {
 		lo.Progress = progress.Bar(opt.Progress, "loading weights onto "+b.Name(), 0)
 	}
 	if a.m, err = gemma4.LoadWith(opt.Model, b, lo); err != nil {
+		return nil, err
+	}
+	if err := a.m.SetPromptPrecision(opt.PromptPrecision); err != nil {
 		return nil, err
 	}
 	if opt.Draft != "" {

@@ -125,6 +125,7 @@ func newBench() *cobra.Command {
 		topK                                   int
 		asJSON, kernels, graphProfile, viaEng  bool
 		adaptive                               bool
+		precision                              string
 		cpuProfile, sweep                      string
 	)
 	cmd := &cobra.Command{
@@ -155,6 +156,10 @@ func newBench() *cobra.Command {
 			}
 			if pruns < 1 {
 				return fmt.Errorf("--prefill-runs must be at least 1, got %d", pruns)
+			}
+			prec, err := parsePrecision(precision)
+			if err != nil {
+				return err
 			}
 			if tokens < 2 {
 				return fmt.Errorf("--tokens must be at least 2, got %d", tokens)
@@ -207,6 +212,9 @@ func newBench() *cobra.Command {
 				return err
 			}
 			defer m.Close()
+			if err := m.SetPromptPrecision(prec); err != nil {
+				return err
+			}
 			var a *gemma4.Assistant
 			switch draft {
 			case "":
@@ -447,6 +455,7 @@ func newBench() *cobra.Command {
 	f.Float64Var(&topP, "top-p", 0, "with --temperature, sample from the most likely tokens holding this much probability (0 or 1: all; Gemma 4's has 0.95)")
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	precisionFlag(cmd, &precision)
 	f.BoolVar(&adaptive, "adaptive-drafts", true, "the engine runs' greedy requests stop drafting while steps without drafts are faster, as tandem serve's do by default (engine.Config.AdaptiveDrafts); =false measures drafting in every step")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tandem/chat"
+	"tandem/compute"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/progress"
@@ -25,6 +26,7 @@ import (
 // modelFlags are the flags every command that runs a model shares.
 type modelFlags struct {
 	model, device, promptIDs, prompt string
+	precision                        string // --prefill-precision
 	threads, prefill                 int
 	asJSON, chatPrompt               bool
 	tok                              *tokenizer.Tokenizer // set when the prompt was text
@@ -38,6 +40,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.device, "device", "auto", "compute device: auto, cpu or cuda")
 	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
 	fl.IntVar(&f.prefill, "prefill-size", generation.DefaultPrefillSize, "prompt tokens per forward pass")
+	precisionFlag(cmd, &f.precision)
 	fl.StringVar(&f.promptIDs, "prompt-ids", "", "prompt token ids: 1,2,3 or @FILE (ids separated by commas or spaces, or a JSON array)")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
 }
@@ -115,6 +118,10 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 	default:
 		return nil, nil, 0, errors.New("give a prompt with --prompt or --prompt-ids")
 	}
+	precision, err := parsePrecision(f.precision)
+	if err != nil {
+		return nil, nil, 0, err
+	}
 	b, err := openBackend(f.device, f.threads)
 	if err != nil {
 		return nil, nil, 0, err
@@ -124,7 +131,25 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	if err := m.SetPromptPrecision(precision); err != nil {
+		m.Close()
+		return nil, nil, 0, err
+	}
 	return m, prompt, time.Since(start), nil
+}
+
+// precisionFlag registers --prefill-precision.
+func precisionFlag(cmd *cobra.Command, s *string) {
+	cmd.Flags().StringVar(s, "prefill-precision", "exact", "prompt passes' products: exact (f32 activations, as decoding) or bf16 (activations rounded to bf16, as vLLM and llama.cpp prefill: faster on the GPU; greedy speculative output still equals plain)")
+}
+
+// parsePrecision reads --prefill-precision.
+func parsePrecision(s string) (compute.Precision, error) {
+	p, err := compute.ParsePrecision(s)
+	if err != nil {
+		return p, fmt.Errorf("--prefill-precision: %w", err)
+	}
+	return p, nil
 }
 
 // draftFlags select speculative decoding.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"tandem/compute"
 	"tandem/compute/cpu"
 	"tandem/generation"
 	"tandem/model/gemma4"
@@ -420,4 +421,44 @@ func TestGenerateFromText(t *testing.T) {
 	if strings.Contains(text, "<bos>") {
 		t.Fatalf("--skip-special kept <bos>: %q", text)
 	}
+}
+
+// TestPrefillPrecisionFlag: --prefill-precision bf16 prefills with bf16
+// products (the library's tokens under Model.SetPromptPrecision), exact is
+// the default, and anything else is refused before the model loads.
+func TestPrefillPrecisionFlag(t *testing.T) {
+	dir := tinyModel(t, "gemma4-tiny-e2b")
+	prompt := []int32{2, 40, 41, 7, 9, 300, 12, 5}
+	exact := library(t, dir, prompt, generation.Options{MaxTokens: 24}).Tokens
+	m, err := gemma4.Load(dir, cpu.New(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.SetPromptPrecision(compute.PrecisionBF16); err != nil {
+		t.Fatal(err)
+	}
+	res, err := generation.Generate(context.Background(), m, prompt, generation.Options{MaxTokens: 24}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(res.Tokens, exact) {
+		t.Fatal("bf16 prompts give the exact tokens here: the test cannot tell the flag's values apart")
+	}
+	ids := "2,40,41,7,9,300,12,5"
+	for _, c := range []struct {
+		args []string
+		want []int32
+	}{
+		{nil, exact},
+		{[]string{"--prefill-precision", "exact"}, exact},
+		{[]string{"--prefill-precision", "bf16"}, res.Tokens},
+	} {
+		g := runGenerateJSON(t, append([]string{"--model", dir, "--prompt-ids", ids, "--max-tokens", "24"}, c.args...)...)
+		if !slices.Equal(g.Tokens, c.want) {
+			t.Errorf("%v: tokens %v, want %v", c.args, g.Tokens, c.want)
+		}
+	}
+	_, _, err = execute(t, "generate", "--model", dir, "--prompt-ids", ids, "--prefill-precision", "fp8")
+	wantError(t, err, "--prefill-precision", `unknown precision "fp8"`)
 }

@@ -19,7 +19,7 @@ import (
 func newServe() *cobra.Command {
 	var opt serve.Options
 	var df draftFlags
-	var device, host, logFormat string
+	var device, host, logFormat, precision string
 	var port, threads int
 	var sp sample.Params
 	cmd := &cobra.Command{
@@ -44,6 +44,9 @@ func newServe() *cobra.Command {
 			opt.Draft, opt.DraftTokens, opt.DraftOpt = df.dir, df.k, dopt
 			if opt.AdaptiveDrafts && cmd.Flags().Changed("adaptive-drafts") && df.dir == "" {
 				return errors.New("--adaptive-drafts needs --draft")
+			}
+			if opt.PromptPrecision, err = parsePrecision(precision); err != nil {
+				return err
 			}
 			if opt.Backend, err = openBackend(device, threads); err != nil {
 				return err
@@ -102,6 +105,7 @@ func newServe() *cobra.Command {
 	fl.IntVar(&opt.PrefillSize, "prefill-size", 0, "prompt tokens per request per step (0: 512)")
 	fl.IntVar(&opt.Parallel, "parallel", 0, "requests decoding at once; the KV budget is ctx-size × parallel tokens (0: 4)")
 	fl.IntVar(&opt.MaxTokens, "max-tokens", 0, "default max_tokens of a request that sets none (0: 2048)")
+	precisionFlag(cmd, &precision)
 	fl.BoolVar(&opt.AdaptiveDrafts, "adaptive-drafts", true, "greedy requests stop drafting while steps without drafts are faster at the running batch size, as measured (output unchanged; sampled requests always draft); =false drafts in every step")
 	fl.IntVar(&opt.MaxQueue, "max-queue", 0, "requests waiting for a slot before new ones get 429 (0: 64)")
 	fl.Float64Var(&sp.Temperature, "temp", 0, "default temperature (default: generation_config.json's, else 0 = greedy)")
