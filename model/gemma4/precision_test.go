@@ -66,4 +66,3 @@ func TestBF16PromptPasses(t *testing.T) {
 		})
 	}
 }
-
