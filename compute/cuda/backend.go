@@ -72,7 +72,8 @@ type Backend struct {
 	attnClN   int                               // attn_cluster launches, likewise
 	roundsN   int                               // attn_cluster_rounds launches, likewise
 	earlyN    int                               // products run by an _early kernel (earlyWeights), likewise
-	tiled1N   int                               // products run by matmul_tiled1 (PrecisionBF16), likewise
+	tiled1N   int                               // products run by matmul_tiled1 or matmul_tiled1w (PrecisionBF16), likewise
+	tiled1wN  int                               // those by matmul_tiled1w, likewise
 	tilesN    int                               // products run by a multi-tile rows kernel (tilesFor), likewise
 	attnRowsN int                               // attention passes over a table of rows' caches (AttentionRows), likewise
 
@@ -103,7 +104,7 @@ var kernelNames = map[string][]string{
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
 		"attn_cluster", "attn_cluster_rounds", "random_uniform"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
-		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
+		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
 		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl"},
@@ -1336,6 +1337,10 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 		grid[2], tail = uint32(R), append(tail, at.sel, at.step, at.off, at.stride, at.xdiv)
 	case one:
 		name, grid[2], tail = "matmul_tiled1", uint32((M+63)/64), tail[:4]
+		if tiled1Wide && M > 64 {
+			name, grid[0], grid[2] = "matmul_tiled1w", uint32((N+127)/128), uint32((M+127)/128)
+			b.tiled1wN++
+		}
 		b.tiled1N++
 	case tiled:
 		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
@@ -1418,6 +1423,11 @@ var sumSplitsOnly bool
 const splitCounters = 1 << 16
 
 var _ compute.Precisioner = (*Backend)(nil)
+
+// tiled1Wide has bf16 prompt products of more than 64 rows take
+// matmul_tiled1w's 128 × 128 tiles (the same bits as matmul_tiled1's 64 ×
+// 64; TANDEM_CUDA_TILED1_WIDE=0 turns it off, live).
+var tiled1Wide = true
 
 // SetPrecision implements compute.Precisioner.
 func (b *Backend) SetPrecision(p compute.Precision) compute.Precision {

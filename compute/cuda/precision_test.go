@@ -14,7 +14,7 @@ import (
 // bit, the exact product of the activations rounded to bf16 (the kernels
 // matmul_tiled1 does not serve get the rounded activations, whose mid and
 // lo parts are zero); a row's result does not depend on M; aligned bf16
-// weights really take matmul_tiled1; and the result differs from the
+// weights really take matmul_tiled1 (matmul_tiled1w beyond 64 rows); and the result differs from the
 // exact product of the activations themselves.
 func TestPrecisionBF16MatchesRoundedInputs(t *testing.T) {
 	g := backendOrSkip(t)
@@ -47,7 +47,7 @@ func TestPrecisionBF16MatchesRoundedInputs(t *testing.T) {
 				}
 				exact := g.ToF32(g.MatMul(g.FromF32(xs, M, s.K), w))
 				want := g.ToF32(g.MatMul(g.FromF32(round(xs), M, s.K), w))
-				n0 := g.tiled1N
+				n0, w0 := g.tiled1N, g.tiled1wN
 				g.SetPrecision(compute.PrecisionBF16)
 				got := g.ToF32(g.MatMul(g.FromF32(xs, M, s.K), w))
 				g.SetPrecision(compute.PrecisionExact)
@@ -59,6 +59,9 @@ func TestPrecisionBF16MatchesRoundedInputs(t *testing.T) {
 				}
 				if ran := g.tiled1N > n0; ran != s.tiled {
 					t.Fatalf("matmul_tiled1 ran: %v, want %v", ran, s.tiled)
+				}
+				if wide := g.tiled1wN > w0; wide != (s.tiled && M > 64) {
+					t.Fatalf("matmul_tiled1w ran: %v, want %v", wide, s.tiled && M > 64)
 				}
 				if row0 == nil {
 					row0 = append(xs[:s.K:s.K], got...)

@@ -53,6 +53,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
 	{"TANDEM_CUDA_DROP", setDropped},
 	{"TANDEM_CUDA_ROWS_TILES", func(string) { rowsTiles = envInt("TANDEM_CUDA_ROWS_TILES", 4, 1, 4) }},
+	{"TANDEM_CUDA_TILED1_WIDE", func(v string) { tiled1Wide = v != "0" }},
 }
 
 // dropped names kernels that launch and launchCluster skip

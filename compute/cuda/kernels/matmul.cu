@@ -1011,39 +1011,47 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
                  : "memory");
 }
 
-// tiled_range runs the block's 64 × 64 tile of the product over K range
-// [k0, k1) and returns each output's three parts summed (lo + mid) + hi in
-// c: what matmul_tiled writes as a split's partial. as and bs are the
-// block's double-buffered shared tiles; every thread of the block calls it.
-template <int P>
+// tiled_range runs the block's BM × BN tile of the product over K range
+// [k0, k1) and returns each output's P parts summed (lo + mid) + hi in c
+// (with one part, (0 + 0) + hi): what matmul_tiled writes as a split's
+// partial. Its 8 warps each take a WM × WN sub-tile (2 × 4 of them). as and
+// bs are the block's double-buffered shared tiles; every thread of the
+// block calls it. Each output's accumulation does not depend on the tile
+// shape: per K block in order, per part, one mma_part.
+template <int P, int BM = TBM, int BN = TBN, int WM = 32, int WN = 16>
 __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ xs,
                                             const unsigned short* __restrict__ w, int M, int N, int K, int k0, int k1,
-                                            int n0, int m0, unsigned short (*as)[P][TBM][32],
-                                            unsigned short (*bs)[TBN][32], float c[2][2][4]) {
+                                            int n0, int m0, unsigned short (*as)[P][BM][32],
+                                            unsigned short (*bs)[BN][32], float c[WM / 16][WN / 8][4]) {
+    static_assert((BM / WM) * (BN / WN) == 8, "8 warps a block");
+    constexpr int MT = WM / 16, NT = WN / 8;
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
-    const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·16..
+    const int wm = wid / (BN / WN), wn = wid % (BN / WN); // warp sub-tile: rows wm·WM.., columns wn·WN..
     const size_t MK = (size_t)M * K;
-    // Copies the K block at kb into buffer s: 256 activation chunks a part
-    // (64 rows × 4) and 256 weight chunks, 16 bytes each.
+    // Copies the K block at kb into buffer s: BM × 4 activation chunks a
+    // part and BN × 4 weight chunks, 16 bytes each.
     auto load = [&](int s, int kb) {
 #pragma unroll
-        for (int i = 0; i < P; i++) {
-            const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
+        for (int i = 0; i < P * BM / 64; i++) {
+            const int c = tid + 256 * i, p = c / (4 * BM), row = (c % (4 * BM)) >> 2, kc = (c & 3) * 8;
             const bool ok = m0 + row < M && kb + kc < k1;
             cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
         }
-        const int col = tid >> 2, kc = (tid & 3) * 8;
-        const bool ok = n0 + col < N && kb + kc < k1;
-        cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
+#pragma unroll
+        for (int i = 0; i < BN / 64; i++) {
+            const int c = tid + 256 * i, col = c >> 2, kc = (c & 3) * 8;
+            const bool ok = n0 + col < N && kb + kc < k1;
+            cp16(&bs[s][col][kc], ok ? w + (size_t)(n0 + col) * K + kb + kc : w, ok);
+        }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    float acc[P][2][2][4];
+    float acc[P][MT][NT][4];
 #pragma unroll
     for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < MT; i++)
 #pragma unroll
-            for (int j = 0; j < 2; j++) acc[p][i][j][0] = acc[p][i][j][1] = acc[p][i][j][2] = acc[p][i][j][3] = 0.0f;
+            for (int j = 0; j < NT; j++) acc[p][i][j][0] = acc[p][i][j][1] = acc[p][i][j][2] = acc[p][i][j][3] = 0.0f;
     const int nk = (k1 - k0 + 31) / 32;
     if (nk > 0) load(0, k0);
     for (int i = 0; i < nk; i++) {
@@ -1055,26 +1063,26 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
             asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
         __syncthreads();
-        uint4 q[2];
+        uint4 q[NT];
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) q[nt] = *(const uint4*)&bs[s][wn * 16 + nt * 8 + g][8 * t];
+        for (int nt = 0; nt < NT; nt++) q[nt] = *(const uint4*)&bs[s][wn * WN + nt * 8 + g][8 * t];
 #pragma unroll
         for (int p = 0; p < P; p++) {
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int r = wm * 32 + mt * 16 + g;
+            for (int mt = 0; mt < MT; mt++) {
+                const int r = wm * WM + mt * 16 + g;
                 const uint4 a0 = *(const uint4*)&as[s][p][r][8 * t];
                 const uint4 a1 = *(const uint4*)&as[s][p][r + 8][8 * t];
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++) mma_part(acc[p][mt][nt], q[nt], a0, a1);
+                for (int nt = 0; nt < NT; nt++) mma_part(acc[p][mt][nt], q[nt], a0, a1);
             }
         }
         __syncthreads(); // the next iteration's copy overwrites this buffer
     }
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 // One part: the sum three parts make when mid and lo are
@@ -1085,14 +1093,15 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
 }
 
 // store_tile writes a thread's outputs c of the block's tile to o ([M, N]).
-__device__ __forceinline__ void store_tile(float* o, const float c[2][2][4], int M, int N, int n0, int m0) {
+template <int BN = TBN, int WM = 32, int WN = 16>
+__device__ __forceinline__ void store_tile(float* o, const float c[WM / 16][WN / 8][4], int M, int N, int n0, int m0) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
-    const int wm = wid >> 2, wn = wid & 3;
+    const int wm = wid / (BN / WN), wn = wid % (BN / WN);
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < WM / 16; mt++)
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-            const int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8, n = n0 + wn * 16 + nt * 8 + 2 * t;
+        for (int nt = 0; nt < WN / 8; nt++) {
+            const int r0 = m0 + wm * WM + mt * 16 + g, r1 = r0 + 8, n = n0 + wn * WN + nt * 8 + 2 * t;
             if (r0 < M) {
                 if (n < N) o[(size_t)r0 * N + n] = c[mt][nt][0];
                 if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[mt][nt][1];
@@ -1133,6 +1142,23 @@ extern "C" __global__ void matmul_tiled1(const unsigned short* __restrict__ xs, 
     tiled_range<1>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
     store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
+}
+
+// matmul_tiled1w: matmul_tiled1 in 128 × 128 tiles, each warp 64 × 32 (its
+// one part leaves the registers for them): each shared tile feeds twice the
+// mmas. The same bits (each output's accumulation is the same), for prompt
+// chunks of more than 64 rows.
+extern "C" __global__ void __launch_bounds__(256, 2) matmul_tiled1w(const unsigned short* __restrict__ xs,
+        const unsigned short* __restrict__ w, float* y, float* part, int* counters, int M, int N, int K, int kchunk) {
+    pdl_start();
+    __shared__ __align__(16) unsigned short as[2][1][128][32];
+    __shared__ __align__(16) unsigned short bs[2][128][32];
+    const int n0 = blockIdx.x * 128, m0 = blockIdx.z * 128;
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
+    float c[4][4][4];
+    tiled_range<1, 128, 128, 64, 32>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
+    store_tile<128, 64, 32>(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
+    finish_group<128>(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + 128));
 }
 
 // sum_splits: y[i] = Σ_s part[s][i] in split order. It keeps its own loop
