@@ -72,26 +72,32 @@ func (p *prefixCache) take(prompt []int32) (*kvcache.Cache, int) {
 
 // put keeps cache, which holds exactly tokens, of which the first high
 // may serve a prefix (see high), evicting the least recently used entries
-// to stay within the limit and room (what the KV budget leaves). Entries it
-// makes redundant (a prefix of tokens that it can serve as far back and as
-// far on) go; it is not kept if an entry makes it redundant.
+// to stay within the limit and room (what the KV budget leaves). An entry
+// serves the prefixes from low (how far back it rolls) to high; one that
+// serves none is not kept (a request's end snapshot at bf16 prompts: its
+// rings have moved past its prompt). Entries it makes redundant (serving a
+// range of the same tokens within its own) go; it is not kept if an entry
+// makes it redundant.
 func (p *prefixCache) put(tokens []int32, c *kvcache.Cache, room, high int) {
 	n := len(tokens)
 	high = min(high, n)
-	if !p.fits(n, room) || n < 1 || c.Len() != n || high < 1 {
+	if !p.fits(n, room) || n < 1 || c.Len() != n {
 		return
 	}
 	low := n
 	for low > 1 && c.CanTruncate(low-1) {
 		low--
 	}
+	if high < low {
+		return
+	}
 	for _, e := range p.entries {
-		if len(e.tokens) >= n && e.low <= low && e.high >= high && slices.Equal(e.tokens[:n], tokens) {
+		if e.low <= low && e.high >= high && commonPrefix(e.tokens, tokens) >= high {
 			return // e serves everything this entry would
 		}
 	}
 	p.entries = slices.DeleteFunc(p.entries, func(e *prefixEntry) bool {
-		if len(e.tokens) <= n && e.low >= low && e.high <= high && slices.Equal(e.tokens, tokens[:len(e.tokens)]) {
+		if e.low >= low && e.high <= high && commonPrefix(e.tokens, tokens) >= e.high {
 			p.tokens -= len(e.tokens)
 			return true
 		}

@@ -63,6 +63,11 @@ func TestPrefixCacheReusesSharedPrefixes(t *testing.T) {
 			nextTurn := len(p1) + len(turn1.tokens) - 1
 			if tc.bf16 { // the answer's positions were decoded: recomputed
 				nextTurn = len(p1)
+				// The end snapshot cannot roll back to its prompt's end, so
+				// it serves nothing: only the prompt's copy is kept.
+				if s := e.Stats(); s.PrefixTokens != len(p1) {
+					t.Fatalf("the prefix cache holds %d tokens after the first turn, want the prompt's %d", s.PrefixTokens, len(p1))
+				}
 			}
 			for _, c := range []struct {
 				name      string

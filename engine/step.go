@@ -126,6 +126,9 @@ func (e *Engine) step() {
 	if onDevice {
 		site = append(site, "-late"...) // the tokens on the device: other ops
 	}
+	if e.splits(rows) {
+		site = append(site, "-split"...) // two passes (forward): other ops
+	}
 	for i := range rows {
 		rows[i].T = rows[i].r.cache.Len()
 		in[i] = gemma4.Row{Tokens: rows[i].tokens, Cache: rows[i].r.cache}
@@ -231,10 +234,7 @@ func (e *Engine) plan() []row {
 // tokens then still do not depend on what else is in the step.
 func (e *Engine) forward(in []gemma4.Row, rows []row) (*gemma4.Output, error) {
 	opt := gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true}
-	n := 0 // prompt chunks
-	for n < len(rows) && rows[n].r.prefilling() {
-		n++
-	}
+	n := promptRows(rows)
 	if e.m.PromptPrecision() == compute.PrecisionExact || n == 0 {
 		return e.m.Forward(in, opt)
 	}
@@ -262,6 +262,21 @@ func (e *Engine) forward(in []gemma4.Row, rows []row) (*gemma4.Output, error) {
 		offsets = append(offsets, na+o)
 	}
 	return &gemma4.Output{Hidden: h, Offsets: offsets}, nil
+}
+
+// promptRows is how many of rows, from the first, are prompt chunks.
+func promptRows(rows []row) int {
+	n := 0
+	for n < len(rows) && rows[n].r.prefilling() {
+		n++
+	}
+	return n
+}
+
+// splits reports whether forward runs rows as two passes.
+func (e *Engine) splits(rows []row) bool {
+	n := promptRows(rows)
+	return e.m.PromptPrecision() != compute.PrecisionExact && n > 0 && n < len(rows)
 }
 
 func boolInt(v bool) int {

@@ -46,8 +46,14 @@ type Model struct {
 // decode of the same tokens writes, so a cache's prompt positions are
 // worth reusing only for another prompt (engine's prefix cache), and greedy
 // speculative output still equals plain, both starting from the same prompt
-// pass. It fails where the backend computes only exact products.
+// pass. It fails where the backend computes only exact products. Set it
+// before passes are issued: the precision is the backend's while a prompt
+// pass runs, so passes on one backend must be issued one at a time (as the
+// engine's scheduler and generation do).
 func (m *Model) SetPromptPrecision(p compute.Precision) error {
+	if p != compute.PrecisionExact && p != compute.PrecisionBF16 {
+		return fmt.Errorf("prompt precision: unknown precision %v", p)
+	}
 	prev, err := compute.SetPrecision(m.b, p)
 	if err != nil {
 		return fmt.Errorf("prompt precision: %w", err)
@@ -577,12 +583,23 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		offsets = append(offsets, len(ids))
 	}
 
+	// A prompt pass's layers run at the prompt precision; its LM head does
+	// not, so that its logits are the bits Logits gives on its hidden rows
+	// (the engine takes a prompt's last logits so).
+	exact := func() {}
 	if opt.Prompt && m.prompt != compute.PrecisionExact {
 		prev, err := compute.SetPrecision(b, m.prompt)
 		if err != nil {
 			return nil, fmt.Errorf("forward: %w", err)
 		}
-		defer compute.SetPrecision(b, prev)
+		restored := false
+		exact = func() {
+			if !restored {
+				restored = true
+				compute.SetPrecision(b, prev)
+			}
+		}
+		defer exact()
 	}
 	lookup := func(table *compute.Tensor) *compute.Tensor {
 		if next != nil {
@@ -623,6 +640,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			compute.Checkpoint(b)
 		}
 	}
+	exact()
 	for _, r := range rows {
 		r.Cache.Advance(r.count())
 	}

@@ -13,7 +13,8 @@ import (
 // TestBF16PromptPasses pins Model.SetPromptPrecision(compute.PrecisionBF16):
 // a prompt pass's logits are bit-identical however the prompt is chunked
 // (so a prompt's keys do not depend on the engine's batch), differ from the
-// exact pass's yet stay near them, and passes not marked Prompt
+// exact pass's yet stay near them, its LM head is exact (Logits' bits on
+// its hidden rows, as the engine takes them), and passes not marked Prompt
 // (decode, verify) stay exact bit for bit.
 func TestBF16PromptPasses(t *testing.T) {
 	for _, preset := range tinyTargets {
@@ -34,6 +35,15 @@ func TestBF16PromptPasses(t *testing.T) {
 				sameBits(t, fmt.Sprintf("bf16 prompt chunks %v", widths), whole, got)
 			}
 			sameBits(t, "passes not marked Prompt", exact, feed(t, m, m.NewCache(len(ids)), ids, 7))
+			// The head of a prompt pass is exact: its logits are Logits' on
+			// its hidden rows, as the engine takes them after the pass.
+			out, err := m.Forward([]gemma4.Row{{Tokens: ids, Cache: m.NewCache(len(ids))}}, gemma4.ForwardOptions{Logits: gemma4.LogitsLast, Prompt: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := m.Backend()
+			last := b.ToF32(m.Logits(b.Slice(out.Hidden, len(ids)-1, len(ids))))
+			sameBits(t, "a prompt pass's logits against Logits on its hidden row", [][]float32{last}, [][]float32{b.ToF32(out.Logits)})
 			var most, scale, sum, mag float64
 			differ, agree := false, 0
 			for p := range exact {
