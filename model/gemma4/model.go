@@ -586,19 +586,13 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	// A prompt pass's layers run at the prompt precision; its LM head does
 	// not, so that its logits are the bits Logits gives on its hidden rows
 	// (the engine takes a prompt's last logits so).
-	exact := func() {}
+	exact := func() {} // restores the precision; the deferred call repeats it harmlessly
 	if opt.Prompt && m.prompt != compute.PrecisionExact {
 		prev, err := compute.SetPrecision(b, m.prompt)
 		if err != nil {
 			return nil, fmt.Errorf("forward: %w", err)
 		}
-		restored := false
-		exact = func() {
-			if !restored {
-				restored = true
-				compute.SetPrecision(b, prev)
-			}
-		}
+		exact = func() { compute.SetPrecision(b, prev) }
 		defer exact()
 	}
 	lookup := func(table *compute.Tensor) *compute.Tensor {
