@@ -368,6 +368,39 @@ func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, op
 	return b.attend(q, kv[0].K, kv[0].V, kv, rows, sh, opt)
 }
 
+// promptFlash has a bf16 prompt pass's attention (PrecisionBF16) run on
+// tensor cores: attn_flash, bf16 scores and value sums over key tiles
+// anchored at absolute positions, at every query count, so a prompt's
+// chunking does not change its bits (TANDEM_CUDA_PROMPT_FLASH=0 keeps the
+// exact kernels; live, but switch it only between prompts).
+var promptFlash = true
+
+// attn_flash's shape (FQ, FK and FW in ops.cu): queries a block (16 a
+// warp), keys a tile, value columns a block.
+const (
+	flashQ = 64
+	flashK = 32
+	flashW = 256
+)
+
+// flashSmemMax is the dynamic shared memory attn_flash may take: a
+// 512-wide head's 120 KiB, with room.
+const flashSmemMax = 200 << 10
+
+// flashSmem is attn_flash's dynamic shared memory for heads of D: the
+// queries' and a key tile's rows of D + 8 bf16, and the value tile's FW
+// columns of FK + 8.
+func flashSmem(D int) int { return 2 * ((flashQ+flashK)*(D+8) + flashW*(flashK+8)) }
+
+// flashes reports whether this pass's attention runs attn_flash: a bf16
+// prompt pass (promptFlash) whose head shapes fit its tiles (D a multiple
+// of 16 up to 512, Dv of 8) and whose caches are in 16-byte rows. The choice depends on the layer's shapes alone, never on how many
+// queries the pass has.
+func (b *Backend) flashes(D, Dv int, aligned bool) bool {
+	return promptFlash && b.flashOK && b.bf16() && aligned && D%16 == 0 && D <= 512 && Dv%8 == 0 && Dv > 0 &&
+		flashSmem(D) <= flashSmemMax
+}
+
 // attnKeys is where a batch row's keys are: slots of them, the first n of
 // which may hold one, at positions pos (nil: slot s is position s).
 type attnKeys struct {
@@ -467,6 +500,23 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 	causal := 0
 	if opt.Mask == compute.Causal {
 		causal = 1
+	}
+	if b.flashes(D, Dv, kAligned && vAligned) {
+		parts, pp := b.emitParts(out)
+		b.flashN++
+		smem := flashSmem(D)
+		if fk, run := b.kernel("attn_flash"); run {
+			grid := [3]uint32{uint32(Hq), uint32(B * ((L + flashQ - 1) / flashQ)), uint32((Dv + flashW - 1) / flashW)}
+			err := b.dev.LaunchAsync(fk, grid, [3]uint32{flashQ * 2, 1, 1}, uint32(smem), ptrOf(q), ptrOf(k), ptrOf(v), so, mp, qpos,
+				L, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(out), pp, out.Len(), kvp)
+			if err != nil {
+				panic(err)
+			}
+		}
+		if parts != nil {
+			b.remember(out, parts)
+		}
+		return out
 	}
 	nscore := (S + attnChunk - 1) / attnChunk
 	// attn_scores' blocks take attnScoreChunk key offsets each (the tiled

@@ -76,6 +76,13 @@ type Backend struct {
 	tiled1wN  int                               // those by matmul_tiled1w, likewise
 	tilesN    int                               // products run by a multi-tile rows kernel (tilesFor), likewise
 	attnRowsN int                               // attention passes over a table of rows' caches (AttentionRows), likewise
+	ltN       int                               // products run by cuBLASLt (promptBLAS), likewise
+	flashN    int                               // attention passes run by attn_flash (promptFlash), likewise
+
+	flashOK bool // attn_flash may take flashSmemMax of shared memory
+
+	ltOnce sync.Once
+	lt     *Lt // cuBLASLt for bf16 prompt products; nil until the first, or where it cannot load
 
 	// attnClusterSmem is the most dynamic shared memory an attn_cluster
 	// block may take and attnClusterMax its most blocks a cluster (0: the
@@ -102,7 +109,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
-		"attn_cluster", "attn_cluster_rounds", "random_uniform"},
+		"attn_cluster", "attn_cluster_rounds", "random_uniform", "attn_flash"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
@@ -132,6 +139,11 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
+	if err := dev.SetFuncAttribute(b.k["attn_flash"], funcAttrMaxDynamicShared, flashSmemMax); err != nil {
+		slog.Debug("cuda: attn_flash's shared memory; bf16 prompts keep the exact attention", "err", err)
+	} else {
+		b.flashOK = true
+	}
 	if dev.Clusters() {
 		b.maxCluster = 16
 		b.clusterFit = map[string][17]int{}
@@ -288,7 +300,13 @@ func (b *Backend) MemInfo() (free, total uint64, err error) {
 func (b *Backend) Sync() error { return b.dev.Sync() }
 
 // Close releases the GPU. Tensors of this backend must not be used after.
-func (b *Backend) Close() { b.pool.release(); b.dev.Close() }
+func (b *Backend) Close() {
+	if b.lt != nil {
+		b.lt.Close()
+	}
+	b.pool.release()
+	b.dev.Close()
+}
 
 // mem is a tensor's device storage: a view starting at ptr inside blk.
 type mem struct {
@@ -1288,6 +1306,14 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	// M where the tiled kernel runs; elsewhere its activations are rounded
 	// first (their mid and lo parts then zero: the same bits).
 	one := b.bf16() && at == nil && al == 1
+	if one && b.promptLt(N, K) {
+		xs := b.splitParts(x, M*K) // its first part: x rounded to bf16
+		if err := b.lt.MatMulAsync(ptrOf(y), ptrOf(xs), ptrOf(w), M, N, K); err != nil {
+			panic(err)
+		}
+		b.ltN++
+		return false
+	}
 	if b.bf16() && !one {
 		x = b.promptInput(x)
 	}
@@ -1423,6 +1449,39 @@ var sumSplitsOnly bool
 const splitCounters = 1 << 16
 
 var _ compute.Precisioner = (*Backend)(nil)
+
+// promptBLAS has bf16 prompt products of aligned bf16 weights run through
+// cuBLASLt, one algorithm a weight shape whatever the rows (Lt.Plan), where
+// the library loads and has one for the shape; elsewhere they take
+// matmul_tiled1 (TANDEM_CUDA_PROMPT_BLAS=0 always does; live, but switch it
+// only between prompts: a prompt's chunks must all take one path). Its
+// bits are its own, not matmul_tiled1's: a row's result still does not
+// depend on the rows beside it (TestLtRowInvariance).
+var promptBLAS = true
+
+// promptLt reports whether an N × K product of a bf16 prompt pass runs on
+// cuBLASLt (promptBLAS), loading it at the first such product.
+func (b *Backend) promptLt(N, K int) bool {
+	if !promptBLAS || K%8 != 0 || N%4 != 0 {
+		return false
+	}
+	b.ltOnce.Do(func() {
+		lt, err := b.dev.NewLt()
+		if err != nil {
+			slog.Warn("cuda: bf16 prompt products keep the project's kernels", "err", err)
+			return
+		}
+		b.lt = lt
+	})
+	if b.lt == nil {
+		return false
+	}
+	ok, err := b.lt.Plan(N, K)
+	if err != nil {
+		slog.Warn("cuda: cuBLASLt plan failed; the shape keeps the project's kernels", "N", N, "K", K, "err", err)
+	}
+	return ok
+}
 
 // tiled1Wide has bf16 prompt products of more than 64 rows take
 // matmul_tiled1w's 128 × 128 tiles (the same bits as matmul_tiled1's 64 ×

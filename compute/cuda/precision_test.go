@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -15,10 +16,13 @@ import (
 // matmul_tiled1 does not serve get the rounded activations, whose mid and
 // lo parts are zero); a row's result does not depend on M; aligned bf16
 // weights really take matmul_tiled1 (matmul_tiled1w beyond 64 rows); and the result differs from the
-// exact product of the activations themselves.
+// exact product of the activations themselves. cuBLASLt (promptBLAS) is
+// off here: its bits are its own (TestLtRowInvariance).
 func TestPrecisionBF16MatchesRoundedInputs(t *testing.T) {
 	g := backendOrSkip(t)
 	defer g.SetPrecision(compute.PrecisionExact)
+	defer func(on bool) { promptBLAS = on }(promptBLAS)
+	promptBLAS = false
 	r := rand.New(rand.NewPCG(31, 32))
 	round := func(xs []float32) []float32 {
 		out := make([]float32, len(xs))
@@ -93,6 +97,176 @@ func TestPrecisionBF16MatchesRoundedInputs(t *testing.T) {
 			if err := sameBits(g.ToF32(c.got), g.ToF32(c.want)); err != nil {
 				t.Errorf("%s: %v", c.name, err)
 			}
+		}
+	})
+}
+
+// TestLtRowInvariance protects cuBLASLt's bf16 prompt products (promptBLAS):
+// with one algorithm planned a weight shape, a row's result has the same
+// bits whatever the number of rows in the call, from one to long prompt
+// chunks, on the published models' shapes and a tiny one; and it is close
+// to the float64 product of the rounded operands.
+func TestLtRowInvariance(t *testing.T) {
+	g := backendOrSkip(t)
+	defer func(on bool) { promptBLAS = on }(promptBLAS)
+	promptBLAS = true
+	defer g.SetPrecision(compute.PrecisionExact)
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, s := range []struct{ N, K int }{
+		{128, 64},     // a tiny preset's
+		{2048, 1536},  // E2B attention
+		{12288, 1536}, // E2B double-wide MLP up
+		{1536, 12288}, // E2B double-wide MLP down
+		{21504, 5376}, // 31B MLP up
+		{5376, 21504}, // 31B MLP down
+	} {
+		t.Run(fmt.Sprintf("%dx%d", s.N, s.K), func(t *testing.T) {
+			wv := randF32(r, s.N*s.K)
+			w := weight(g, compute.BF16, wv, s.N, s.K)
+			x1 := randF32(r, s.K)
+			g.SetPrecision(compute.PrecisionBF16)
+			n0 := g.ltN
+			alone := g.ToF32(g.MatMul(g.FromF32(x1, 1, s.K), w))
+			if g.ltN == n0 {
+				t.Skipf("no cuBLASLt algorithm for %dx%d: the shape keeps matmul_tiled1", s.N, s.K)
+			}
+			// Against float64 on the rounded operands.
+			var worst float64
+			for n := 0; n < s.N; n += max(1, s.N/256) {
+				var ref, mag float64
+				for k := range s.K {
+					p := float64(compute.RoundBF16(x1[k])) * float64(compute.RoundBF16(wv[n*s.K+k]))
+					ref, mag = ref+p, mag+math.Abs(p)
+				}
+				worst = max(worst, math.Abs(float64(alone[n])-ref)/(1+mag))
+			}
+			if worst > 1e-5 {
+				t.Errorf("differs from the float64 product by %.3g of the terms' magnitude", worst)
+			}
+			for _, M := range []int{2, 7, 16, 64, 100, 512, 513, 1100} {
+				xs := randF32(r, M*s.K)
+				row := r.IntN(M)
+				copy(xs[row*s.K:], x1)
+				got := g.ToF32(g.MatMul(g.FromF32(xs, M, s.K), w))
+				if err := sameBits(got[row*s.N:(row+1)*s.N], alone); err != nil {
+					t.Fatalf("M = %d: row %d differs from the product alone: %v", M, row, err)
+				}
+			}
+			g.SetPrecision(compute.PrecisionExact)
+		})
+	}
+}
+
+// TestFlashAttention protects attn_flash, a bf16 prompt pass's attention
+// (promptFlash): it runs at every query count; a query's result has the
+// same bits whatever queries share its pass (a prompt's chunking) and
+// whether its row's cache comes alone or in a table of rows
+// (AttentionRows); and it is near the exact attention, over full caches
+// and sliding rings, heads of 32 to 512 (two column blocks), with rows
+// whose queries see no key.
+func TestFlashAttention(t *testing.T) {
+	g := backendOrSkip(t)
+	defer g.SetPrecision(compute.PrecisionExact)
+	if !g.flashOK {
+		t.Fatal("attn_flash cannot take its shared memory on this device")
+	}
+	r := rand.New(rand.NewPCG(51, 52))
+	type pass struct {
+		name     string
+		B, L, S  int
+		D, Hq, H int // head width, query and key heads
+		opt      func(*rand.Rand) compute.AttentionOptions
+	}
+	passes := []pass{
+		{"tiny full causal", 1, 40, 40, 32, 4, 1, full(1, 40, 40, compute.Causal, 0)},
+		{"sliding ring wrapped", 2, 100, 160, 64, 4, 2, ring(2, 100, 160, 1200, 128)},
+		{"sliding 256-wide across tiles", 1, 130, 1200, 256, 4, 2, ring(1, 130, 1200, 1100, 1024)},
+		{"global 512-wide", 2, 70, 700, 512, 8, 1, full(2, 70, 700, compute.Causal, 0)},
+		{"no mask", 2, 20, 90, 64, 2, 2, full(2, 20, 90, compute.Bidirectional, 0)},
+		{"keys out of sight", 1, 16, 64, 64, 2, 1, spans(16, 64, [][2]int{{0, 40}})},
+	}
+	for _, p := range passes {
+		t.Run(p.name, func(t *testing.T) {
+			opt := p.opt(r)
+			scale := 1 / math.Sqrt(float64(p.D))
+			opt.Scale = float32(scale)
+			if p.name == "keys out of sight" { // the queries sit past a window that hides every key
+				opt.Window = 8
+				for i := range opt.QueryPos {
+					opt.QueryPos[i] = 60
+				}
+			}
+			qh := randF32(r, p.B*p.L*p.Hq*p.D)
+			k := g.FromF32(randF32(r, p.B*p.S*p.H*p.D), p.B, p.S, p.H, p.D)
+			v := g.FromF32(randF32(r, p.B*p.S*p.H*p.D), p.B, p.S, p.H, p.D)
+			attend := func(l0, l1 int) []float32 { // queries l0..l1−1 of every row
+				n := l1 - l0
+				sub := make([]float32, 0, p.B*n*p.Hq*p.D)
+				o := opt
+				o.QueryPos = nil
+				for b := range p.B {
+					row := (b*p.L + l0) * p.Hq * p.D
+					sub = append(sub, qh[row:row+n*p.Hq*p.D]...)
+					if opt.QueryPos != nil {
+						o.QueryPos = append(o.QueryPos, opt.QueryPos[b*p.L+l0:b*p.L+l1]...)
+					}
+				}
+				return g.ToF32(g.Attention(g.FromF32(sub, p.B, n, p.Hq, p.D), k, v, o))
+			}
+			exact := attend(0, p.L)
+			g.SetPrecision(compute.PrecisionBF16)
+			n0 := g.flashN
+			whole := attend(0, p.L)
+			if g.flashN == n0 {
+				t.Fatal("attn_flash did not run")
+			}
+			var worst float64
+			for i := range whole {
+				worst = max(worst, math.Abs(float64(whole[i]-exact[i]))/(1+math.Abs(float64(exact[i]))))
+			}
+			if worst > 3e-2 {
+				t.Errorf("bf16 attention differs from the exact one by %.3g", worst)
+			}
+			if err := sameBits(whole, exact); err == nil {
+				t.Error("bf16 attention has the exact attention's bits: it did not round")
+			}
+			row := p.Hq * p.D
+			for _, cut := range [][2]int{{0, 1}, {0, p.L / 3}, {p.L / 3, p.L}, {p.L - 1, p.L}} {
+				if cut[1] <= cut[0] {
+					continue
+				}
+				got := attend(cut[0], cut[1])
+				n := (cut[1] - cut[0]) * row
+				for b := range p.B {
+					want := whole[(b*p.L+cut[0])*row : (b*p.L+cut[0])*row+n]
+					if err := sameBits(got[b*n:(b+1)*n], want); err != nil {
+						t.Fatalf("queries %d..%d of row %d alone: %v", cut[0], cut[1]-1, b, err)
+					}
+				}
+			}
+			g.SetPrecision(compute.PrecisionExact)
+		})
+	}
+	t.Run("rows of several caches", func(t *testing.T) {
+		const L, Hq, Hkv, D = 3, 4, 2, 64
+		var kv []compute.AttentionRow
+		var qpos []int32
+		for _, n := range []int{50, 300} {
+			kv = append(kv, compute.AttentionRow{K: g.FromF32(randF32(r, n*Hkv*D), n, Hkv, D), V: g.FromF32(randF32(r, n*Hkv*D), n, Hkv, D)})
+			qpos = append(qpos, seq(n-L, L)...)
+		}
+		q := g.FromF32(randF32(r, len(kv)*L*Hq*D), len(kv), L, Hq, D)
+		opt := compute.AttentionOptions{Scale: 0.125, Mask: compute.Causal, QueryPos: qpos}
+		g.SetPrecision(compute.PrecisionBF16)
+		want := g.ToF32(compute.AttendRowsApart(g, q, kv, opt))
+		n0, r0 := g.flashN, g.attnRowsN
+		got := g.ToF32(g.AttentionRows(q, kv, opt))
+		g.SetPrecision(compute.PrecisionExact)
+		if g.attnRowsN == r0 || g.flashN == n0 {
+			t.Fatal("the rows did not run as one attn_flash pass")
+		}
+		if err := sameBits(got, want); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

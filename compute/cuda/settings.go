@@ -54,6 +54,8 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_DROP", setDropped},
 	{"TANDEM_CUDA_ROWS_TILES", func(string) { rowsTiles = envInt("TANDEM_CUDA_ROWS_TILES", 4, 1, 4) }},
 	{"TANDEM_CUDA_TILED1_WIDE", func(v string) { tiled1Wide = v != "0" }},
+	{"TANDEM_CUDA_PROMPT_BLAS", func(v string) { promptBLAS = v != "0" }},
+	{"TANDEM_CUDA_PROMPT_FLASH", func(v string) { promptFlash = v != "0" }},
 }
 
 // dropped names kernels that launch and launchCluster skip

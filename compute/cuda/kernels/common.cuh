@@ -60,3 +60,11 @@ __device__ __forceinline__ float cluster_ld(const float* p, unsigned r) {
     return v;
 }
 
+
+// mma16816 is c += a·b for one m16n8k16 tile: bf16 a (16 × 16, row-major
+// fragments a0-a3) and b (16 × 8, column-major b0-b1), f32 c.
+__device__ __forceinline__ void mma16816(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}

@@ -234,12 +234,6 @@ __device__ __forceinline__ uint4 load8bf(const unsigned short* row, int k, int K
     return q;
 }
 
-__device__ __forceinline__ void mma16816(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // mma_part accumulates one part of one 32-wide K block of a 16-row tile.
 // Lane (g, t) holds k = kb + 8t … 8t+7 of weight row g (q) and of tile rows
 // g and g+8 (a0, a1); the first mma takes elements 0-3, the second 4-7, the

@@ -1811,3 +1811,193 @@ extern "C" __global__ void spin(int ns) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     } while (t - t0 < (unsigned long long)ns);
 }
+
+// attn_flash is Attention for a bf16 prompt pass (PrecisionBF16): scores
+// and value sums as bf16 tensor-core products with f32 accumulation, over
+// key tiles of FK positions anchored at absolute positions, each row's
+// softmax kept online (its running maximum and sum rescaling its sums). A
+// query's result depends only on the keys it sees, in position order,
+// whatever other queries share its block: a tile with no key it sees adds
+// exact zeros and rescales by exactly one. Each row's arithmetic:
+//
+//	x_s  = float32(bf16(q)·bf16(k_s)) · scale · log2(e)   (mma, in order over d)
+//	m    = max(m, max_s x_s);  α = 2^(m_old − m)
+//	O    = α·O + Σ_s bf16(2^(x_s − m))·bf16(v_s)          (mma, a tile at a time)
+//	l    = α·l + Σ_s 2^(x_s − m);  out = O / l
+//
+// Grid (Hq, B·ceil(L/FQ), ceil(Dv/FW)), FQ/16 warps of 16 queries each; a
+// block takes FW of the value columns (a 512-wide head's two halves each
+// recompute the scores: the sums of 256 columns a warp already hold 128
+// registers a thread). Dynamic shared memory: the queries' and a key
+// tile's rows (D + 8 bf16 each: the fragment loads hit 32 banks) and the
+// value tile transposed (FW rows of FK + 8).
+#define FQ 64
+#define FK 32
+#define FW 256
+extern "C" __global__ void __launch_bounds__(128, 1)
+    attn_flash(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
+               int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
+               unsigned short* parts, size_t n, const unsigned long long* kvp) {
+    pdl_start();
+    extern __shared__ __align__(16) unsigned short fsm[];
+    __shared__ int fslot[FK];
+    const int h = blockIdx.x, tiles = (L + FQ - 1) / FQ, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * FQ;
+    const int nq = min(FQ, L - l0), kvh = h / (Hq / Hkv), c0 = blockIdx.z * FW, wc = min(FW, Dv - c0);
+    const int DS = D + 8, KS = FK + 8;
+    unsigned short* qs = fsm;           // FQ × DS
+    unsigned short* ks = qs + FQ * DS;  // FK × DS
+    unsigned short* vt = ks + FK * DS;  // FW × KS: vt[c][j] = v of key j, column c0 + c
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = warp * 16 + g, r1 = r0 + 8; // this thread's two query rows in the block
+    const int D4 = D >> 2;
+    for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
+        const int r = i / D4, d = (i % D4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nq) { // q may be a view at any 4-byte offset
+            const float* qr = q + ((size_t)(b * L + l0 + r) * Hq + h) * D + d;
+            x = make_float4(qr[0], qr[1], qr[2], qr[3]);
+        }
+        *(uint2*)(qs + r * DS + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
+                                                f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
+    }
+    const bool ok0 = r0 < nq, ok1 = r1 < nq;
+    const int qp0 = qpos && ok0 ? qpos[b * L + l0 + r0] : 0, qp1 = qpos && ok1 ? qpos[b * L + l0 + r1] : 0;
+    // The block's key positions: the row's span, cut to what its queries
+    // can see (their positions are this block's; a query past nq sees none).
+    const int mp = span[2 * b], last = span[2 * b + 1];
+    int lo = mp, hi = last;
+    if (qpos && (causal || window > 0)) {
+        int qmin = 0x7fffffff, qmax = -0x7fffffff;
+        for (int r = 0; r < nq; r++) {
+            const int p = qpos[b * L + l0 + r];
+            qmin = min(qmin, p);
+            qmax = max(qmax, p);
+        }
+        if (window > 0) lo = max(lo, qmin - window + 1);
+        if (causal) hi = min(hi, qmax);
+    }
+    const float* kb = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
+    const float* vb = kv_base(v, kvp, b, 1, (size_t)S * Hkv * Dv) + (size_t)kvh * Dv + c0;
+    const float sl2 = scale * 1.4426950408889634f, ninf = -__int_as_float(0x7f800000);
+    float o[FW / 8][4];
+#pragma unroll
+    for (int c = 0; c < FW / 8; c++) o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
+    float m0 = ninf, m1 = ninf, l0s = 0.0f, l1s = 0.0f;
+    for (int p0 = hi < lo ? 0 : (lo / FK) * FK; hi >= lo && p0 <= hi; p0 += FK) {
+        __syncthreads(); // the previous tile's reads are done (and, first, the queries' writes)
+        if (threadIdx.x < FK) {
+            const int p = p0 + threadIdx.x, off = p - mp;
+            fslot[threadIdx.x] = p >= mp && p <= last && off < S ? slot_of[(size_t)b * S + off] : -1;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < FK * D4; i += blockDim.x) {
+            const int j = i / D4, d = (i % D4) * 4, s = fslot[j];
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (s >= 0) x = *(const float4*)(kb + (size_t)s * Hkv * D + d);
+            *(uint2*)(ks + j * DS + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
+                                                    f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
+        }
+        // Consecutive threads take consecutive keys of one column group, so
+        // the transposed stores fill consecutive halves of shared words.
+        for (int i = threadIdx.x; i < FK * (FW / 4); i += blockDim.x) {
+            const int j = i % FK, c = (i / FK) * 4, s = fslot[j];
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (s >= 0 && c < wc) x = *(const float4*)(vb + (size_t)s * Hkv * Dv + c);
+            vt[(c + 0) * KS + j] = f32_to_bf16(x.x);
+            vt[(c + 1) * KS + j] = f32_to_bf16(x.y);
+            vt[(c + 2) * KS + j] = f32_to_bf16(x.z);
+            vt[(c + 3) * KS + j] = f32_to_bf16(x.w);
+        }
+        __syncthreads();
+        if (warp * 16 >= nq) continue; // no query of this warp's rows (the barriers above are the block's)
+        float sc[FK / 8][4];
+#pragma unroll
+        for (int j = 0; j < FK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        for (int d = 0; d < D; d += 16) {
+            const unsigned a0 = *(const unsigned*)(qs + r0 * DS + d + 2 * t), a1 = *(const unsigned*)(qs + r1 * DS + d + 2 * t);
+            const unsigned a2 = *(const unsigned*)(qs + r0 * DS + d + 8 + 2 * t), a3 = *(const unsigned*)(qs + r1 * DS + d + 8 + 2 * t);
+#pragma unroll
+            for (int j = 0; j < FK / 8; j++) {
+                const unsigned short* kr = ks + (j * 8 + g) * DS + d + 2 * t;
+                mma16816(sc[j], a0, a1, a2, a3, *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+            }
+        }
+        // Mask, scale, and the rows' new maxima.
+        float t0 = ninf, t1 = ninf;
+#pragma unroll
+        for (int j = 0; j < FK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kj = j * 8 + 2 * t + e, p = p0 + kj;
+                const bool key = fslot[kj] >= 0;
+                sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
+                sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
+                t0 = fmaxf(t0, sc[j][e]);
+                t1 = fmaxf(t1, sc[j][2 + e]);
+            }
+        t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
+        t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
+        t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
+        t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+        const float n0 = fmaxf(m0, t0), n1 = fmaxf(m1, t1);
+        // A row that has seen no key yet keeps zeros (α = 1, every e = 0).
+        const float al0 = n0 == ninf ? 1.0f : exp2f(m0 - n0), al1 = n1 == ninf ? 1.0f : exp2f(m1 - n1);
+        m0 = n0;
+        m1 = n1;
+        float s0 = 0.0f, s1 = 0.0f;
+        unsigned pa[FK / 8][2]; // the weights as bf16 pairs: the value sums' A fragments
+#pragma unroll
+        for (int j = 0; j < FK / 8; j++) {
+            const float e0 = n0 == ninf ? 0.0f : exp2f(sc[j][0] - n0), e1 = n0 == ninf ? 0.0f : exp2f(sc[j][1] - n0);
+            const float e2 = n1 == ninf ? 0.0f : exp2f(sc[j][2] - n1), e3 = n1 == ninf ? 0.0f : exp2f(sc[j][3] - n1);
+            s0 += e0 + e1;
+            s1 += e2 + e3;
+            pa[j][0] = f32_to_bf16(e0) | (unsigned)f32_to_bf16(e1) << 16;
+            pa[j][1] = f32_to_bf16(e2) | (unsigned)f32_to_bf16(e3) << 16;
+        }
+        l0s = l0s * al0 + s0;
+        l1s = l1s * al1 + s1;
+#pragma unroll
+        for (int c = 0; c < FW / 8; c++) {
+            o[c][0] *= al0;
+            o[c][1] *= al0;
+            o[c][2] *= al1;
+            o[c][3] *= al1;
+        }
+#pragma unroll
+        for (int j = 0; j < FK / 16; j++) {
+            const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
+#pragma unroll
+            for (int c = 0; c < FW / 8; c++) {
+                if (c * 8 >= wc) break;
+                const unsigned short* vr = vt + (c * 8 + g) * KS + j * 16 + 2 * t;
+                mma16816(o[c], a0, a1, a2, a3, *(const unsigned*)vr, *(const unsigned*)(vr + 8));
+            }
+        }
+    }
+    // Each row's sum over its quad, in a fixed order.
+    l0s += __shfl_xor_sync(0xffffffffu, l0s, 1);
+    l0s += __shfl_xor_sync(0xffffffffu, l0s, 2);
+    l1s += __shfl_xor_sync(0xffffffffu, l1s, 1);
+    l1s += __shfl_xor_sync(0xffffffffu, l1s, 2);
+#pragma unroll
+    for (int c = 0; c < FW / 8; c++) {
+        const int col = c * 8 + 2 * t;
+        if (col >= wc) break;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (ok0) {
+                const size_t i = ((size_t)(b * L + l0 + r0) * Hq + h) * Dv + c0 + col + e;
+                const float r = l0s > 0.0f ? o[c][e] / l0s : 0.0f;
+                out[i] = r;
+                emit(parts, n, i, r);
+            }
+            if (ok1) {
+                const size_t i = ((size_t)(b * L + l0 + r1) * Hq + h) * Dv + c0 + col + e;
+                const float r = l1s > 0.0f ? o[c][2 + e] / l1s : 0.0f;
+                out[i] = r;
+                emit(parts, n, i, r);
+            }
+        }
+    }
+}
