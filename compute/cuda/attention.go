@@ -394,10 +394,10 @@ func flashSmem(D int) int { return 2 * ((flashQ+flashK)*(D+8) + flashW*(flashK+8
 
 // flashes reports whether this pass's attention runs attn_flash: a bf16
 // prompt pass (promptFlash) whose head shapes fit its tiles (D a multiple
-// of 16 up to 512, Dv of 8) and whose caches are in 16-byte rows. The choice depends on the layer's shapes alone, never on how many
-// queries the pass has.
-func (b *Backend) flashes(D, Dv int, aligned bool) bool {
-	return promptFlash && b.flashOK && b.bf16() && aligned && D%16 == 0 && D <= 512 && Dv%8 == 0 && Dv > 0 &&
+// of 16 up to 512, Dv of 8). The choice depends on the layer's shapes
+// alone, never on the queries or on the caches beside a row's.
+func (b *Backend) flashes(D, Dv int) bool {
+	return promptFlash && b.flashOK && b.bf16() && D%16 == 0 && D <= 512 && Dv%8 == 0 && Dv > 0 &&
 		flashSmem(D) <= flashSmemMax
 }
 
@@ -501,14 +501,18 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 	if opt.Mask == compute.Causal {
 		causal = 1
 	}
-	if b.flashes(D, Dv, kAligned && vAligned) {
+	if b.flashes(D, Dv) {
 		parts, pp := b.emitParts(out)
 		b.flashN++
+		vec := 0 // 16-byte key and value loads
+		if kAligned && vAligned {
+			vec = 1
+		}
 		smem := flashSmem(D)
 		if fk, run := b.kernel("attn_flash"); run {
 			grid := [3]uint32{uint32(Hq), uint32(B * ((L + flashQ - 1) / flashQ)), uint32((Dv + flashW - 1) / flashW)}
 			err := b.dev.LaunchAsync(fk, grid, [3]uint32{flashQ * 2, 1, 1}, uint32(smem), ptrOf(q), ptrOf(k), ptrOf(v), so, mp, qpos,
-				L, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(out), pp, out.Len(), kvp)
+				L, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(out), pp, out.Len(), kvp, vec)
 			if err != nil {
 				panic(err)
 			}

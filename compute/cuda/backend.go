@@ -734,6 +734,13 @@ func (b *Backend) Routes(w *compute.Tensor, tokens int) bool {
 	if tokens != 1 && (!routeRows || tokens < 1 || tokens > maxRouteRows) {
 		return false
 	}
+	// A bf16 prompt pass routes on the host at every token count: its
+	// dense products (an expert's slice among them) take cuBLASLt, whose
+	// bits the routed kernels do not share, and a prompt's chunks must not
+	// change its bits.
+	if b.bf16() {
+		return false
+	}
 	// With stacking off the host path runs an expert's gate and up apart,
 	// each split by its own shape, where MatMulAt runs them as one.
 	return routeOnDevice && stackMatMuls && w != nil && w.Rank() == 3 && w.DType() == compute.BF16 && !warpMatMul &&

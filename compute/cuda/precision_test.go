@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"tandem/compute"
@@ -227,7 +228,7 @@ func TestFlashAttention(t *testing.T) {
 			if worst > 3e-2 {
 				t.Errorf("bf16 attention differs from the exact one by %.3g", worst)
 			}
-			if err := sameBits(whole, exact); err == nil {
+			if err := sameBits(whole, exact); err == nil && slices.ContainsFunc(exact, func(v float32) bool { return v != 0 }) {
 				t.Error("bf16 attention has the exact attention's bits: it did not round")
 			}
 			row := p.Hq * p.D

@@ -1834,10 +1834,16 @@ extern "C" __global__ void spin(int ns) {
 #define FQ 64
 #define FK 32
 #define FW 256
+
+// ld4 is the four floats at p, in one 16-byte load where vec (p aligned).
+__device__ __forceinline__ float4 ld4(const float* p, bool vec) {
+    return vec ? *(const float4*)p : make_float4(p[0], p[1], p[2], p[3]);
+}
+
 extern "C" __global__ void __launch_bounds__(128, 1)
     attn_flash(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
                int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
-               unsigned short* parts, size_t n, const unsigned long long* kvp) {
+               unsigned short* parts, size_t n, const unsigned long long* kvp, int vec) {
     pdl_start();
     extern __shared__ __align__(16) unsigned short fsm[];
     __shared__ int fslot[FK];
@@ -1853,10 +1859,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
         const int r = i / D4, d = (i % D4) * 4;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < nq) { // q may be a view at any 4-byte offset
-            const float* qr = q + ((size_t)(b * L + l0 + r) * Hq + h) * D + d;
-            x = make_float4(qr[0], qr[1], qr[2], qr[3]);
-        }
+        if (r < nq) x = ld4(q + ((size_t)(b * L + l0 + r) * Hq + h) * D + d, false); // q may be a view at any offset
         *(uint2*)(qs + r * DS + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
                                                 f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
     }
@@ -1893,7 +1896,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         for (int i = threadIdx.x; i < FK * D4; i += blockDim.x) {
             const int j = i / D4, d = (i % D4) * 4, s = fslot[j];
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (s >= 0) x = *(const float4*)(kb + (size_t)s * Hkv * D + d);
+            if (s >= 0) x = ld4(kb + (size_t)s * Hkv * D + d, vec);
             *(uint2*)(ks + j * DS + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
                                                     f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
         }
@@ -1902,7 +1905,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         for (int i = threadIdx.x; i < FK * (FW / 4); i += blockDim.x) {
             const int j = i % FK, c = (i / FK) * 4, s = fslot[j];
             float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (s >= 0 && c < wc) x = *(const float4*)(vb + (size_t)s * Hkv * Dv + c);
+            if (s >= 0 && c < wc) x = ld4(vb + (size_t)s * Hkv * Dv + c, vec);
             vt[(c + 0) * KS + j] = f32_to_bf16(x.x);
             vt[(c + 1) * KS + j] = f32_to_bf16(x.y);
             vt[(c + 2) * KS + j] = f32_to_bf16(x.z);
