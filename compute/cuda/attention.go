@@ -384,13 +384,13 @@ const (
 )
 
 // flashSmemMax is the dynamic shared memory attn_flash may take: a
-// 512-wide head's 120 KiB, with room.
+// 512-wide head's 170 KiB, with room.
 const flashSmemMax = 200 << 10
 
 // flashSmem is attn_flash's dynamic shared memory for heads of D: the
-// queries' and a key tile's rows of D + 8 bf16, and the value tile's FW
-// columns of FK + 8.
-func flashSmem(D int) int { return 2 * ((flashQ+flashK)*(D+8) + flashW*(flashK+8)) }
+// queries' rows of D + 8 bf16, and two stages of a key tile's rows, of the
+// value tile's FW columns of FK + 8 and of the tile's flags.
+func flashSmem(D int) int { return 2*((flashQ+2*flashK)*(D+8)+2*flashW*(flashK+8)) + 2*flashK }
 
 // flashes reports whether this pass's attention runs attn_flash: a bf16
 // prompt pass (promptFlash) whose head shapes fit its tiles (D a multiple
@@ -399,6 +399,49 @@ func flashSmem(D int) int { return 2 * ((flashQ+flashK)*(D+8) + flashW*(flashK+8
 func (b *Backend) flashes(D, Dv int) bool {
 	return promptFlash && b.flashOK && b.bf16() && D%16 == 0 && D <= 512 && Dv%8 == 0 && Dv > 0 &&
 		flashSmem(D) <= flashSmemMax
+}
+
+// flash runs attn_flash into out: attn_kv_bf16 first lays each row's
+// keys and values out in position order as bf16 (P positions a row and
+// head, from its first position rounded down to flashK), then the tiles.
+func (b *Backend) flash(q, k, v, out *compute.Tensor, kvp any, tab Buffer, span []int32, sh compute.AttentionShape,
+	opt compute.AttentionOptions, scale float32, causal int, aligned bool) {
+	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
+	b.flashN++
+	P := 0
+	for bi := range B {
+		if lo, hi := int(span[2*bi]), int(span[2*bi+1]); hi >= lo {
+			P = max(P, (hi+flashK)/flashK*flashK-lo/flashK*flashK)
+		}
+	}
+	P = max(P, flashK) // rows without keys still get their flags (zeros)
+	vec := 0           // 16-byte key and value loads
+	if aligned {
+		vec = 1
+	}
+	kb := b.alloc(compute.BF16, B*Hkv*P*D)
+	vt := b.alloc(compute.BF16, B*Hkv*P*Dv)
+	ok := b.alloc(compute.I32, B*P/4) // a byte a position (P is a multiple of flashK)
+	so, mp := tab, at(tab, B*S)
+	var qpos any
+	if opt.QueryPos != nil {
+		qpos = at(tab, B*S+2*B)
+	}
+	b.launch("attn_kv_bf16", [3]uint32{uint32(P / flashK), uint32(Hkv), uint32(B)}, 256, ptrOf(k), ptrOf(v), so, mp,
+		S, Hkv, D, Dv, P, ptrOf(kb), ptrOf(vt), ptrOf(ok), kvp, vec)
+	parts, pp := b.emitParts(out)
+	if fk, run := b.kernel("attn_flash"); run {
+		grid := [3]uint32{uint32(Hq), uint32(B * ((L + flashQ - 1) / flashQ)), uint32((Dv + flashW - 1) / flashW)}
+		err := b.dev.LaunchAsync(fk, grid, [3]uint32{flashQ * 2, 1, 1}, uint32(flashSmem(D)), ptrOf(q), ptrOf(kb),
+			ptrOf(vt), ptrOf(ok), mp, qpos, L, Hq, Hkv, D, Dv, P, scale, causal, opt.Window, ptrOf(out), pp, out.Len())
+		if err != nil {
+			panic(err)
+		}
+	}
+	if parts != nil {
+		b.remember(out, parts)
+	}
+	b.recycle(kb, vt, ok)
 }
 
 // attnKeys is where a batch row's keys are: slots of them, the first n of
@@ -502,24 +545,7 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		causal = 1
 	}
 	if b.flashes(D, Dv) {
-		parts, pp := b.emitParts(out)
-		b.flashN++
-		vec := 0 // 16-byte key and value loads
-		if kAligned && vAligned {
-			vec = 1
-		}
-		smem := flashSmem(D)
-		if fk, run := b.kernel("attn_flash"); run {
-			grid := [3]uint32{uint32(Hq), uint32(B * ((L + flashQ - 1) / flashQ)), uint32((Dv + flashW - 1) / flashW)}
-			err := b.dev.LaunchAsync(fk, grid, [3]uint32{flashQ * 2, 1, 1}, uint32(smem), ptrOf(q), ptrOf(k), ptrOf(v), so, mp, qpos,
-				L, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(out), pp, out.Len(), kvp, vec)
-			if err != nil {
-				panic(err)
-			}
-		}
-		if parts != nil {
-			b.remember(out, parts)
-		}
+		b.flash(q, k, v, out, kvp, tabT, span, sh, opt, scale, causal, kAligned && vAligned)
 		return out
 	}
 	nscore := (S + attnChunk - 1) / attnChunk

@@ -252,12 +252,23 @@ func TestFlashAttention(t *testing.T) {
 		const L, Hq, Hkv, D = 3, 4, 2, 64
 		var kv []compute.AttentionRow
 		var qpos []int32
-		for _, n := range []int{50, 300} {
-			kv = append(kv, compute.AttentionRow{K: g.FromF32(randF32(r, n*Hkv*D), n, Hkv, D), V: g.FromF32(randF32(r, n*Hkv*D), n, Hkv, D)})
-			qpos = append(qpos, seq(n-L, L)...)
+		// A full cache of 50 keys, one of 300, and a ring of 160 slots
+		// holding positions 1000-1159: rows whose keys start at other
+		// positions, laid out from their own first tiles.
+		for _, c := range []struct{ slots, lo, hi int }{{50, 0, 49}, {300, 0, 299}, {160, 1000, 1159}} {
+			a := compute.AttentionRow{K: g.FromF32(randF32(r, c.slots*Hkv*D), c.slots, Hkv, D), V: g.FromF32(randF32(r, c.slots*Hkv*D), c.slots, Hkv, D)}
+			if c.lo > 0 {
+				a.KeyPos = make([]int32, c.slots)
+				for p := c.lo; p <= c.hi; p++ {
+					a.KeyPos[p%c.slots] = int32(p)
+				}
+				a.KeyStart = (c.hi + 1) % c.slots
+			}
+			kv = append(kv, a)
+			qpos = append(qpos, seq(c.hi-L+1, L)...)
 		}
 		q := g.FromF32(randF32(r, len(kv)*L*Hq*D), len(kv), L, Hq, D)
-		opt := compute.AttentionOptions{Scale: 0.125, Mask: compute.Causal, QueryPos: qpos}
+		opt := compute.AttentionOptions{Scale: 0.125, Mask: compute.Causal, Window: 128, QueryPos: qpos}
 		g.SetPrecision(compute.PrecisionBF16)
 		want := g.ToF32(compute.AttendRowsApart(g, q, kv, opt))
 		n0, r0 := g.flashN, g.attnRowsN

@@ -998,13 +998,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_tokens(const un
 #define TBM 64
 #define TBN 64
 
-// cp16 copies 16 bytes from global to shared memory asynchronously, or
-// writes zeros when !ok (src is then not read).
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-
 // tiled_range runs the block's 64 × 64 tile of the product over K range
 // [k0, k1) and returns each output's three parts summed (lo + mid) + hi in
 // c: what matmul_tiled writes as a split's partial. as and bs are the

@@ -1825,49 +1825,40 @@ extern "C" __global__ void spin(int ns) {
 //	O    = α·O + Σ_s bf16(2^(x_s − m))·bf16(v_s)          (mma, a tile at a time)
 //	l    = α·l + Σ_s 2^(x_s − m);  out = O / l
 //
+// The keys and values come from attn_kv_bf16 (below): bf16, in position
+// order from the row's first position rounded down to a multiple of FK
+// (pbase), P of them a row and head, keys as rows of D and values
+// transposed (rows of P), with kvalid[p − pbase] saying which positions
+// hold a key. Key and value tiles are copied two
+// ahead by cp.async while the block works on the one before.
+//
 // Grid (Hq, B·ceil(L/FQ), ceil(Dv/FW)), FQ/16 warps of 16 queries each; a
 // block takes FW of the value columns (a 512-wide head's two halves each
 // recompute the scores: the sums of 256 columns a warp already hold 128
-// registers a thread). Dynamic shared memory: the queries' and a key
-// tile's rows (D + 8 bf16 each: the fragment loads hit 32 banks) and the
-// value tile transposed (FW rows of FK + 8).
+// registers a thread). Dynamic shared memory: the queries' rows and two
+// stages of a key tile's rows (D + 8 bf16 each: the fragment loads hit 32
+// banks), of the value tile (FW rows of FK + 8) and of the tile's flags.
 #define FQ 64
 #define FK 32
 #define FW 256
-
-// ld4 is the four floats at p, in one 16-byte load where vec (p aligned).
-__device__ __forceinline__ float4 ld4(const float* p, bool vec) {
-    return vec ? *(const float4*)p : make_float4(p[0], p[1], p[2], p[3]);
-}
-
 extern "C" __global__ void __launch_bounds__(128, 1)
-    attn_flash(const float* q, const float* k, const float* v, const int* slot_of, const int* span, const int* qpos,
-               int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
-               unsigned short* parts, size_t n, const unsigned long long* kvp, int vec) {
+    attn_flash(const float* q, const unsigned short* kb16, const unsigned short* vt16, const unsigned char* kvalid,
+               const int* span, const int* qpos, int L, int Hq, int Hkv, int D, int Dv, int P, float scale,
+               int causal, int window, float* out, unsigned short* parts, size_t n) {
     pdl_start();
     extern __shared__ __align__(16) unsigned short fsm[];
-    __shared__ int fslot[FK];
     const int h = blockIdx.x, tiles = (L + FQ - 1) / FQ, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * FQ;
     const int nq = min(FQ, L - l0), kvh = h / (Hq / Hkv), c0 = blockIdx.z * FW, wc = min(FW, Dv - c0);
     const int DS = D + 8, KS = FK + 8;
-    unsigned short* qs = fsm;           // FQ × DS
-    unsigned short* ks = qs + FQ * DS;  // FK × DS
-    unsigned short* vt = ks + FK * DS;  // FW × KS: vt[c][j] = v of key j, column c0 + c
+    unsigned short* qs = fsm;                                 // FQ × DS
+    unsigned short* ks0 = qs + FQ * DS;                       // 2 × FK × DS
+    unsigned short* vt0 = ks0 + 2 * FK * DS;                  // 2 × FW × KS: vt[c][j] = v of key j, column c0 + c
+    unsigned char* fl0 = (unsigned char*)(vt0 + 2 * FW * KS); // 2 × FK
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int r0 = warp * 16 + g, r1 = r0 + 8; // this thread's two query rows in the block
-    const int D4 = D >> 2;
-    for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
-        const int r = i / D4, d = (i % D4) * 4;
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < nq) x = ld4(q + ((size_t)(b * L + l0 + r) * Hq + h) * D + d, false); // q may be a view at any offset
-        *(uint2*)(qs + r * DS + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
-                                                f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
-    }
-    const bool ok0 = r0 < nq, ok1 = r1 < nq;
-    const int qp0 = qpos && ok0 ? qpos[b * L + l0 + r0] : 0, qp1 = qpos && ok1 ? qpos[b * L + l0 + r1] : 0;
     // The block's key positions: the row's span, cut to what its queries
-    // can see (their positions are this block's; a query past nq sees none).
-    const int mp = span[2 * b], last = span[2 * b + 1];
+    // can see.
+    const int mp = span[2 * b], last = span[2 * b + 1], pbase = mp / FK * FK;
     int lo = mp, hi = last;
     if (qpos && (causal || window > 0)) {
         int qmin = 0x7fffffff, qmax = -0x7fffffff;
@@ -1879,104 +1870,127 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         if (window > 0) lo = max(lo, qmin - window + 1);
         if (causal) hi = min(hi, qmax);
     }
-    const float* kb = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
-    const float* vb = kv_base(v, kvp, b, 1, (size_t)S * Hkv * Dv) + (size_t)kvh * Dv + c0;
+    const int first = hi < lo ? 0 : (lo / FK) * FK, ntiles = hi < lo ? 0 : (hi - first) / FK + 1;
+    const size_t bh = (size_t)b * Hkv + kvh;
+    const unsigned short* kh = kb16 + bh * P * D;
+    const unsigned short* vh = vt16 + (bh * Dv + c0) * P;
+    const unsigned char* fh = kvalid + (size_t)b * P;
+    // stage copies tile i (positions first + i·FK on) into buffer i & 1.
+    auto stage = [&](int i) {
+        const int o = first + i * FK - pbase, s = i & 1;
+        unsigned short* ks = ks0 + s * FK * DS;
+        unsigned short* vt = vt0 + s * FW * KS;
+        const int D8 = D >> 3;
+        for (int c = threadIdx.x; c < FK * D8; c += blockDim.x) {
+            const int j = c / D8, d = (c % D8) * 8;
+            cp16(ks + j * DS + d, kh + (size_t)(o + j) * D + d, true);
+        }
+        for (int c = threadIdx.x; c < FW * (FK / 8); c += blockDim.x) {
+            const int col = c / (FK / 8), j = (c % (FK / 8)) * 8;
+            cp16(vt + col * KS + j, vh + (size_t)col * P + o + j, col < wc);
+        }
+        if (threadIdx.x < FK / 16) cp16(fl0 + s * FK + threadIdx.x * 16, fh + o + threadIdx.x * 16, true);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    if (ntiles > 0) stage(0);
+    const int D4 = D >> 2;
+    for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
+        const int r = i / D4, d = (i % D4) * 4;
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < nq) { // q may be a view at any offset
+            const float* qr = q + ((size_t)(b * L + l0 + r) * Hq + h) * D + d;
+            x[0] = qr[0], x[1] = qr[1], x[2] = qr[2], x[3] = qr[3];
+        }
+        *(uint2*)(qs + r * DS + d) = make_uint2(f32_to_bf16(x[0]) | (unsigned)f32_to_bf16(x[1]) << 16,
+                                                f32_to_bf16(x[2]) | (unsigned)f32_to_bf16(x[3]) << 16);
+    }
+    const bool ok0 = r0 < nq, ok1 = r1 < nq;
+    const int qp0 = qpos && ok0 ? qpos[b * L + l0 + r0] : 0, qp1 = qpos && ok1 ? qpos[b * L + l0 + r1] : 0;
     const float sl2 = scale * 1.4426950408889634f, ninf = -__int_as_float(0x7f800000);
     float o[FW / 8][4];
 #pragma unroll
     for (int c = 0; c < FW / 8; c++) o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
     float m0 = ninf, m1 = ninf, l0s = 0.0f, l1s = 0.0f;
-    for (int p0 = hi < lo ? 0 : (lo / FK) * FK; hi >= lo && p0 <= hi; p0 += FK) {
-        __syncthreads(); // the previous tile's reads are done (and, first, the queries' writes)
-        if (threadIdx.x < FK) {
-            const int p = p0 + threadIdx.x, off = p - mp;
-            fslot[threadIdx.x] = p >= mp && p <= last && off < S ? slot_of[(size_t)b * S + off] : -1;
+    for (int it = 0; it < ntiles; it++) {
+        if (it + 1 < ntiles) {
+            stage(it + 1); // into the buffer the previous tile used: the barrier below ended its reads
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
-        __syncthreads();
-        for (int i = threadIdx.x; i < FK * D4; i += blockDim.x) {
-            const int j = i / D4, d = (i % D4) * 4, s = fslot[j];
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (s >= 0) x = ld4(kb + (size_t)s * Hkv * D + d, vec);
-            *(uint2*)(ks + j * DS + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
-                                                    f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
-        }
-        // Consecutive threads take consecutive keys of one column group, so
-        // the transposed stores fill consecutive halves of shared words.
-        for (int i = threadIdx.x; i < FK * (FW / 4); i += blockDim.x) {
-            const int j = i % FK, c = (i / FK) * 4, s = fslot[j];
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (s >= 0 && c < wc) x = ld4(vb + (size_t)s * Hkv * Dv + c, vec);
-            vt[(c + 0) * KS + j] = f32_to_bf16(x.x);
-            vt[(c + 1) * KS + j] = f32_to_bf16(x.y);
-            vt[(c + 2) * KS + j] = f32_to_bf16(x.z);
-            vt[(c + 3) * KS + j] = f32_to_bf16(x.w);
-        }
-        __syncthreads();
-        if (warp * 16 >= nq) continue; // no query of this warp's rows (the barriers above are the block's)
-        float sc[FK / 8][4];
+        __syncthreads(); // tile it has landed for every thread (and, first, the queries)
+        const int p0 = first + it * FK, s = it & 1;
+        const unsigned short* ks = ks0 + s * FK * DS;
+        const unsigned short* vt = vt0 + s * FW * KS;
+        const unsigned char* fl = fl0 + s * FK;
+        if (warp * 16 < nq) { // else no query of this warp's rows
+            float sc[FK / 8][4];
 #pragma unroll
-        for (int j = 0; j < FK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-        for (int d = 0; d < D; d += 16) {
-            const unsigned a0 = *(const unsigned*)(qs + r0 * DS + d + 2 * t), a1 = *(const unsigned*)(qs + r1 * DS + d + 2 * t);
-            const unsigned a2 = *(const unsigned*)(qs + r0 * DS + d + 8 + 2 * t), a3 = *(const unsigned*)(qs + r1 * DS + d + 8 + 2 * t);
+            for (int j = 0; j < FK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            for (int d = 0; d < D; d += 16) {
+                const unsigned a0 = *(const unsigned*)(qs + r0 * DS + d + 2 * t), a1 = *(const unsigned*)(qs + r1 * DS + d + 2 * t);
+                const unsigned a2 = *(const unsigned*)(qs + r0 * DS + d + 8 + 2 * t);
+                const unsigned a3 = *(const unsigned*)(qs + r1 * DS + d + 8 + 2 * t);
+#pragma unroll
+                for (int j = 0; j < FK / 8; j++) {
+                    const unsigned short* kr = ks + (j * 8 + g) * DS + d + 2 * t;
+                    mma16816(sc[j], a0, a1, a2, a3, *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+                }
+            }
+            // Mask, scale, and the rows' new maxima.
+            float t0 = ninf, t1 = ninf;
+#pragma unroll
+            for (int j = 0; j < FK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int kj = j * 8 + 2 * t + e, p = p0 + kj;
+                    const bool key = fl[kj] != 0;
+                    sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
+                    sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
+                    t0 = fmaxf(t0, sc[j][e]);
+                    t1 = fmaxf(t1, sc[j][2 + e]);
+                }
+            t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
+            t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
+            t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
+            t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+            const float n0 = fmaxf(m0, t0), n1 = fmaxf(m1, t1);
+            // A row that has seen no key yet keeps zeros (α = 1, every e = 0).
+            const float al0 = n0 == ninf ? 1.0f : exp2f(m0 - n0), al1 = n1 == ninf ? 1.0f : exp2f(m1 - n1);
+            m0 = n0;
+            m1 = n1;
+            float s0 = 0.0f, s1 = 0.0f;
+            unsigned pa[FK / 8][2]; // the weights as bf16 pairs: the value sums' A fragments
 #pragma unroll
             for (int j = 0; j < FK / 8; j++) {
-                const unsigned short* kr = ks + (j * 8 + g) * DS + d + 2 * t;
-                mma16816(sc[j], a0, a1, a2, a3, *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+                const float e0 = n0 == ninf ? 0.0f : exp2f(sc[j][0] - n0), e1 = n0 == ninf ? 0.0f : exp2f(sc[j][1] - n0);
+                const float e2 = n1 == ninf ? 0.0f : exp2f(sc[j][2] - n1), e3 = n1 == ninf ? 0.0f : exp2f(sc[j][3] - n1);
+                s0 += e0 + e1;
+                s1 += e2 + e3;
+                pa[j][0] = f32_to_bf16(e0) | (unsigned)f32_to_bf16(e1) << 16;
+                pa[j][1] = f32_to_bf16(e2) | (unsigned)f32_to_bf16(e3) << 16;
             }
-        }
-        // Mask, scale, and the rows' new maxima.
-        float t0 = ninf, t1 = ninf;
-#pragma unroll
-        for (int j = 0; j < FK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int kj = j * 8 + 2 * t + e, p = p0 + kj;
-                const bool key = fslot[kj] >= 0;
-                sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
-                sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
-                t0 = fmaxf(t0, sc[j][e]);
-                t1 = fmaxf(t1, sc[j][2 + e]);
-            }
-        t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
-        t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
-        t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
-        t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
-        const float n0 = fmaxf(m0, t0), n1 = fmaxf(m1, t1);
-        // A row that has seen no key yet keeps zeros (α = 1, every e = 0).
-        const float al0 = n0 == ninf ? 1.0f : exp2f(m0 - n0), al1 = n1 == ninf ? 1.0f : exp2f(m1 - n1);
-        m0 = n0;
-        m1 = n1;
-        float s0 = 0.0f, s1 = 0.0f;
-        unsigned pa[FK / 8][2]; // the weights as bf16 pairs: the value sums' A fragments
-#pragma unroll
-        for (int j = 0; j < FK / 8; j++) {
-            const float e0 = n0 == ninf ? 0.0f : exp2f(sc[j][0] - n0), e1 = n0 == ninf ? 0.0f : exp2f(sc[j][1] - n0);
-            const float e2 = n1 == ninf ? 0.0f : exp2f(sc[j][2] - n1), e3 = n1 == ninf ? 0.0f : exp2f(sc[j][3] - n1);
-            s0 += e0 + e1;
-            s1 += e2 + e3;
-            pa[j][0] = f32_to_bf16(e0) | (unsigned)f32_to_bf16(e1) << 16;
-            pa[j][1] = f32_to_bf16(e2) | (unsigned)f32_to_bf16(e3) << 16;
-        }
-        l0s = l0s * al0 + s0;
-        l1s = l1s * al1 + s1;
-#pragma unroll
-        for (int c = 0; c < FW / 8; c++) {
-            o[c][0] *= al0;
-            o[c][1] *= al0;
-            o[c][2] *= al1;
-            o[c][3] *= al1;
-        }
-#pragma unroll
-        for (int j = 0; j < FK / 16; j++) {
-            const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
+            l0s = l0s * al0 + s0;
+            l1s = l1s * al1 + s1;
 #pragma unroll
             for (int c = 0; c < FW / 8; c++) {
-                if (c * 8 >= wc) break;
-                const unsigned short* vr = vt + (c * 8 + g) * KS + j * 16 + 2 * t;
-                mma16816(o[c], a0, a1, a2, a3, *(const unsigned*)vr, *(const unsigned*)(vr + 8));
+                o[c][0] *= al0;
+                o[c][1] *= al0;
+                o[c][2] *= al1;
+                o[c][3] *= al1;
+            }
+#pragma unroll
+            for (int j = 0; j < FK / 16; j++) {
+                const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
+#pragma unroll
+                for (int c = 0; c < FW / 8; c++) {
+                    if (c * 8 >= wc) break;
+                    const unsigned short* vr = vt + (c * 8 + g) * KS + j * 16 + 2 * t;
+                    mma16816(o[c], a0, a1, a2, a3, *(const unsigned*)vr, *(const unsigned*)(vr + 8));
+                }
             }
         }
+        __syncthreads(); // every warp is done with this tile's buffer before it is refilled
     }
     // Each row's sum over its quad, in a fixed order.
     l0s += __shfl_xor_sync(0xffffffffu, l0s, 1);
@@ -2001,6 +2015,56 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                 out[i] = r;
                 emit(parts, n, i, r);
             }
+        }
+    }
+}
+
+// attn_kv_bf16 lays a pass's keys and values out for attn_flash: for each
+// batch row b and key head, positions pbase … pbase + P − 1 in order
+// (pbase: the row's first position span[2b] rounded down to FK; the
+// key at position p from slot slot_of[b·S + p − span[2b]], zeros where no
+// slot holds one), keys as bf16 rows of D and values transposed, bf16 rows
+// of P a column; kvalid[b·P + p − pbase] is 1 where a key is. Grid
+// (P / FK, Hkv, B): a block takes FK positions, the values through a
+// shared tile of FK × 64 columns at a time so that both the loads and the
+// transposed stores are coalesced.
+extern "C" __global__ void attn_kv_bf16(const float* k, const float* v, const int* slot_of, const int* span, int S,
+                                        int Hkv, int D, int Dv, int P, unsigned short* kb16,
+                                        unsigned short* vt16, unsigned char* kvalid, const unsigned long long* kvp,
+                                        int vec) {
+    pdl_start();
+    __shared__ int slot[FK];
+    __shared__ float tile[FK][65];
+    const int b = blockIdx.z, h = blockIdx.y, o0 = blockIdx.x * FK;
+    const int mp = span[2 * b], last = span[2 * b + 1], pbase = mp / FK * FK;
+    if (threadIdx.x < FK) {
+        const int p = pbase + o0 + threadIdx.x, off = p - mp;
+        const int s = p >= mp && p <= last && off < S ? slot_of[(size_t)b * S + off] : -1;
+        slot[threadIdx.x] = s;
+        if (h == 0) kvalid[(size_t)b * P + o0 + threadIdx.x] = s >= 0;
+    }
+    __syncthreads();
+    const float* kr = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)h * D;
+    const float* vr = kv_base(v, kvp, b, 1, (size_t)S * Hkv * Dv) + (size_t)h * Dv;
+    const size_t bh = (size_t)b * Hkv + h;
+    const int D4 = D >> 2;
+    for (int i = threadIdx.x; i < FK * D4; i += blockDim.x) {
+        const int j = i / D4, d = (i % D4) * 4, s = slot[j];
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (s >= 0) x = ld4(kr + (size_t)s * Hkv * D, d, vec);
+        *(uint2*)(kb16 + (bh * P + o0 + j) * D + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
+                                                                 f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
+    }
+    for (int d0 = 0; d0 < Dv; d0 += 64) {
+        __syncthreads(); // the previous columns' reads of tile are done
+        for (int i = threadIdx.x; i < FK * 64; i += blockDim.x) {
+            const int j = i / 64, d = i % 64, s = slot[j];
+            tile[j][d] = s >= 0 && d0 + d < Dv ? vr[(size_t)s * Hkv * Dv + d0 + d] : 0.0f;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < FK * 64; i += blockDim.x) {
+            const int d = i / FK, j = i % FK;
+            if (d0 + d < Dv) vt16[(bh * Dv + d0 + d) * P + o0 + j] = f32_to_bf16(tile[j][d]);
         }
     }
 }
