@@ -874,6 +874,13 @@ var _ compute.Stacker = (*Backend)(nil)
 func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
 	out := make([]*compute.Tensor, len(ws))
 	whole := b.stacked(ws)
+	// A bf16 prompt pass runs each product on cuBLASLt by itself where it
+	// can: each output is then its own, with no split of the stack's (a
+	// 31B 4k prefill spent 47 ms in split_cols), and the choice depends on
+	// the weights alone.
+	if whole != nil && b.bf16() && !slices.ContainsFunc(ws, func(w *compute.Tensor) bool { return !b.ltTakes(w) }) {
+		whole = nil
+	}
 	if whole == nil {
 		for i, w := range ws {
 			out[i] = b.MatMul(x, w)
@@ -1313,7 +1320,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	// M where the tiled kernel runs; elsewhere its activations are rounded
 	// first (their mid and lo parts then zero: the same bits).
 	one := b.bf16() && at == nil && al == 1
-	if one && b.promptLt(N, K) {
+	if one && b.promptLt(N, K) { // ltTakes(w) for a plain product
 		xs := b.splitParts(x, M*K) // its first part: x rounded to bf16
 		if err := b.lt.MatMulAsync(ptrOf(y), ptrOf(xs), ptrOf(w), M, N, K); err != nil {
 			panic(err)
@@ -1465,6 +1472,12 @@ var _ compute.Precisioner = (*Backend)(nil)
 // bits are its own, not matmul_tiled1's: a row's result still does not
 // depend on the rows beside it (TestLtRowInvariance).
 var promptBLAS = true
+
+// ltTakes reports whether a bf16 prompt pass's product with weight w runs
+// on cuBLASLt (matmulMMA: bf16 weights in 16-byte rows, promptLt).
+func (b *Backend) ltTakes(w *compute.Tensor) bool {
+	return w.Rank() == 2 && w.DType() == compute.BF16 && !warpMatMul && alignedRows(w.Dim(1), w, 0) == 1 && b.promptLt(w.Dim(0), w.Dim(1))
+}
 
 // promptLt reports whether an N × K product of a bf16 prompt pass runs on
 // cuBLASLt (promptBLAS), loading it at the first such product.

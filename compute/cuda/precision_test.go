@@ -156,6 +156,29 @@ func TestLtRowInvariance(t *testing.T) {
 			g.SetPrecision(compute.PrecisionExact)
 		})
 	}
+	// Stacked weights (a layer's q, k and v, or gate and up) run apart,
+	// each with its own algorithm, whatever the rows: MatMuls' outputs are
+	// MatMul's on each weight.
+	t.Run("stacked", func(t *testing.T) {
+		const N1, N2, K = 512, 256, 1536
+		whole := weight(g, compute.BF16, randF32(r, (N1+N2)*K), N1+N2, K)
+		w1, w2 := g.Slice(whole, 0, N1), g.Slice(whole, N1, N1+N2)
+		g.SetPrecision(compute.PrecisionBF16)
+		defer g.SetPrecision(compute.PrecisionExact)
+		for _, M := range []int{1, 20, 600} {
+			x := g.FromF32(randF32(r, M*K), M, K)
+			n0 := g.ltN
+			got := compute.MatMuls(g, x, w1, w2)
+			if g.ltN != n0+2 {
+				t.Fatalf("M = %d: %d cuBLASLt products for two stacked weights, want 2", M, g.ltN-n0)
+			}
+			for i, w := range []*compute.Tensor{w1, w2} {
+				if err := sameBits(g.ToF32(got[i]), g.ToF32(g.MatMul(x, w))); err != nil {
+					t.Fatalf("M = %d, weight %d: %v", M, i, err)
+				}
+			}
+		}
+	})
 }
 
 // TestFlashAttention protects attn_flash, a bf16 prompt pass's attention

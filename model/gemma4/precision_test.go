@@ -61,12 +61,23 @@ func TestBF16PromptPasses(t *testing.T) {
 			if !differ {
 				t.Fatal("bf16 prompt logits equal the exact ones: the prompt's products were not rounded")
 			}
-			// Random tiny models amplify rounding: on the CPU the mean
-			// difference was 5-8% of the mean |logit| for the dense presets
-			// and 29% for the MoE one, whose routing flips, with the argmax
-			// agreeing at 45-64 of 70 positions. Garbage products would
-			// differ by about as much as the logits themselves.
-			if n := float64(len(exact) * len(exact[0])); sum/n > 0.5*mag/n || 2*agree < len(exact) {
+			// Random tiny models amplify rounding. The mean difference, as a
+			// share of the mean |logit|, and the argmax's agreement:
+			//
+			//	                   dense presets       MoE (routing flips)
+			//	CPU (products)     5-8%, 59-65 of 70   29%, 45 of 70
+			//	CUDA (products)    5-8%, 60-64         29%, 45
+			//	CUDA (+attention)  7-13%, 55-58        47%, 33
+			//
+			// (CUDA's bf16 prompts also run attention on tensor cores:
+			// attn_flash; TANDEM_CUDA_PROMPT_FLASH=0 gives the second row.)
+			// Garbage logits would differ by about 140% (two unrelated
+			// normal vectors) and agree nowhere.
+			most, least := 0.2, 0.7 // the largest mean difference and the least agreement allowed
+			if m.Config.Text.EnableMoEBlock {
+				most, least = 0.6, 0.4
+			}
+			if n := float64(len(exact) * len(exact[0])); sum/n > most*mag/n || float64(agree) < least*float64(len(exact)) {
 				t.Fatalf("bf16 prompt logits stray from exact: mean difference %.4g of mean |logit| %.4g, argmax agrees at %d of %d", sum/n, mag/n, agree, len(exact))
 			}
 			if err := m.SetPromptPrecision(compute.PrecisionExact); err != nil {

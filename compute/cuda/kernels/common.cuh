@@ -75,3 +75,13 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
                  : "memory");
 }
+
+// ldsm4 loads four 8 × 8 bf16 matrices from shared memory (ldmatrix):
+// lane T gives the address of row T % 8 of matrix T / 8 (16 bytes,
+// aligned), and receives in r[i] its fragment of matrix i: row T / 4,
+// columns 2(T % 4) and 2(T % 4) + 1, the layout of mma16816's operands.
+__device__ __forceinline__ void ldsm4(unsigned r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}

@@ -1927,14 +1927,20 @@ extern "C" __global__ void __launch_bounds__(128, 1)
             float sc[FK / 8][4];
 #pragma unroll
             for (int j = 0; j < FK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            // Fragments by ldmatrix: lane T gives the address of row T % 8
+            // of 8 × 8 matrix T / 8 (the same values as lane-by-lane loads).
+            const int mi = lane >> 3, mr = lane & 7;
+            const unsigned short* qa = qs + (warp * 16 + mr + 8 * (mi & 1)) * DS + 8 * (mi >> 1);
+            const unsigned short* ka = ks + (mr + 8 * (mi >> 1)) * DS + 8 * (mi & 1);
             for (int d = 0; d < D; d += 16) {
-                const unsigned a0 = *(const unsigned*)(qs + r0 * DS + d + 2 * t), a1 = *(const unsigned*)(qs + r1 * DS + d + 2 * t);
-                const unsigned a2 = *(const unsigned*)(qs + r0 * DS + d + 8 + 2 * t);
-                const unsigned a3 = *(const unsigned*)(qs + r1 * DS + d + 8 + 2 * t);
+                unsigned a[4];
+                ldsm4(a, qa + d);
 #pragma unroll
-                for (int j = 0; j < FK / 8; j++) {
-                    const unsigned short* kr = ks + (j * 8 + g) * DS + d + 2 * t;
-                    mma16816(sc[j], a0, a1, a2, a3, *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+                for (int j = 0; j < FK / 8; j += 2) { // keys j·8 … j·8 + 15: two n tiles
+                    unsigned kf[4];
+                    ldsm4(kf, ka + j * 8 * DS + d);
+                    mma16816(sc[j], a[0], a[1], a[2], a[3], kf[0], kf[1]);
+                    mma16816(sc[j + 1], a[0], a[1], a[2], a[3], kf[2], kf[3]);
                 }
             }
             // Mask, scale, and the rows' new maxima.
@@ -1979,14 +1985,17 @@ extern "C" __global__ void __launch_bounds__(128, 1)
                 o[c][2] *= al1;
                 o[c][3] *= al1;
             }
+            const unsigned short* va = vt + (mr + 8 * (mi >> 1)) * KS + 8 * (mi & 1);
 #pragma unroll
             for (int j = 0; j < FK / 16; j++) {
                 const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
 #pragma unroll
-                for (int c = 0; c < FW / 8; c++) {
+                for (int c = 0; c < FW / 8; c += 2) { // columns c·8 … c·8 + 15: two n tiles
                     if (c * 8 >= wc) break;
-                    const unsigned short* vr = vt + (c * 8 + g) * KS + j * 16 + 2 * t;
-                    mma16816(o[c], a0, a1, a2, a3, *(const unsigned*)vr, *(const unsigned*)(vr + 8));
+                    unsigned vf[4];
+                    ldsm4(vf, va + c * 8 * KS + j * 16);
+                    mma16816(o[c], a0, a1, a2, a3, vf[0], vf[1]);
+                    mma16816(o[c + 1], a0, a1, a2, a3, vf[2], vf[3]);
                 }
             }
         }
