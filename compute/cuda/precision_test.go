@@ -208,6 +208,7 @@ func TestFlashAttention(t *testing.T) {
 		{"global 512-wide", 2, 70, 700, 512, 8, 1, full(2, 70, 700, compute.Causal, 0)},
 		{"no mask", 2, 20, 90, 64, 2, 2, full(2, 20, 90, compute.Bidirectional, 0)},
 		{"keys out of sight", 1, 16, 64, 64, 2, 1, spans(16, 64, [][2]int{{0, 40}})},
+		{"slots without a key", 1, 16, 96, 64, 2, 1, holes(16, 96, 7)},
 	}
 	for _, p := range passes {
 		t.Run(p.name, func(t *testing.T) {
@@ -304,4 +305,19 @@ func TestFlashAttention(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// holes is a cache of S slots holding positions 0..S−1 save every n-th,
+// which holds none, queried causally at its last L positions.
+func holes(L, S, n int) func(*rand.Rand) compute.AttentionOptions {
+	return func(*rand.Rand) compute.AttentionOptions {
+		o := compute.AttentionOptions{Mask: compute.Causal, KeyPos: make([]int32, S), QueryPos: seq(S-L, L)}
+		for s := range S {
+			o.KeyPos[s] = int32(s)
+			if s%n == n-1 {
+				o.KeyPos[s] = -1
+			}
+		}
+		return o
+	}
 }

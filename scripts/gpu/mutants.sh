@@ -119,6 +119,12 @@ mutants=(
   'experts-input|compute/cuda/backend.go|		xdiv = k
 |		xdiv = k + 1
 |^TestRouterMatchesHost$'
+  # attn_flash leaving its sums unscaled when a row'"'"'s maximum grows
+  'flash-rescale|compute/cuda/kernels/ops.cu|                o[c][0] *= al0;|                o[c][0] *= 1.0f;|^TestFlashAttention$'
+  # attn_flash'"'"'s tiles anchored at its block'"'"'s first key (to 16) instead of absolute positions
+  'flash-anchor|compute/cuda/kernels/ops.cu|const int first = hi < lo ? 0 : (lo / FK) * FK|const int first = hi < lo ? 0 : (lo / 16) * 16|^TestFlashAttention$'
+  # attn_flash taking a slot that holds no key as a key of zeros
+  'flash-valid|compute/cuda/kernels/ops.cu|const bool key = fl[kj] != 0;|const bool key = true;|^TestFlashAttention$'
 )
 case ${1:-} in
   build)
