@@ -75,13 +75,18 @@ func modelDir(t *testing.T, fx fixture, preset, source string) string {
 // forwardAll runs ids through a fresh cache in chunks and returns logits
 // [n, V] and hidden states [n, H].
 func forwardAll(t *testing.T, m *gemma4.Model, ids []int32, chunk int) ([]float32, []float32) {
+	return forwardWith(t, m, ids, chunk, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+}
+
+// forwardWith is forwardAll with opt's passes (opt.Logits: LogitsAll).
+func forwardWith(t *testing.T, m *gemma4.Model, ids []int32, chunk int, opt gemma4.ForwardOptions) ([]float32, []float32) {
 	t.Helper()
 	b := m.Backend()
 	cache := m.NewCache(chunk)
 	var logits, hidden []float32
 	for s := 0; s < len(ids); s += chunk {
 		e := min(s+chunk, len(ids))
-		out, err := m.Forward([]gemma4.Row{{Tokens: ids[s:e], Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsAll})
+		out, err := m.Forward([]gemma4.Row{{Tokens: ids[s:e], Cache: cache}}, opt)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,10 +3,14 @@ package gemma4_test
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"tandem/checkpoint/safetensors"
 	"tandem/compute"
+	"tandem/compute/computetest"
+	"tandem/generation"
 	"tandem/model/gemma4"
 )
 
@@ -84,6 +88,56 @@ func TestBF16PromptPasses(t *testing.T) {
 				t.Fatal(err)
 			}
 			sameBits(t, "prompt passes back at exact", exact, feedWith(t, m, m.NewCache(len(ids)), ids, prompt, len(ids)))
+		})
+	}
+}
+
+// TestBF16PromptsNearHF bounds bf16 prompt passes by HF transformers' own
+// bf16 run (scripts/oracle/gemma4_bf16.py): over the fixtures' prompts of
+// 700 and 1,100 tokens, Tandem's bf16 prompt logits stray from HF's float32
+// ones (at the float32 run's top 8 of every position) on average no further
+// than HF's bf16 logits do. Exact prompts are held to float32's tolerance by
+// TestMatchesHFTransformers; a bf16 pass gone wrong (garbage attention, a
+// head at bf16, an unrounded residual mistaken for a rounded one) strays by
+// about the logits themselves.
+func TestBF16PromptsNearHF(t *testing.T) {
+	for _, preset := range tinyTargets {
+		t.Run(preset, func(t *testing.T) {
+			open := func(name string) fixture {
+				f, err := safetensors.Open(filepath.Join(oracleDir, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { f.Close() })
+				return fixture{t, f}
+			}
+			fx, hb := open(preset+".hf.safetensors"), open(preset+".hf-bf16.safetensors")
+			m, err := gemma4.Load(modelDir(t, fx, preset, "hf"), computetest.Backend(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if err := m.SetPromptPrecision(compute.PrecisionBF16); err != nil {
+				t.Fatal(err)
+			}
+			V := m.Config.Text.VocabSize
+			for _, n := range []int{700, 1100} {
+				p := fmt.Sprintf("p%d.", n)
+				ids, top, f32, hf := fx.i32(p+"ids"), fx.i32(p+"topk_ids"), fx.f32(p+"topk_logits"), hb.f32(p+"bf16_topk_logits")
+				logits, _ := forwardWith(t, m, ids, generation.DefaultPrefillSize, gemma4.ForwardOptions{Logits: gemma4.LogitsAll, Prompt: true})
+				var ours, theirs, mag float64
+				for i, id := range top {
+					pos := i / (len(top) / n)
+					ours += math.Abs(float64(logits[pos*V+int(id)] - f32[i]))
+					theirs += math.Abs(float64(hf[i] - f32[i]))
+					mag += math.Abs(float64(f32[i]))
+				}
+				k := float64(len(top))
+				t.Logf("%d tokens: mean |Δlogit| against HF's float32 run: Tandem bf16 prompts %.4g, HF bf16 %.4g (mean |logit| %.4g)", n, ours/k, theirs/k, mag/k)
+				if ours > theirs {
+					t.Errorf("%d tokens: bf16 prompt logits stray %.4g from HF's float32 ones on average, HF's own bf16 run %.4g", n, ours/k, theirs/k)
+				}
+			}
 		})
 	}
 }
