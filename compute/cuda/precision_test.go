@@ -206,6 +206,7 @@ func TestFlashAttention(t *testing.T) {
 		{"sliding ring wrapped", 2, 100, 160, 64, 4, 2, ring(2, 100, 160, 1200, 128)},
 		{"sliding 256-wide across tiles", 1, 130, 1200, 256, 4, 2, ring(1, 130, 1200, 1100, 1024)},
 		{"global 512-wide", 2, 70, 700, 512, 8, 1, full(2, 70, 700, compute.Causal, 0)},
+		{"384-wide: a second column group of 128", 1, 50, 200, 384, 2, 1, full(1, 50, 200, compute.Causal, 0)},
 		{"no mask", 2, 20, 90, 64, 2, 2, full(2, 20, 90, compute.Bidirectional, 0)},
 		{"keys out of sight", 1, 16, 64, 64, 2, 1, spans(16, 64, [][2]int{{0, 40}})},
 		{"slots without a key", 1, 16, 96, 64, 2, 1, holes(16, 96, 7)},
@@ -254,6 +255,14 @@ func TestFlashAttention(t *testing.T) {
 			}
 			if err := sameBits(whole, exact); err == nil && slices.ContainsFunc(exact, func(v float32) bool { return v != 0 }) {
 				t.Error("bf16 attention has the exact attention's bits: it did not round")
+			}
+			if p.D > flashW { // one column group a block: the same bits
+				flashTwoGroups = false
+				one := attend(0, p.L)
+				flashTwoGroups = true
+				if err := sameBits(one, whole); err != nil {
+					t.Fatalf("one column group a block against two: %v", err)
+				}
 			}
 			row := p.Hq * p.D
 			for _, cut := range [][2]int{{0, 1}, {0, p.L / 3}, {p.L / 3, p.L}, {p.L - 1, p.L}} {

@@ -1832,12 +1832,14 @@ extern "C" __global__ void spin(int ns) {
 // hold a key. Key and value tiles are copied two
 // ahead by cp.async while the block works on the one before.
 //
-// Grid (Hq, B·ceil(L/FQ), ceil(Dv/FW)), FQ/16 warps of 16 queries each; a
-// block takes FW of the value columns (a 512-wide head's two halves each
-// recompute the scores: the sums of 256 columns a warp already hold 128
-// registers a thread). Dynamic shared memory: the queries' rows and two
-// stages of a key tile's rows (D + 8 bf16 each: the fragment loads hit 32
-// banks), of the value tile (FW rows of FK + 8) and of the tile's flags.
+// Grid (Hq, B·ceil(L/FQ), ceil(Dv/(FW·CG))), blocks of CG groups of FQ/16
+// warps of 16 queries each; a group takes FW of the value columns and
+// computes the scores of its rows itself (the sums of 256 columns a warp
+// already hold 128 registers a thread): a 512-wide head's two halves are
+// two groups of one block (CG = 2), which share its tiles. Dynamic shared
+// memory: the queries' rows and two stages of a key tile's rows (D + 8
+// bf16 each: the fragment loads hit 32 banks), of the value tile (FW·CG
+// rows of FK + 8) and of the tile's flags.
 #define FQ 64
 #define FK 32
 #define FW 256
@@ -1850,21 +1852,25 @@ __device__ __forceinline__ float ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-extern "C" __global__ void __launch_bounds__(128, 1)
+extern "C" __global__ void __launch_bounds__(256, 1)
     attn_flash(const float* q, const unsigned short* kb16, const unsigned short* vt16, const unsigned char* kvalid,
                const int* span, const int* qpos, int L, int Hq, int Hkv, int D, int Dv, int P, float scale,
                int causal, int window, float* out, unsigned short* parts, size_t n) {
     pdl_start();
     extern __shared__ __align__(16) unsigned short fsm[];
     const int h = blockIdx.x, tiles = (L + FQ - 1) / FQ, b = blockIdx.y / tiles, l0 = (blockIdx.y % tiles) * FQ;
-    const int nq = min(FQ, L - l0), kvh = h / (Hq / Hkv), c0 = blockIdx.z * FW, wc = min(FW, Dv - c0);
+    // CG column groups of FW: blocks of 128·CG threads, warp w taking rows
+    // 16·(w % 4) on and columns FW·(w / 4) on of the block's FW·CG.
+    const int CG = blockDim.x >> 7, BW = FW * CG;
+    const int nq = min(FQ, L - l0), kvh = h / (Hq / Hkv), c0 = blockIdx.z * BW, bwc = min(BW, Dv - c0);
     const int DS = D + 8, KS = FK + 8;
     unsigned short* qs = fsm;                                 // FQ × DS
     unsigned short* ks0 = qs + FQ * DS;                       // 2 × FK × DS
-    unsigned short* vt0 = ks0 + 2 * FK * DS;                  // 2 × FW × KS: vt[c][j] = v of key j, column c0 + c
-    unsigned char* fl0 = (unsigned char*)(vt0 + 2 * FW * KS); // 2 × FK
+    unsigned short* vt0 = ks0 + 2 * FK * DS;                  // 2 × BW × KS: vt[c][j] = v of key j, column c0 + c
+    unsigned char* fl0 = (unsigned char*)(vt0 + 2 * BW * KS); // 2 × FK
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int r0 = warp * 16 + g, r1 = r0 + 8; // this thread's two query rows in the block
+    const int rg = warp & 3, cw = (warp >> 2) * FW, wc = min(FW, bwc - cw); // wc ≤ 0: no columns for this warp
+    const int r0 = rg * 16 + g, r1 = r0 + 8; // this thread's two query rows in the block
     // The block's key positions: the row's span, cut to what its queries
     // can see.
     const int mp = span[2 * b], last = span[2 * b + 1], pbase = mp / FK * FK;
@@ -1888,15 +1894,15 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     auto stage = [&](int i) {
         const int o = first + i * FK - pbase, s = i & 1;
         unsigned short* ks = ks0 + s * FK * DS;
-        unsigned short* vt = vt0 + s * FW * KS;
+        unsigned short* vt = vt0 + s * BW * KS;
         const int D8 = D >> 3;
         for (int c = threadIdx.x; c < FK * D8; c += blockDim.x) {
             const int j = c / D8, d = (c % D8) * 8;
             cp16(ks + j * DS + d, kh + (size_t)(o + j) * D + d, true);
         }
-        for (int c = threadIdx.x; c < FW * (FK / 8); c += blockDim.x) {
+        for (int c = threadIdx.x; c < BW * (FK / 8); c += blockDim.x) {
             const int col = c / (FK / 8), j = (c % (FK / 8)) * 8;
-            cp16(vt + col * KS + j, vh + (size_t)col * P + o + j, col < wc);
+            cp16(vt + col * KS + j, vh + (size_t)col * P + o + j, col < bwc);
         }
         if (threadIdx.x < FK / 16) cp16(fl0 + s * FK + threadIdx.x * 16, fh + o + threadIdx.x * 16, true);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -1930,16 +1936,16 @@ extern "C" __global__ void __launch_bounds__(128, 1)
         __syncthreads(); // tile it has landed for every thread (and, first, the queries)
         const int p0 = first + it * FK, s = it & 1;
         const unsigned short* ks = ks0 + s * FK * DS;
-        const unsigned short* vt = vt0 + s * FW * KS;
+        const unsigned short* vt = vt0 + s * BW * KS + cw * KS; // this warp's columns
         const unsigned char* fl = fl0 + s * FK;
-        if (warp * 16 < nq) { // else no query of this warp's rows
+        if (rg * 16 < nq && wc > 0) { // else no query of this warp's rows, or no column
             float sc[FK / 8][4];
 #pragma unroll
             for (int j = 0; j < FK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
             // Fragments by ldmatrix: lane T gives the address of row T % 8
             // of 8 × 8 matrix T / 8 (the same values as lane-by-lane loads).
             const int mi = lane >> 3, mr = lane & 7;
-            const unsigned short* qa = qs + (warp * 16 + mr + 8 * (mi & 1)) * DS + 8 * (mi >> 1);
+            const unsigned short* qa = qs + (rg * 16 + mr + 8 * (mi & 1)) * DS + 8 * (mi >> 1);
             const unsigned short* ka = ks + (mr + 8 * (mi >> 1)) * DS + 8 * (mi & 1);
             for (int d = 0; d < D; d += 16) {
                 unsigned a[4];
@@ -2022,13 +2028,13 @@ extern "C" __global__ void __launch_bounds__(128, 1)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             if (ok0) {
-                const size_t i = ((size_t)(b * L + l0 + r0) * Hq + h) * Dv + c0 + col + e;
+                const size_t i = ((size_t)(b * L + l0 + r0) * Hq + h) * Dv + c0 + cw + col + e;
                 const float r = l0s > 0.0f ? o[c][e] / l0s : 0.0f;
                 out[i] = r;
                 emit(parts, n, i, r);
             }
             if (ok1) {
-                const size_t i = ((size_t)(b * L + l0 + r1) * Hq + h) * Dv + c0 + col + e;
+                const size_t i = ((size_t)(b * L + l0 + r1) * Hq + h) * Dv + c0 + cw + col + e;
                 const float r = l1s > 0.0f ? o[c][2 + e] / l1s : 0.0f;
                 out[i] = r;
                 emit(parts, n, i, r);
