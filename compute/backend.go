@@ -171,6 +171,14 @@ type MemoryInfo interface {
 	MemInfo() (free, total uint64, err error)
 }
 
+// Syncer is implemented by backends whose ops run asynchronously (CUDA):
+// Sync waits for every op issued so far and reports an asynchronous
+// failure. Timings that must include the device's work call it (a
+// prompt's prefill, which otherwise ends when its last op is issued).
+type Syncer interface {
+	Sync() error
+}
+
 // Prefetcher is implemented by backends whose ops run asynchronously
 // (CUDA). Prefetch queues a copy of t (a small F32 or I32 tensor) to the
 // host behind the work issued so far and returns the function that waits
