@@ -120,7 +120,7 @@ type benchRow struct {
 func newBench() *cobra.Command {
 	var (
 		preset, model, draft, device, contexts string
-		tokens, k, threads, engineBatch, pruns int
+		tokens, k, threads, engineBatch, pruns, psize int
 		synthetic, temperature, topP           float64
 		topK                                   int
 		asJSON, kernels, graphProfile, viaEng  bool
@@ -153,6 +153,9 @@ func newBench() *cobra.Command {
 			}
 			if adaptive && cmd.Flags().Changed("adaptive-drafts") && (draft == "" || !viaEng && engineBatch == 0) {
 				return errors.New("--adaptive-drafts needs --draft and --engine or --engine-batch")
+			}
+			if psize < 1 {
+				return fmt.Errorf("--prefill-size must be at least 1, got %d", psize)
 			}
 			if pruns < 1 {
 				return fmt.Errorf("--prefill-runs must be at least 1, got %d", pruns)
@@ -241,7 +244,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, prefillSize: psize, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
 				adaptive: adaptive, sample: sp}
 			for _, grp := range groups {
 				err := func() error {
@@ -274,7 +277,7 @@ func newBench() *cobra.Command {
 			if kernels {
 				for i := range rows {
 					r := &rows[i]
-					if r.PrefillProfile, r.PrefillTime, err = profilePrefill(ctx, g, m, randomPrompt(m, r.Context, 1)); err != nil {
+					if r.PrefillProfile, r.PrefillTime, err = profilePrefill(ctx, g, m, randomPrompt(m, r.Context, 1), psize); err != nil {
 						return err
 					}
 					prompt := randomPrompt(m, r.Context, 2)
@@ -447,6 +450,7 @@ func newBench() *cobra.Command {
 	f.StringVar(&device, "device", "auto", "compute device: auto, cpu or cuda")
 	f.StringVar(&contexts, "contexts", "128,1024", "prompt lengths to measure at (e.g. 128,4k,32k)")
 	f.IntVar(&tokens, "tokens", 32, "tokens to decode at each context")
+	f.IntVar(&psize, "prefill-size", generation.DefaultPrefillSize, "prompt tokens per forward pass of the measured prefills (generate's --prefill-size)")
 	f.IntVar(&pruns, "prefill-runs", 3, "prefill each context's prompt this many times and report the median (the first also makes allocations and graphs); once where the first took over 10 s")
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")
@@ -540,6 +544,7 @@ type benchRun struct {
 	roof        float64       // copy bandwidth, bytes/s
 	bytes       int64         // read per decode step
 	prefillRuns int           // --prefill-runs
+	prefillSize int           // --prefill-size
 	graphs      bool          // --graph-profile
 	engine      bool          // --engine
 	engineBatch int           // --engine-batch
@@ -553,7 +558,7 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 		return benchRow{}, fmt.Errorf("context %d + %d tokens exceeds the model's %d", c, tokens, m.Config.Text.MaxPositionEmbeddings)
 	}
 	prompt := randomPrompt(m, c, 1)
-	opt := generation.Options{MaxTokens: tokens, Sample: br.sample}
+	opt := generation.Options{MaxTokens: tokens, Sample: br.sample, PrefillSize: br.prefillSize}
 	var plainAt tokenTimes
 	var threadAt []time.Duration // the device thread's own time at each token (CUDA)
 	var poolAt []cuda.PoolStats  // the pool's counts at each token (CUDA)
@@ -576,7 +581,7 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 		if res.Prefill > longPrefill {
 			break
 		}
-		r, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1}, nil)
+		r, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1, PrefillSize: br.prefillSize}, nil)
 		if err != nil {
 			return benchRow{}, err
 		}
@@ -994,11 +999,11 @@ func profileRun(g *cuda.Backend, kind profileKind, run func(onToken func(int32))
 // profilePrefill times every kernel of prompt's prefill as issued (a
 // prefill's kernels are long enough that the device seldom waits on the
 // host): where a prompt pass's time goes, by kernel.
-func profilePrefill(ctx context.Context, g *cuda.Backend, m *gemma4.Model, prompt []int32) (*cuda.Profile, time.Duration, error) {
+func profilePrefill(ctx context.Context, g *cuda.Backend, m *gemma4.Model, prompt []int32, chunk int) (*cuda.Profile, time.Duration, error) {
 	if err := g.Device().StartProfile(); err != nil {
 		return nil, 0, fmt.Errorf("prefill profile: %w", err)
 	}
-	res, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1}, nil)
+	res, err := generation.Generate(ctx, m, prompt, generation.Options{MaxTokens: 1, PrefillSize: chunk}, nil)
 	p, perr := g.Device().StopProfile()
 	if err = errors.Join(err, perr); err != nil {
 		return nil, 0, fmt.Errorf("prefill profile: %w", err)

@@ -139,6 +139,8 @@ func TestBench(t *testing.T) {
 	wantError(t, err, "--engine-batch")
 	_, _, err = execute(t, "bench", "--prefill-runs", "0")
 	wantError(t, err, "--prefill-runs")
+	_, _, err = execute(t, "bench", "--prefill-size", "0")
+	wantError(t, err, "--prefill-size")
 	_, _, err = execute(t, "bench", "--draft", "auto", "--adaptive-drafts")
 	wantError(t, err, "--adaptive-drafts needs")
 	_, _, err = execute(t, "bench", "--contexts", "0")
