@@ -93,7 +93,9 @@ func loadLt() (*ltAPI, error) {
 // product of that shape then runs that one algorithm whatever its M, so a
 // row's bits do not depend on how many rows share the call
 // (TestLtRowInvariance); an algorithm chosen per M would not give that.
-const ltDesignM = 512
+// TANDEM_CUDA_LT_DESIGN_M sets it, read once at start-up: changing it
+// changes the bits of every bf16 prompt pass.
+var ltDesignM = envInt("TANDEM_CUDA_LT_DESIGN_M", 512, 1, 1<<16)
 
 // ltWorkspace is the workspace cuBLASLt's algorithms may use (NVIDIA
 // suggests 32 MiB on Hopper).
