@@ -119,14 +119,14 @@ type benchRow struct {
 
 func newBench() *cobra.Command {
 	var (
-		preset, model, draft, device, contexts string
+		preset, model, draft, device, contexts        string
 		tokens, k, threads, engineBatch, pruns, psize int
-		synthetic, temperature, topP           float64
-		topK                                   int
-		asJSON, kernels, graphProfile, viaEng  bool
-		adaptive                               bool
-		precision                              string
-		cpuProfile, sweep                      string
+		synthetic, temperature, topP                  float64
+		topK                                          int
+		asJSON, kernels, graphProfile, viaEng         bool
+		adaptive                                      bool
+		precision                                     string
+		cpuProfile, sweep                             string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--preset P | --model DIR] [--draft DIR|auto]",
