@@ -383,10 +383,14 @@ const (
 	flashW = 256
 )
 
-// flashSmemMax is the dynamic shared memory attn_flash may take: a
+// flashSmemMax is the most dynamic shared memory attn_flash asks for: a
 // 512-wide head's 210 KiB (both column groups in one block), below sm_90's
-// 227 KiB a block.
-const flashSmemMax = 224 << 10
+// 227 KiB a block. A device that allows less gets flashSmemSmall, enough
+// for 256-wide heads in one group (Backend.flashSmem: what it got).
+const (
+	flashSmemMax   = 224 << 10
+	flashSmemSmall = 112 << 10
+)
 
 // flashSmem is attn_flash's dynamic shared memory for heads of D and cg
 // column groups: the queries' rows of D + 8 bf16, and two stages of a key
@@ -394,18 +398,19 @@ const flashSmemMax = 224 << 10
 // tile's flags.
 func flashSmem(D, cg int) int { return 2*((flashQ+2*flashK)*(D+8)+2*flashW*cg*(flashK+8)) + 2*flashK }
 
-// flashTwoGroups lets flashGroups take two (TANDEM_CUDA_FLASH_GROUPS=1:
-// one a block, a wide head's halves in blocks of their own; live). The
-// same bits either way: a group's arithmetic is a block's.
-var flashTwoGroups = true
+// flashMaxGroups is the most column groups flashGroups takes a block
+// (TANDEM_CUDA_FLASH_GROUPS, 1 or 2; 1: a wide head's halves in blocks of
+// their own; live). The same bits either way: a group's arithmetic is a
+// block's.
+var flashMaxGroups = 2
 
 // flashGroups is attn_flash's column groups a block for value rows of Dv:
 // two where the rows are wider than one group's FW and the shared memory
 // allows (a 512-wide head's halves share their tiles, and its block has
 // eight warps where two blocks of four would each hold a multiprocessor
 // alone), else one.
-func flashGroups(D, Dv int) int {
-	if flashTwoGroups && Dv > flashW && flashSmem(D, 2) <= flashSmemMax {
+func (b *Backend) flashGroups(D, Dv int) int {
+	if flashMaxGroups >= 2 && Dv > flashW && flashSmem(D, 2) <= b.flashSmem {
 		return 2
 	}
 	return 1
@@ -414,10 +419,11 @@ func flashGroups(D, Dv int) int {
 // flashes reports whether this pass's attention runs attn_flash: a bf16
 // prompt pass (promptFlash) whose head shapes fit its tiles (D a multiple
 // of 16 up to 512, Dv of 8). The choice depends on the layer's shapes
-// alone, never on the queries or on the caches beside a row's.
+// alone (and the device's shared memory), never on the queries or on the
+// caches beside a row's.
 func (b *Backend) flashes(D, Dv int) bool {
-	return promptFlash && b.flashOK && b.bf16() && D%16 == 0 && D <= 512 && Dv%8 == 0 && Dv > 0 &&
-		flashSmem(D, 1) <= flashSmemMax
+	return promptFlash && b.bf16() && D%16 == 0 && D <= 512 && Dv%8 == 0 && Dv > 0 &&
+		flashSmem(D, 1) <= b.flashSmem
 }
 
 // flash runs attn_flash into out: attn_kv_bf16 first lays each row's
@@ -450,7 +456,7 @@ func (b *Backend) flash(q, k, v, out *compute.Tensor, kvp any, tab Buffer, span 
 		S, Hkv, D, Dv, P, ptrOf(kb), ptrOf(vt), ptrOf(ok), kvp, vec)
 	parts, pp := b.emitParts(out)
 	if fk, run := b.kernel("attn_flash"); run {
-		cg := flashGroups(D, Dv)
+		cg := b.flashGroups(D, Dv)
 		grid := [3]uint32{uint32(Hq), uint32(B * ((L + flashQ - 1) / flashQ)), uint32((Dv + flashW*cg - 1) / (flashW * cg))}
 		err := b.dev.LaunchAsync(fk, grid, [3]uint32{uint32(flashQ * 2 * cg), 1, 1}, uint32(flashSmem(D, cg)), ptrOf(q), ptrOf(kb),
 			ptrOf(vt), ptrOf(ok), mp, qpos, L, Hq, Hkv, D, Dv, P, scale, causal, opt.Window, ptrOf(out), pp, out.Len())

@@ -79,7 +79,7 @@ type Backend struct {
 	ltN       int                               // products run by cuBLASLt (promptBLAS), likewise
 	flashN    int                               // attention passes run by attn_flash (promptFlash), likewise
 
-	flashOK bool // attn_flash may take flashSmemMax of shared memory
+	flashSmem int // the dynamic shared memory attn_flash may take (0: it cannot run)
 
 	ltOnce sync.Once
 	lt     *Lt // cuBLASLt for bf16 prompt products; nil until the first, or where it cannot load
@@ -139,10 +139,13 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
-	if err := dev.SetFuncAttribute(b.k["attn_flash"], funcAttrMaxDynamicShared, flashSmemMax); err != nil {
-		slog.Debug("cuda: attn_flash's shared memory; bf16 prompts keep the exact attention", "err", err)
-	} else {
-		b.flashOK = true
+	for _, n := range []int{flashSmemMax, flashSmemSmall} {
+		if err := dev.SetFuncAttribute(b.k["attn_flash"], funcAttrMaxDynamicShared, int32(n)); err != nil {
+			slog.Debug("cuda: attn_flash's shared memory", "bytes", n, "err", err)
+			continue
+		}
+		b.flashSmem = n
+		break
 	}
 	if dev.Clusters() {
 		b.maxCluster = 16
@@ -302,7 +305,9 @@ func (b *Backend) Sync() error { return b.dev.Sync() }
 // Close releases the GPU. Tensors of this backend must not be used after.
 func (b *Backend) Close() {
 	if b.lt != nil {
-		b.lt.Close()
+		if err := b.lt.Close(); err != nil {
+			slog.Debug("cuda: closing cuBLASLt", "err", err)
+		}
 	}
 	b.pool.release()
 	b.dev.Close()

@@ -117,10 +117,11 @@ type Lt struct {
 	layouts map[[3]int]uintptr // (dtype, rows, cols) → layout; device thread only
 }
 
-// ltPlan is a weight shape's algorithm.
+// ltPlan is a weight shape's algorithm. Its calls get the whole workspace:
+// what an algorithm needs can grow with M (Plan checks it fits at every M
+// of ltCheckMs).
 type ltPlan struct {
-	algo      ltAlgo
-	workspace uint64
+	algo ltAlgo
 }
 
 // NewLt creates a cuBLASLt handle, its matmul description (f32 compute,
@@ -139,6 +140,15 @@ func (dev *Device) NewLt() (*Lt, error) {
 		if r := api.create(&l.h); r != 0 {
 			return fmt.Errorf("cuda: cublasLtCreate: status %d", r)
 		}
+		ok := false
+		defer func() { // a failure below leaves nothing behind
+			if !ok {
+				if l.desc != 0 {
+					purego.SyscallN(api.descDestroyFn, l.desc)
+				}
+				api.destroy(l.h)
+			}
+		}()
 		if r := api.descCreate(&l.desc, compute32F, dataF32); r != 0 {
 			return fmt.Errorf("cuda: cublasLtMatmulDescCreate: status %d", r)
 		}
@@ -151,6 +161,7 @@ func (dev *Device) NewLt() (*Lt, error) {
 		if r := api.descSetAttr(l.desc, ltDescTransB, unsafe.Pointer(&tb), 4); r != 0 {
 			return fmt.Errorf("cuda: cuBLASLt TRANSB: status %d", r)
 		}
+		ok = true
 		return nil
 	})
 	if err != nil {
@@ -187,8 +198,9 @@ func (l *Lt) layouts3(M, N, K int) (a, b, c uintptr, err error) {
 	return
 }
 
-// ltCheckMs are the row counts a shape's algorithm must accept: every M a
-// prompt pass may bring, from a one-token chunk to long ones.
+// ltCheckMs are the row counts a shape's algorithm must accept, with the
+// workspace: from a one-token chunk to long ones (a GEMM's tiles take any
+// M; these are the ones checked).
 var ltCheckMs = []int{1, 7, 64, ltDesignM, 4099}
 
 // Plan chooses N × K's algorithm, once: cuBLASLt's best-ranked one for
@@ -210,10 +222,14 @@ func (l *Lt) Plan(N, K int) (bool, error) {
 		}
 		defer purego.SyscallN(l.api.prefDestroyFn, pref)
 		ws := uint64(ltWorkspace)
-		l.api.prefSetAttr(pref, ltPrefWorkspace, unsafe.Pointer(&ws), 8)
+		if r := l.api.prefSetAttr(pref, ltPrefWorkspace, unsafe.Pointer(&ws), 8); r != 0 {
+			return fmt.Errorf("cuda: cuBLASLt workspace preference: status %d", r)
+		}
 		for i := range int32(4) { // A, B, C and D: rows of bf16 in 16-byte chunks
 			al := uint32(16)
-			l.api.prefSetAttr(pref, ltPrefAlignA+i, unsafe.Pointer(&al), 4)
+			if r := l.api.prefSetAttr(pref, ltPrefAlignA+i, unsafe.Pointer(&al), 4); r != 0 {
+				return fmt.Errorf("cuda: cuBLASLt alignment preference: status %d", r)
+			}
 		}
 		a, b, c, err := l.layouts3(ltDesignM, N, K)
 		if err != nil {
@@ -247,7 +263,7 @@ func (l *Lt) Plan(N, K int) (bool, error) {
 					continue next
 				}
 			}
-			plan = &ltPlan{algo: h.algo, workspace: h.workspace}
+			plan = &ltPlan{algo: h.algo}
 			return nil
 		}
 		return nil
@@ -287,7 +303,7 @@ func (l *Lt) MatMulAsync(y, x, w Buffer, M, N, K int) error {
 		}
 		r, _, _ := purego.SyscallN(l.api.matmulFn, l.h, l.desc, uintptr(unsafe.Pointer(alpha)),
 			w.ptr, a, x.ptr, b, uintptr(unsafe.Pointer(beta)), y.ptr, c, y.ptr, c,
-			uintptr(unsafe.Pointer(&p.algo)), l.ws.ptr, uintptr(p.workspace), dev.stream)
+			uintptr(unsafe.Pointer(&p.algo)), l.ws.ptr, uintptr(ltWorkspace), dev.stream)
 		if int32(r) != 0 {
 			return fmt.Errorf("cuda: cublasLtMatmul %dx%dx%d: status %d", M, N, K, int32(r))
 		}

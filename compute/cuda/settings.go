@@ -56,7 +56,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_TILED1_WIDE", func(v string) { tiled1Wide = v != "0" }},
 	{"TANDEM_CUDA_PROMPT_BLAS", func(v string) { promptBLAS = v != "0" }},
 	{"TANDEM_CUDA_PROMPT_FLASH", func(v string) { promptFlash = v != "0" }},
-	{"TANDEM_CUDA_FLASH_GROUPS", func(v string) { flashTwoGroups = v != "1" }},
+	{"TANDEM_CUDA_FLASH_GROUPS", func(string) { flashMaxGroups = envInt("TANDEM_CUDA_FLASH_GROUPS", 2, 1, 2) }},
 }
 
 // dropped names kernels that launch and launchCluster skip

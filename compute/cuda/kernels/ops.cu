@@ -1829,8 +1829,8 @@ extern "C" __global__ void spin(int ns) {
 // order from the row's first position rounded down to a multiple of FK
 // (pbase), P of them a row and head, keys as rows of D and values
 // transposed (rows of P), with kvalid[p − pbase] saying which positions
-// hold a key. Key and value tiles are copied two
-// ahead by cp.async while the block works on the one before.
+// hold a key. Two buffers: the next key and value tile is copied by
+// cp.async while the block works on this one.
 //
 // Grid (Hq, B·ceil(L/FQ), ceil(Dv/(FW·CG))), blocks of CG groups of FQ/16
 // warps of 16 queries each; a group takes FW of the value columns and
