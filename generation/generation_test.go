@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"tandem/compute"
 	"tandem/compute/computetest"
 	"tandem/compute/cpu"
 	"tandem/model/gemma4"
@@ -536,42 +535,23 @@ func TestSampleAheadMatchesHostLoop(t *testing.T) {
 	}
 }
 
-// syncing counts Sync calls and the ops issued before each: a backend
-// that runs its ops asynchronously (compute.Syncer).
-type syncing struct {
-	compute.Backend
-	syncs, matmuls int
-	at             []int // matmuls issued at each Sync
-}
-
-func (s *syncing) Sync() error {
-	s.syncs++
-	s.at = append(s.at, s.matmuls)
-	return nil
-}
-
-func (s *syncing) MatMul(x, w *compute.Tensor) *compute.Tensor {
-	s.matmuls++
-	return s.Backend.MatMul(x, w)
-}
-
 // TestPrefillTimeWaitsForTheDevice protects Result.Prefill on an
 // asynchronous backend: Generate waits for the prompt's work (Sync) after
 // the prefill's last op and before the first decode step's, so the time
 // is the device's, not how long issuing took.
 func TestPrefillTimeWaitsForTheDevice(t *testing.T) {
-	s := &syncing{Backend: cpu.New(0)}
+	s := &computetest.Syncing{Backend: cpu.New(0)}
 	m := gemma4test.Random(t, "gemma4-tiny-e2b", s)
 	ids := prompt(m, 9, 1)
-	s.matmuls = 0
+	s.MatMuls = 0
 	_, _, err := Prefill(context.Background(), m, m.NewCache(len(ids)), ids, len(ids))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefillOps := s.matmuls
-	s.matmuls, s.syncs, s.at = 0, 0, nil
+	prefillOps := s.MatMuls
+	s.MatMuls, s.At = 0, nil
 	generate(t, m, ids, Options{MaxTokens: 3})
-	if s.syncs == 0 || s.at[0] != prefillOps {
-		t.Fatalf("Sync calls at %v matmuls, want the first right after the prefill's %d", s.at, prefillOps)
+	if len(s.At) == 0 || s.At[0] != prefillOps {
+		t.Fatalf("Sync calls at %v matmuls, want the first right after the prefill's %d", s.At, prefillOps)
 	}
 }

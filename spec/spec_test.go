@@ -616,39 +616,21 @@ func TestSampledTopsKeepTheTokens(t *testing.T) {
 	}
 }
 
-// syncCounter counts Sync calls and the products issued before each: a
-// backend that runs its ops asynchronously (compute.Syncer).
-type syncCounter struct {
-	compute.Backend
-	matmuls int
-	at      []int // products issued at each Sync
-}
-
-func (s *syncCounter) Sync() error {
-	s.at = append(s.at, s.matmuls)
-	return nil
-}
-
-func (s *syncCounter) MatMul(x, w *compute.Tensor) *compute.Tensor {
-	s.matmuls++
-	return s.Backend.MatMul(x, w)
-}
-
 // TestPrefillTimeWaitsForTheDevice protects Result.Prefill of speculative
 // decoding on an asynchronous backend: Generate waits for the prompt's
 // work (Sync) right after the prefill's last product, before any draft.
 func TestPrefillTimeWaitsForTheDevice(t *testing.T) {
-	s := &syncCounter{Backend: cpu.New(0)}
+	s := &computetest.Syncing{Backend: cpu.New(0)}
 	m, a := pairOn(t, "gemma4-tiny-e2b", s)
 	ids := prompt(9, m.Config.Text.VocabSize, 4)
-	s.matmuls = 0
+	s.MatMuls = 0
 	if _, _, err := generation.Prefill(context.Background(), m, m.NewCache(len(ids)), ids, len(ids)); err != nil {
 		t.Fatal(err)
 	}
-	prefill := s.matmuls
-	s.matmuls, s.at = 0, nil
+	prefill := s.MatMuls
+	s.MatMuls, s.At = 0, nil
 	speculative(t, m, assistant(t, a, gemma4.DraftOptions{}, sample.Params{}), ids, generation.Options{MaxTokens: 6}, 3)
-	if len(s.at) == 0 || s.at[0] != prefill {
-		t.Fatalf("Sync calls at %v products, want the first right after the prefill's %d", s.at, prefill)
+	if len(s.At) == 0 || s.At[0] != prefill {
+		t.Fatalf("Sync calls at %v products, want the first right after the prefill's %d", s.At, prefill)
 	}
 }

@@ -65,6 +65,27 @@ func (b *Checkpointing) Checkpoint() { b.calls.Add(1) }
 // Calls is how many checkpoints were asked for so far.
 func (b *Checkpointing) Calls() int { return int(b.calls.Load()) }
 
+// Syncing wraps a backend with compute.Syncer, as if its ops ran
+// asynchronously: At records, at each Sync, how many MatMuls had been
+// issued (where in a run a caller waited for the device).
+type Syncing struct {
+	compute.Backend
+	MatMuls int
+	At      []int
+}
+
+// Sync implements compute.Syncer.
+func (b *Syncing) Sync() error {
+	b.At = append(b.At, b.MatMuls)
+	return nil
+}
+
+// MatMul counts the product and computes it on the backend.
+func (b *Syncing) MatMul(x, w *compute.Tensor) *compute.Tensor {
+	b.MatMuls++
+	return b.Backend.MatMul(x, w)
+}
+
 // Stacking wraps a backend with compute.Stacker computed as separate
 // MatMuls (the same bits as the backend alone), so models load their
 // weights stacked and take their stacked paths on the CPU too.
