@@ -297,6 +297,11 @@ func (l *Lt) MatMulAsync(y, x, w Buffer, M, N, K int) error {
 		if rec := dev.graphs.rec; rec != nil {
 			sig := mixSig(mixSig(fnvOffset, uint64(M)<<40|uint64(N)<<20|uint64(K)), uint64(y.ptr)^uint64(x.ptr)<<1^uint64(w.ptr)<<2)
 			rec.sigs = append(rec.sigs, launchSig{"cublasLt", sig})
+			// The algorithm's kernels (and their clusters) are part of the
+			// graph's shape, as a launch's are (launchGraph).
+			for _, v := range p.algo.data {
+				rec.shape = mixSig(rec.shape, v)
+			}
 		}
 		if dev.prof != nil && !dev.prof.graphs {
 			defer dev.prof.around(dev.d, dev.stream, "cublasLt_matmul")()
