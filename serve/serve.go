@@ -112,8 +112,8 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	// The listener answers from the start, so that a client (or a load balancer's check)
 	// gets a 503 while the weights load instead of a connection that hangs.
 	var handler atomic.Pointer[http.Handler]
-	var h http.Handler = http.HandlerFunc(loading)
-	handler.Store(&h)
+	var wait http.Handler = http.HandlerFunc(server.Loading)
+	handler.Store(&wait)
 	hs := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -160,8 +160,8 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer a.close()
-	h = a.srv.Handler()
-	handler.Store(&h)
+	ready := a.srv.Handler() // a variable of its own: requests may still read the loading one
+	handler.Store(&ready)
 
 	url := "http://" + ln.Addr().String()
 	args := []any{"url", url, "model", a.name, "device", a.device, "load_s", time.Since(start).Seconds()}
@@ -184,7 +184,8 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	// grace period ends, then cancel them (their clients get a 503 shutting_down, or an error
 	// event in a stream), and then close the listener and wait for the handlers to return.
 	eng := a.eng
-	log.Info("tandem serve: shutting down", "grace_s", grace.Seconds(), "running", eng.Stats().Running, "waiting", eng.Stats().Waiting)
+	st := eng.Stats()
+	log.Info("tandem serve: shutting down", "grace_s", grace.Seconds(), "running", st.Running, "waiting", st.Waiting)
 	a.srv.Drain()
 	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
@@ -203,19 +204,6 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	}
 	log.Info("tandem serve: stopped")
 	return nil
-}
-
-// loading answers every request while the models load: a 503 with Retry-After, in the API's
-// error shape, and {"status":"loading"} on /health.
-func loading(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", "5")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	if r.URL.Path == "/health" {
-		io.WriteString(w, `{"status":"loading"}`+"\n")
-		return
-	}
-	io.WriteString(w, `{"error":{"message":"the model is loading; retry shortly","type":"server_error","param":null,"code":"model_loading"}}`+"\n")
 }
 
 // loadStarted, when set (tests), runs as a load starts: it can hold the load.
