@@ -99,6 +99,25 @@ func marshal(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// retryAfter is the Retry-After, in seconds, of the 503s a client should
+// retry elsewhere or soon: the server loading or shutting down.
+const retryAfter = 5
+
+// Loading answers every request while the models load (before there is a
+// Server): a 503 with Retry-After in the API's error shape, and
+// {"status":"loading"} on /health.
+func Loading(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		w.Header().Set("Retry-After", fmt.Sprint(retryAfter))
+		writeJSON(w, http.StatusServiceUnavailable, struct {
+			Status string `json:"status"`
+		}{"loading"})
+		return
+	}
+	writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_loading",
+		Message: "the model is loading; retry shortly", RetryAfter: retryAfter})
+}
+
 // submitError maps an error of Engine.Submit to what the client is told.
 func submitError(err error, promptParam string) *apiError {
 	var ce *engine.ContextError
@@ -108,7 +127,7 @@ func submitError(err error, promptParam string) *apiError {
 			Message: "the server is busy: its request queue is full; retry later", RetryAfter: 1}
 	case errors.Is(err, engine.ErrClosed):
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
-			Message: "the server is shutting down", RetryAfter: 5}
+			Message: "the server is shutting down", RetryAfter: retryAfter}
 	case errors.As(err, &ce):
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam,
 			Code: "context_length_exceeded", Message: ce.Error()}

@@ -47,7 +47,7 @@ type generation struct {
 // 503 before a stream starts, an error event after.
 func shutdownError() *apiError {
 	return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
-		Message: "the server shut down before the response was complete; retry the request", RetryAfter: 5}
+		Message: "the server shut down before the response was complete; retry the request", RetryAfter: retryAfter}
 }
 
 // run submits the request; when the engine accepts it, started is called (a streaming
