@@ -126,7 +126,8 @@ func (e *Engine) step() {
 	if onDevice {
 		site = append(site, "-late"...) // the tokens on the device: other ops
 	}
-	if e.splits(rows) {
+	prompts := e.promptPass(rows)
+	if prompts > 0 && prompts < len(rows) {
 		site = append(site, "-split"...) // two passes (forward): other ops
 	}
 	for i := range rows {
@@ -157,7 +158,7 @@ func (e *Engine) step() {
 			in[i] = gemma4.Row{Next: next, Cache: in[i].Cache}
 		}
 	}
-	out, err := e.forward(in, rows)
+	out, err := e.forward(in, prompts)
 	end()
 	err = errors.Join(err, e.aheadProposals(rows))
 	if drawn != nil {
@@ -230,12 +231,12 @@ func (e *Engine) plan() []row {
 // forward runs a step's pass over in (rows' inputs): one pass, or where
 // prompt passes run at another precision than decoding
 // (gemma4.Model.SetPromptPrecision), one over the prompt chunks, which plan
-// put first, and one over the rest, their outputs joined. A request's
-// tokens then still do not depend on what else is in the step.
-func (e *Engine) forward(in []gemma4.Row, rows []row) (*gemma4.Output, error) {
+// put first (the first n of in: promptPass), and one over the rest, their
+// outputs joined. A request's tokens then still do not depend on what else
+// is in the step.
+func (e *Engine) forward(in []gemma4.Row, n int) (*gemma4.Output, error) {
 	opt := gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true}
-	n := promptRows(rows)
-	if e.m.PromptPrecision() == compute.PrecisionExact || n == 0 {
+	if n == 0 {
 		return e.m.Forward(in, opt)
 	}
 	prompts := opt
@@ -264,19 +265,18 @@ func (e *Engine) forward(in []gemma4.Row, rows []row) (*gemma4.Output, error) {
 	return &gemma4.Output{Hidden: h, Offsets: offsets}, nil
 }
 
-// promptRows is how many of rows, from the first, are prompt chunks.
-func promptRows(rows []row) int {
+// promptPass is how many of rows, from the first, forward runs as a
+// prompt pass: the prompt chunks (plan puts them first) where prompt passes
+// have a precision of their own, else none.
+func (e *Engine) promptPass(rows []row) int {
+	if e.m.PromptPrecision() == compute.PrecisionExact {
+		return 0
+	}
 	n := 0
 	for n < len(rows) && rows[n].r.prefilling() {
 		n++
 	}
 	return n
-}
-
-// splits reports whether forward runs rows as two passes.
-func (e *Engine) splits(rows []row) bool {
-	n := promptRows(rows)
-	return e.m.PromptPrecision() != compute.PrecisionExact && n > 0 && n < len(rows)
 }
 
 func boolInt(v bool) int {
