@@ -179,6 +179,15 @@ type Syncer interface {
 	Sync() error
 }
 
+// Sync waits for the ops issued on b so far where b runs them
+// asynchronously (a no-op otherwise).
+func Sync(b Backend) error {
+	if s, ok := b.(Syncer); ok {
+		return s.Sync()
+	}
+	return nil
+}
+
 // Prefetcher is implemented by backends whose ops run asynchronously
 // (CUDA). Prefetch queues a copy of t (a small F32 or I32 tensor) to the
 // host behind the work issued so far and returns the function that waits

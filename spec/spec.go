@@ -173,9 +173,6 @@ func Generate(ctx context.Context, m *gemma4.Model, d Drafter, prompt []int32, o
 	cache := m.NewCache(max(chunk, k+1))
 	start := time.Now()
 	logits, hidden, err := generation.Prefill(ctx, m, cache, prompt, chunk)
-	if err == nil {
-		err = generation.Settle(m.Backend())
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -910,11 +910,9 @@ func randomTarget(log io.Writer, name string, b compute.Backend) (*gemma4.Model,
 	if err != nil {
 		return nil, err
 	}
-	if g, ok := b.(*cuda.Backend); ok { // weights made on the device: the build ends when their kernels do
-		if err := g.Sync(); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("building %s: %w", name, err)
-		}
+	if err := compute.Sync(b); err != nil { // weights made on the device: the build ends when their kernels do
+		m.Close()
+		return nil, fmt.Errorf("building %s: %w", name, err)
 	}
 	fmt.Fprintf(log, "built %s (%s) in %.1fs\n", name, humanBytes(m.DecodeBytes()), time.Since(start).Seconds())
 	return m, nil
