@@ -108,7 +108,7 @@ type Backend struct {
 
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
-		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "attn_fused",
+		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "qkv_norms_warp", "attn_fused",
 		"attn_cluster", "attn_cluster_rounds", "random_uniform", "attn_flash", "attn_kv_bf16"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
@@ -1836,6 +1836,17 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 	return y, h
 }
 
+// normWarpTokens is the fewest tokens whose head norms take a warp a row
+// (qkv_norms_warp, the same bits) rather than a block: a prompt pass's
+// rows are many and short, and a block's barriers cost more than its
+// reduction (31B 4k prefill: qkv_norms 57 ms of 626). Decode steps and
+// verifies keep the block, one of which per row spreads their few rows
+// over more of the device. TANDEM_CUDA_NORM_WARPS=0 turns it off, "all"
+// takes it at every size (for tests).
+var normWarpTokens = normWarpDefault // TANDEM_CUDA_NORM_WARPS, read by liveSettings
+
+const normWarpDefault = 64
+
 // QKVNorms implements compute.FusedQKV with qkv_norms (off, like rmsnorm2,
 // with TANDEM_CUDA_NORM2=0). Its rows take rmsnorm_rope's two-pass scale
 // rather than rmsnorm's register cache: the same bits, and heads of at most
@@ -1887,8 +1898,13 @@ func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []i
 		b.forgetWrites(x.V)
 	}
 	if n := T * (Hq + 2*Hk); n > 0 && d > 0 {
-		b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, rowThreads(d), ptrOf(qo), kout, vout, ptrOf(q), ptrOf(k), ptrOf(v),
-			qp, qt, kp, kt, eps, ptrOf(b.table(pos)), ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim/2, kvp, tslot)
+		args := []any{ptrOf(qo), kout, vout, ptrOf(q), ptrOf(k), ptrOf(v), qp, qt, kp, kt, eps, ptrOf(b.table(pos)),
+			ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim / 2, kvp, tslot}
+		if rowThreads(d) == 256 && T >= normWarpTokens {
+			b.launch("qkv_norms_warp", [3]uint32{uint32((n + 7) / 8), 1, 1}, 256, append(args, n)...)
+		} else {
+			b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, rowThreads(d), args...)
+		}
 	}
 	if dst != nil {
 		return qo, nil, nil

@@ -1051,9 +1051,12 @@ func TestFusedOpsMatch(t *testing.T) {
 			}
 		}
 	}
-	// A layer's per-head norms in one kernel (qkv_norms): queries and keys
-	// with their weights and RoPE, values plain; values may be the keys.
-	for _, d := range []int{256, 512, 64} {
+	// A layer's per-head norms in one kernel (qkv_norms, a block a row, and
+	// qkv_norms_warp, a warp a row, for heads up to 1,536): queries and
+	// keys with their weights and RoPE, values plain; values may be the
+	// keys. 1024 and 1500 take the rows' chunked sums, 66 not even 4-wide.
+	defer func(n int) { normWarpTokens = n }(normWarpTokens)
+	for _, d := range []int{256, 512, 64, 66, 1024, 1500, 2048} {
 		const T, Hq, Hk = 3, 4, 2
 		q, k, v := g.FromF32(randF32(r, T*Hq*d), T, Hq, d), g.FromF32(randF32(r, T*Hk*d), T, Hk, d), g.FromF32(randF32(r, T*Hk*d), T, Hk, d)
 		pos := []int32{7, 1000, 4095}
@@ -1073,45 +1076,47 @@ func TestFusedOpsMatch(t *testing.T) {
 			// each of a batch's rows its own (token 0 into slot 5 of one
 			// cache, tokens 1 and 2 into slots 0 and 1 of another).
 			for _, runs := range [][]struct{ cache, slot, n int }{nil, {{0, 2, T}}, {{0, 5, 1}, {1, 0, 2}}} {
-				fusedNorm2 = true
-				var dst []compute.KVRun
-				var caches []compute.KVRun
-				for range 2 {
-					caches = append(caches, compute.KVRun{K: g.Zeros(compute.F32, T+3, Hk, d), V: g.Zeros(compute.F32, T+3, Hk, d)})
-				}
-				for _, r := range runs {
-					dst = append(dst, compute.KVRun{K: caches[r.cache].K, V: caches[r.cache].V, Slot: r.slot, N: r.n})
-				}
-				q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, dst)
-				if err := sameBits(g.ToF32(q1), want[0]); err != nil {
-					t.Fatalf("QKVNorms d=%d (values are keys: %v, into %v) queries: %v", d, c.v == k, runs, err)
-				}
-				if dst == nil {
-					for i, got := range [][]float32{g.ToF32(k1), g.ToF32(v1)} {
-						if err := sameBits(got, want[i+1]); err != nil {
-							t.Fatalf("QKVNorms d=%d (values are keys: %v) output %d: %v", d, c.v == k, i+1, err)
-						}
+				for _, warps := range []int{math.MaxInt, 0} {
+					fusedNorm2, normWarpTokens = true, warps
+					var dst []compute.KVRun
+					var caches []compute.KVRun
+					for range 2 {
+						caches = append(caches, compute.KVRun{K: g.Zeros(compute.F32, T+3, Hk, d), V: g.Zeros(compute.F32, T+3, Hk, d)})
 					}
-					continue
-				}
-				if k1 != nil || v1 != nil {
-					t.Fatalf("QKVNorms into caches returned keys %v and values %v, want nil", k1, v1)
-				}
-				// Every slot holds its token's keys and values, or zeros.
-				for ci, cache := range caches {
-					for i, ct := range []*compute.Tensor{cache.K, cache.V} {
-						got := g.ToF32(ct)
-						for s := range T + 3 {
-							wantRow := make([]float32, row)
-							tok := 0
-							for _, r := range runs {
-								if r.cache == ci && s >= r.slot && s < r.slot+r.n {
-									copy(wantRow, want[i+1][(tok+s-r.slot)*row:])
-								}
-								tok += r.n
+					for _, r := range runs {
+						dst = append(dst, compute.KVRun{K: caches[r.cache].K, V: caches[r.cache].V, Slot: r.slot, N: r.n})
+					}
+					q1, k1, v1 := g.QKVNorms(q, k, c.v, c.qw, c.kw, 1e-6, pos, c.rope, dst)
+					if err := sameBits(g.ToF32(q1), want[0]); err != nil {
+						t.Fatalf("QKVNorms d=%d (values are keys: %v, into %v, warps from %d tokens) queries: %v", d, c.v == k, runs, warps, err)
+					}
+					if dst == nil {
+						for i, got := range [][]float32{g.ToF32(k1), g.ToF32(v1)} {
+							if err := sameBits(got, want[i+1]); err != nil {
+								t.Fatalf("QKVNorms d=%d (values are keys: %v, warps from %d tokens) output %d: %v", d, c.v == k, warps, i+1, err)
 							}
-							if err := sameBits(got[s*row:(s+1)*row], wantRow); err != nil {
-								t.Fatalf("QKVNorms d=%d into %v: cache %d output %d slot %d: %v", d, runs, ci, i+1, s, err)
+						}
+						continue
+					}
+					if k1 != nil || v1 != nil {
+						t.Fatalf("QKVNorms into caches returned keys %v and values %v, want nil", k1, v1)
+					}
+					// Every slot holds its token's keys and values, or zeros.
+					for ci, cache := range caches {
+						for i, ct := range []*compute.Tensor{cache.K, cache.V} {
+							got := g.ToF32(ct)
+							for s := range T + 3 {
+								wantRow := make([]float32, row)
+								tok := 0
+								for _, r := range runs {
+									if r.cache == ci && s >= r.slot && s < r.slot+r.n {
+										copy(wantRow, want[i+1][(tok+s-r.slot)*row:])
+									}
+									tok += r.n
+								}
+								if err := sameBits(got[s*row:(s+1)*row], wantRow); err != nil {
+									t.Fatalf("QKVNorms d=%d into %v (warps from %d tokens): cache %d output %d slot %d: %v", d, runs, warps, ci, i+1, s, err)
+								}
 							}
 						}
 					}

@@ -195,6 +195,9 @@ func TestFlashAttention(t *testing.T) {
 	if g.flashSmem == 0 {
 		t.Skip("attn_flash cannot take its shared memory on this device: bf16 prompts keep the exact attention")
 	}
+	regs, _ := g.dev.FuncAttribute(g.k["attn_flash"], funcAttrNumRegs)
+	local, _ := g.dev.FuncAttribute(g.k["attn_flash"], funcAttrLocalBytes)
+	t.Logf("attn_flash: %d registers, %d bytes of local memory a thread (spills)", regs, local)
 	r := rand.New(rand.NewPCG(51, 52))
 	passes := []flashPass{
 		{"tiny full causal", 1, 40, 40, 32, 4, 1, full(1, 40, 40, compute.Causal, 0), 0},

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 )
@@ -30,6 +31,16 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_SPLIT", setSplitMode},
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
+	{"TANDEM_CUDA_NORM_WARPS", func(v string) {
+		switch v {
+		case "0":
+			normWarpTokens = math.MaxInt
+		case "all":
+			normWarpTokens = 0
+		default:
+			normWarpTokens = normWarpDefault
+		}
+	}},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
 	{"TANDEM_CUDA_ATTN_FUSED", func(v string) { fusedAttention = v != "0" }},
 	{"TANDEM_CUDA_ATTN_PACKED", func(v string) { attnPacked = v == "1" }},

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"testing"
 
 	"tandem/compute"
@@ -28,6 +29,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_SPLIT", "warps", func() bool { return splitMode == "warps" }, func() bool { return splitMode == "fill" }},
 		{"TANDEM_CUDA_FUSE", "0", func() bool { return !fusedOps }, func() bool { return fusedOps }},
 		{"TANDEM_CUDA_NORM2", "0", func() bool { return !fusedNorm2 }, func() bool { return fusedNorm2 }},
+		{"TANDEM_CUDA_NORM_WARPS", "0", func() bool { return normWarpTokens == math.MaxInt }, func() bool { return normWarpTokens == normWarpDefault }},
 		{"TANDEM_CUDA_COMBINE", "0", func() bool { return !combineInValuesOn }, func() bool { return combineInValuesOn }},
 		{"TANDEM_CUDA_ATTN_FUSED", "0", func() bool { return !fusedAttention }, func() bool { return fusedAttention }},
 		{"TANDEM_CUDA_ATTN_PACKED", "1", func() bool { return attnPacked }, func() bool { return !attnPacked }},

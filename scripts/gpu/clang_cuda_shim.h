@@ -24,6 +24,10 @@ __device__ static inline float __ldcg(const float* p) { return *p; }
 __device__ static inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
     return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
 }
+__device__ static inline int __shfl_xor_sync(unsigned mask, int v, int lane) {
+    return __nvvm_shfl_sync_bfly_i32(mask, v, lane, 0x1f);
+}
+__device__ static inline int __any_sync(unsigned mask, int pred) { return __nvvm_vote_any_sync(mask, pred); }
 // ops.cu
 __device__ static inline float __shfl_down_sync(unsigned mask, float v, unsigned delta) {
     return __nvvm_shfl_sync_down_f32(mask, v, delta, 0x1f);
@@ -31,6 +35,11 @@ __device__ static inline float __shfl_down_sync(unsigned mask, float v, unsigned
 __device__ static inline double __shfl_down_sync(unsigned mask, double v, unsigned delta) {
     unsigned long long b = __builtin_bit_cast(unsigned long long, v);
     int lo = __nvvm_shfl_sync_down_i32(mask, (int)b, delta, 0x1f), hi = __nvvm_shfl_sync_down_i32(mask, (int)(b >> 32), delta, 0x1f);
+    return __builtin_bit_cast(double, ((unsigned long long)(unsigned)hi << 32) | (unsigned)lo);
+}
+__device__ static inline double __shfl_sync(unsigned mask, double v, int src) {
+    unsigned long long b = __builtin_bit_cast(unsigned long long, v);
+    int lo = __nvvm_shfl_sync_idx_i32(mask, (int)b, src, 0x1f), hi = __nvvm_shfl_sync_idx_i32(mask, (int)(b >> 32), src, 0x1f);
     return __builtin_bit_cast(double, ((unsigned long long)(unsigned)hi << 32) | (unsigned)lo);
 }
 struct __attribute__((aligned(8))) uint2 { unsigned x, y; };

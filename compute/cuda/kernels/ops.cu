@@ -601,37 +601,117 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm_rope(float* out, c
 // a batch's rows each write a cache of their own) token t's key and value
 // heads go to slot tslot[2t + 1] of run tslot[2t]'s caches instead of to
 // ko and vo.
-extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(float* qo, float* ko, float* vo, const float* q, const float* k, const float* v,
-                                     const void* qw, int qwt, const void* kw, int kwt, float eps, const int* pos,
-                                     const float* freq, int Hq, int Hk, int d, int half,
-                                     const unsigned long long* kvp, const int* tslot) {
-    pdl_start();
-    __shared__ double sh[NMAX];
-    const int per = Hq + 2 * Hk, t = blockIdx.x / per, i = blockIdx.x % per;
-    const float* xr;
-    float* yr;
-    const void* w = 0;
-    int wt = 0;
-    if (i < Hq) {
-        xr = q + ((size_t)t * Hq + i) * d, yr = qo + ((size_t)t * Hq + i) * d, w = qw, wt = qwt;
-    } else if (i < Hq + Hk) {
-        xr = k + ((size_t)t * Hk + i - Hq) * d, w = kw, wt = kwt;
-        yr = (kvp ? (float*)kvp[2 * tslot[2 * t]] + (size_t)tslot[2 * t + 1] * Hk * d : ko + (size_t)t * Hk * d) +
-             (size_t)(i - Hq) * d;
-    } else {
-        xr = v + ((size_t)t * Hk + i - Hq - Hk) * d;
-        yr = (kvp ? (float*)kvp[2 * tslot[2 * t] + 1] + (size_t)tslot[2 * t + 1] * Hk * d : vo + (size_t)t * Hk * d) +
-             (size_t)(i - Hq - Hk) * d;
+struct qkv_args {
+    float *qo, *ko, *vo;
+    const float *q, *k, *v;
+    const void *qw, *kw;
+    int qwt, kwt;
+    float eps;
+    const int* pos;
+    const float* freq;
+    int Hq, Hk, d, half;
+    const unsigned long long* kvp;
+    const int* tslot;
+};
+
+// qkv_row resolves row i of qkv_norms' rows: its input, its output and its
+// weight, and whether it is a value head (no weight, no rotation).
+__device__ __forceinline__ bool qkv_row(const qkv_args& a, int i, int& t, const float*& xr, float*& yr, const void*& w,
+                                        int& wt) {
+    const int per = a.Hq + 2 * a.Hk, h = i % per, d = a.d, Hk = a.Hk;
+    t = i / per;
+    w = 0, wt = 0;
+    if (h < a.Hq) {
+        xr = a.q + ((size_t)t * a.Hq + h) * d, yr = a.qo + ((size_t)t * a.Hq + h) * d, w = a.qw, wt = a.qwt;
+        return false;
     }
-    const float r = row_rscale(xr, d, eps, sh);
-    if (i >= Hq + Hk) {
-        for (int j = threadIdx.x; j < d; j += blockDim.x) yr[j] = normed(xr, j, r, 0, 0);
+    if (h < a.Hq + Hk) {
+        xr = a.k + ((size_t)t * Hk + h - a.Hq) * d, w = a.kw, wt = a.kwt;
+        yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[2 * t + 1] * Hk * d : a.ko + (size_t)t * Hk * d) +
+             (size_t)(h - a.Hq) * d;
+        return false;
+    }
+    xr = a.v + ((size_t)t * Hk + h - a.Hq - Hk) * d;
+    yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t] + 1] + (size_t)a.tslot[2 * t + 1] * Hk * d : a.vo + (size_t)t * Hk * d) +
+         (size_t)(h - a.Hq - Hk) * d;
+    return true;
+}
+
+// qkv_store writes a row normalised by r, elements j0, j0 + stride, ….
+__device__ __forceinline__ void qkv_store(const qkv_args& a, int t, const float* xr, float* yr, const void* w, int wt,
+                                          bool value, float r, int j0, int stride) {
+    if (value) {
+        for (int j = j0; j < a.d; j += stride) yr[j] = normed(xr, j, r, 0, 0);
         return;
     }
-    const float p = (float)pos[t];
-    for (int j = threadIdx.x; j < half; j += blockDim.x)
-        rotate(yr, j, half, normed(xr, j, r, w, wt), normed(xr, j + half, r, w, wt), p, freq[j]);
-    for (int j = 2 * half + threadIdx.x; j < d; j += blockDim.x) yr[j] = normed(xr, j, r, w, wt);
+    const float p = (float)a.pos[t];
+    for (int j = j0; j < a.half; j += stride)
+        rotate(yr, j, a.half, normed(xr, j, r, w, wt), normed(xr, j + a.half, r, w, wt), p, a.freq[j]);
+    for (int j = 2 * a.half + j0; j < a.d; j += stride) yr[j] = normed(xr, j, r, w, wt);
+}
+
+#define QKV_PARAMS                                                                                          \
+    float *qo, float *ko, float *vo, const float *q, const float *k, const float *v, const void *qw, int qwt, \
+        const void *kw, int kwt, float eps, const int *pos, const float *freq, int Hq, int Hk, int d, int half, \
+        const unsigned long long *kvp, const int *tslot
+#define QKV_ARGS {qo, ko, vo, q, k, v, qw, kw, qwt, kwt, eps, pos, freq, Hq, Hk, d, half, kvp, tslot}
+
+extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(QKV_PARAMS) {
+    pdl_start();
+    const qkv_args a = QKV_ARGS;
+    __shared__ double sh[NMAX];
+    int t, wt;
+    const float* xr;
+    float* yr;
+    const void* w;
+    const bool value = qkv_row(a, blockIdx.x, t, xr, yr, w, wt);
+    qkv_store(a, t, xr, yr, w, wt, value, row_rscale(xr, a.d, a.eps, sh), threadIdx.x, blockDim.x);
+}
+
+// warp_rscale is row_rscale for a row that a block of 256 threads
+// (rowThreads(D) = 256: D ≤ 1536) would normalise, computed by one warp:
+// lane l stands in for threads l + 32j, j < 8, summing each one's elements
+// in its order, then runs block_tree0's levels of 128, 64 and 32 threads
+// down its own column in registers and the same shuffles. The same
+// additions of the same operands, so the same bits, without a block's
+// barriers: a prompt pass's head rows are many and short.
+__device__ __forceinline__ float warp_rscale(const float* xr, int D, float eps) {
+    const int lane = threadIdx.x & 31, T = 256;
+    const bool ch = (D & 3) == 0 && D >= 4 * T, al = ((size_t)xr & 15) == 0;
+    double v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        double ss = 0;
+        if (ch) {
+            for (int c = lane + 32 * j; 4 * c < D; c += T) ss = sq4(ss, ld4(xr, 4 * c, al));
+        } else {
+            for (int e = lane + 32 * j; e < D; e += T) ss += (double)xr[e] * (double)xr[e];
+        }
+        v[j] = ss;
+    }
+#pragma unroll
+    for (int s = 4; s > 0; s >>= 1)
+#pragma unroll
+        for (int j = 0; j < s; j++) v[j] = v[j] + v[j + s];
+    double r = v[0];
+    for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);
+    r = __shfl_sync(0xffffffffu, r, 0);
+    return (float)(1.0 / sqrt(r / (double)D + (double)eps));
+}
+
+// qkv_norms_warp is qkv_norms with a warp a row (rows of at most 1,536:
+// warp_rscale), eight rows a 256-thread block: the same bits.
+extern "C" __global__ void __launch_bounds__(256, 4) qkv_norms_warp(QKV_PARAMS, int n) {
+    pdl_start();
+    const qkv_args a = QKV_ARGS;
+    const int i = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (i >= n) return;
+    int t, wt;
+    const float* xr;
+    float* yr;
+    const void* w;
+    const bool value = qkv_row(a, i, t, xr, yr, w, wt);
+    qkv_store(a, t, xr, yr, w, wt, value, warp_rscale(xr, a.d, a.eps), threadIdx.x & 31, 32);
 }
 
 extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
@@ -1891,14 +1971,18 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const unsigned short* vh = vt16 + (bh * Dv + c0) * P;
     const unsigned char* fh = kvalid + (size_t)b * P;
     // stage copies tile i (positions first + i·FK on) into buffer i & 1.
+    // Thread x copies the key tile's 16-byte pieces x, x + blockDim.x, …:
+    // row j, piece d8, stepping by (dj, dd) without a division a piece.
+    const int D8 = D >> 3, j0 = threadIdx.x / D8, d80 = threadIdx.x % D8, dj = blockDim.x / D8, dd = blockDim.x % D8;
     auto stage = [&](int i) {
         const int o = first + i * FK - pbase, s = i & 1;
         unsigned short* ks = ks0 + s * FK * DS;
         unsigned short* vt = vt0 + s * BW * KS;
-        const int D8 = D >> 3;
-        for (int c = threadIdx.x; c < FK * D8; c += blockDim.x) {
-            const int j = c / D8, d = (c % D8) * 8;
-            cp16(ks + j * DS + d, kh + (size_t)(o + j) * D + d, true);
+        const unsigned short* kt = kh + (size_t)o * D;
+        for (int j = j0, d8 = d80; j < FK;) {
+            cp16(ks + j * DS + 8 * d8, kt + (size_t)j * D + 8 * d8, true);
+            j += dj, d8 += dd;
+            if (d8 >= D8) d8 -= D8, j++;
         }
         for (int c = threadIdx.x; c < BW * (FK / 8); c += blockDim.x) {
             const int col = c / (FK / 8), j = (c % (FK / 8)) * 8;
@@ -1921,6 +2005,15 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     }
     const bool ok0 = r0 < nq, ok1 = r1 < nq;
     const int qp0 = qpos && ok0 ? qpos[b * L + l0 + r0] : 0, qp1 = qpos && ok1 ? qpos[b * L + l0 + r1] : 0;
+    // The warp's rows' lowest and highest positions: a tile that every one
+    // of them sees whole, with a key at every position, needs no mask.
+    int wlo = 0x7fffffff, whi = -0x7fffffff;
+    if (ok0) wlo = min(wlo, qp0), whi = max(whi, qp0);
+    if (ok1) wlo = min(wlo, qp1), whi = max(whi, qp1);
+    for (int x = 1; x < 32; x <<= 1) {
+        wlo = min(wlo, __shfl_xor_sync(0xffffffffu, wlo, x));
+        whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, x));
+    }
     const float sl2 = scale * 1.4426950408889634f, ninf = -__int_as_float(0x7f800000);
     float o[FW / 8][4];
 #pragma unroll
@@ -1958,19 +2051,37 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                     mma16816(sc[j + 1], a[0], a[1], a[2], a[3], kf[2], kf[3]);
                 }
             }
-            // Mask, scale, and the rows' new maxima.
+            // Mask, scale, and the rows' new maxima. A tile each of the
+            // warp's rows sees whole (every position a key, none past its
+            // own or out of its window) takes the scaling alone: the same
+            // values (rows past the block's queries are never written).
+            const uint4 f0 = *(const uint4*)fl, f1 = *(const uint4*)(fl + 16);
+            const bool whole = (f0.x & f0.y & f0.z & f0.w & f1.x & f1.y & f1.z & f1.w) == 0x01010101u &&
+                               (!causal || p0 + FK - 1 <= wlo) && (window <= 0 || p0 > whi - window);
             float t0 = ninf, t1 = ninf;
+            if (whole) {
 #pragma unroll
-            for (int j = 0; j < FK / 8; j++)
+                for (int j = 0; j < FK / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int kj = j * 8 + 2 * t + e, p = p0 + kj;
-                    const bool key = fl[kj] != 0;
-                    sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
-                    sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
-                    t0 = fmaxf(t0, sc[j][e]);
-                    t1 = fmaxf(t1, sc[j][2 + e]);
-                }
+                    for (int e = 0; e < 2; e++) {
+                        sc[j][e] *= sl2;
+                        sc[j][2 + e] *= sl2;
+                        t0 = fmaxf(t0, sc[j][e]);
+                        t1 = fmaxf(t1, sc[j][2 + e]);
+                    }
+            } else {
+#pragma unroll
+                for (int j = 0; j < FK / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int kj = j * 8 + 2 * t + e, p = p0 + kj;
+                        const bool key = fl[kj] != 0;
+                        sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
+                        sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
+                        t0 = fmaxf(t0, sc[j][e]);
+                        t1 = fmaxf(t1, sc[j][2 + e]);
+                    }
+            }
             t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
             t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
             t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
@@ -1993,20 +2104,26 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             }
             l0s = l0s * al0 + s0;
             l1s = l1s * al1 + s1;
+            // Most tiles leave every row's maximum where it was (α = 1 for
+            // the whole warp): the sums stay as they are, bit for bit.
+            if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
 #pragma unroll
-            for (int c = 0; c < FW / 8; c++) {
-                o[c][0] *= al0;
-                o[c][1] *= al0;
-                o[c][2] *= al1;
-                o[c][3] *= al1;
+                for (int c = 0; c < FW / 8; c++) {
+                    o[c][0] *= al0;
+                    o[c][1] *= al0;
+                    o[c][2] *= al1;
+                    o[c][3] *= al1;
+                }
             }
             const unsigned short* va = vt + (mr + 8 * (mi >> 1)) * KS + 8 * (mi & 1);
 #pragma unroll
             for (int j = 0; j < FK / 16; j++) {
                 const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
+                // Every column of the group, past the value rows too (their
+                // tile rows are zeros, and their sums never written): a
+                // loop without an exit keeps o in registers.
 #pragma unroll
                 for (int c = 0; c < FW / 8; c += 2) { // columns c·8 … c·8 + 15: two n tiles
-                    if (c * 8 >= wc) break;
                     unsigned vf[4];
                     ldsm4(vf, va + c * 8 * KS + j * 16);
                     mma16816(o[c], a0, a1, a2, a3, vf[0], vf[1]);
@@ -2024,9 +2141,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int c = 0; c < FW / 8; c++) {
         const int col = c * 8 + 2 * t;
-        if (col >= wc) break;
 #pragma unroll
         for (int e = 0; e < 2; e++) {
+            if (col >= wc) continue;
             if (ok0) {
                 const size_t i = ((size_t)(b * L + l0 + r0) * Hq + h) * Dv + c0 + cw + col + e;
                 const float r = l0s > 0.0f ? o[c][e] / l0s : 0.0f;
