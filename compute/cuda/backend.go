@@ -1900,8 +1900,8 @@ func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []i
 	if n := T * (Hq + 2*Hk); n > 0 && d > 0 {
 		args := []any{ptrOf(qo), kout, vout, ptrOf(q), ptrOf(k), ptrOf(v), qp, qt, kp, kt, eps, ptrOf(b.table(pos)),
 			ptrOf(b.ropeTable(r)), Hq, Hk, d, r.Dim / 2, kvp, tslot}
-		if rowThreads(d) == 256 && T >= normWarpTokens {
-			b.launch("qkv_norms_warp", [3]uint32{uint32((n + 7) / 8), 1, 1}, 256, append(args, n)...)
+		if rowThreads(d) == 256 && T >= normWarpTokens { // half ≤ d/2 ≤ 768: QKV_HALF
+			b.launch("qkv_norms_warp", [3]uint32{uint32(T), 1, 1}, 256, args...)
 		} else {
 			b.launch("qkv_norms", [3]uint32{uint32(n), 1, 1}, rowThreads(d), args...)
 		}

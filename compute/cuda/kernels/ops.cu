@@ -561,19 +561,31 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
     cached_store(out + row, xv, wv, rv, cached_rscale(xv, D, eps, sh), w2, false, D, parts, n, row);
 }
 
-// rope: one block per (token, head) row of d values; pairs (j, j+half).
-// rotate writes the pair (j, j + half) rotated by position p at frequency f
-// (unrotated where f is 0: partial rotary).
-__device__ __forceinline__ void rotate(float* yr, int j, int half, float x0, float x1, float p, float f) {
-    if (f == 0.0f) {
+// angle is the cosine and sine of position p at frequency f, in double,
+// rounded once.
+__device__ __forceinline__ void angle(float p, float f, float& c, float& s) {
+    const double a = (double)__fmul_rn(p, f);
+    c = (float)cos(a), s = (float)sin(a);
+}
+
+// turn writes the pair (j, j + half) rotated by an angle's c and s, or
+// unrotated where its frequency is 0 (partial rotary).
+__device__ __forceinline__ void turn(float* yr, int j, int half, float x0, float x1, float c, float s, bool f0) {
+    if (f0) {
         yr[j] = x0;
         yr[j + half] = x1;
         return;
     }
-    const double a = (double)__fmul_rn(p, f);
-    const float c = (float)cos(a), s = (float)sin(a);
     yr[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     yr[j + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
+// rotate writes the pair (j, j + half) rotated by position p at frequency f
+// (unrotated where f is 0: partial rotary).
+__device__ __forceinline__ void rotate(float* yr, int j, int half, float x0, float x1, float p, float f) {
+    float c = 1.0f, s = 0.0f;
+    if (f != 0.0f) angle(p, f, c, s);
+    turn(yr, j, half, x0, x1, c, s, f == 0.0f);
 }
 
 // rmsnorm_rope: RoPE(RMSNorm(x)) in one pass, one block (rowThreads(d),
@@ -637,16 +649,23 @@ __device__ __forceinline__ bool qkv_row(const qkv_args& a, int i, int& t, const 
     return true;
 }
 
-// qkv_store writes a row normalised by r, elements j0, j0 + stride, ….
+// qkv_store writes a row normalised by r, elements j0, j0 + stride, …,
+// rotated by the angles of cs (cos and sin a pair, its token's) where
+// given, else by those it computes.
 __device__ __forceinline__ void qkv_store(const qkv_args& a, int t, const float* xr, float* yr, const void* w, int wt,
-                                          bool value, float r, int j0, int stride) {
+                                          bool value, float r, int j0, int stride, const float* cs) {
     if (value) {
         for (int j = j0; j < a.d; j += stride) yr[j] = normed(xr, j, r, 0, 0);
         return;
     }
     const float p = (float)a.pos[t];
-    for (int j = j0; j < a.half; j += stride)
-        rotate(yr, j, a.half, normed(xr, j, r, w, wt), normed(xr, j + a.half, r, w, wt), p, a.freq[j]);
+    for (int j = j0; j < a.half; j += stride) {
+        const float x0 = normed(xr, j, r, w, wt), x1 = normed(xr, j + a.half, r, w, wt);
+        if (cs)
+            turn(yr, j, a.half, x0, x1, cs[2 * j], cs[2 * j + 1], a.freq[j] == 0.0f);
+        else
+            rotate(yr, j, a.half, x0, x1, p, a.freq[j]);
+    }
     for (int j = 2 * a.half + j0; j < a.d; j += stride) yr[j] = normed(xr, j, r, w, wt);
 }
 
@@ -665,7 +684,7 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(QKV_PARAMS) {
     float* yr;
     const void* w;
     const bool value = qkv_row(a, blockIdx.x, t, xr, yr, w, wt);
-    qkv_store(a, t, xr, yr, w, wt, value, row_rscale(xr, a.d, a.eps, sh), threadIdx.x, blockDim.x);
+    qkv_store(a, t, xr, yr, w, wt, value, row_rscale(xr, a.d, a.eps, sh), threadIdx.x, blockDim.x, 0);
 }
 
 // warp_rscale is row_rscale for a row that a block of 256 threads
@@ -699,21 +718,31 @@ __device__ __forceinline__ float warp_rscale(const float* xr, int D, float eps) 
     return (float)(1.0 / sqrt(r / (double)D + (double)eps));
 }
 
-// qkv_norms_warp is qkv_norms with a warp a row (rows of at most 1,536:
-// warp_rscale), eight rows a 256-thread block: the same bits.
-extern "C" __global__ void __launch_bounds__(256, 4) qkv_norms_warp(QKV_PARAMS, int n) {
+// qkv_norms_warp is qkv_norms with a block a token and a warp a row
+// (heads of at most 1,536: warp_rscale): the token's angles are computed
+// once, into shared memory, rather than once a head (double cosines and
+// sines were most of a row's time), and a row's reduction takes no
+// barrier. The same bits.
+#define QKV_HALF 768
+extern "C" __global__ void __launch_bounds__(256, 4) qkv_norms_warp(QKV_PARAMS) {
     pdl_start();
+    __shared__ float cs[2 * QKV_HALF];
     const qkv_args a = QKV_ARGS;
-    const int i = blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (i >= n) return;
-    int t, wt;
-    const float* xr;
-    float* yr;
-    const void* w;
-    const bool value = qkv_row(a, i, t, xr, yr, w, wt);
-    qkv_store(a, t, xr, yr, w, wt, value, warp_rscale(xr, a.d, a.eps), threadIdx.x & 31, 32);
+    const int tok = blockIdx.x, per = Hq + 2 * Hk;
+    const float p = (float)pos[tok];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) angle(p, freq[j], cs[2 * j], cs[2 * j + 1]);
+    __syncthreads();
+    for (int h = threadIdx.x >> 5; h < per; h += blockDim.x >> 5) {
+        int t, wt;
+        const float* xr;
+        float* yr;
+        const void* w;
+        const bool value = qkv_row(a, tok * per + h, t, xr, yr, w, wt);
+        qkv_store(a, t, xr, yr, w, wt, value, warp_rscale(xr, d, eps), threadIdx.x & 31, 32, cs);
+    }
 }
 
+// rope: one block per (token, head) row of d values; pairs (j, j+half).
 extern "C" __global__ void rope(float* out, const float* x, const int* pos, const float* freq, int H, int d, int half) {
     pdl_start();
     const int t = blockIdx.x / H;
