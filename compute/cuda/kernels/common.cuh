@@ -70,18 +70,22 @@ __device__ __forceinline__ void mma16816(float c[4], unsigned a0, unsigned a1, u
 }
 
 // cp16 copies 16 bytes from global to shared memory asynchronously, or
-// writes zeros when !ok (src is then not read).
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
+// writes zeros when !ok (src is then not read); cp16s takes the shared
+// address itself (smem_addr's), which a loop can step without converting a
+// generic pointer each time.
+__device__ __forceinline__ void cp16s(unsigned dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) { cp16s(smem_addr(dst), src, ok); }
 
 // ldsm4 loads four 8 × 8 bf16 matrices from shared memory (ldmatrix):
 // lane T gives the address of row T % 8 of matrix T / 8 (16 bytes,
 // aligned), and receives in r[i] its fragment of matrix i: row T / 4,
 // columns 2(T % 4) and 2(T % 4) + 1, the layout of mma16816's operands.
-__device__ __forceinline__ void ldsm4(unsigned r[4], const void* p) {
+// ldsm4s takes the shared address (smem_addr's).
+__device__ __forceinline__ void ldsm4s(unsigned r[4], unsigned a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
+                 : "r"(a));
 }
+__device__ __forceinline__ void ldsm4(unsigned r[4], const void* p) { ldsm4s(r, smem_addr(p)); }

@@ -1952,6 +1952,7 @@ extern "C" __global__ void spin(int ns) {
 #define FQ 64
 #define FK 32
 #define FW 256
+#define KS (FK + 8) // a value tile row's stride: FK keys and 8 of padding
 
 // ex2 is 2^x by the hardware's approximation (ex2.approx.ftz: about two
 // ulps, 2^−∞ = 0): one instruction where exp2f takes a dozen, and as
@@ -1972,8 +1973,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     // 16·(w % 4) on and columns FW·(w / 4) on of the block's FW·CG.
     const int CG = blockDim.x >> 7, BW = FW * CG;
     const int nq = min(FQ, L - l0), kvh = h / (Hq / Hkv), c0 = blockIdx.z * BW, bwc = min(BW, Dv - c0);
-    const int DS = D + 8, KS = FK + 8;
+    const int DS = D + 8;
     unsigned short* qs = fsm;                                 // FQ × DS
+    const unsigned qs_a = smem_addr(qs);
     unsigned short* ks0 = qs + FQ * DS;                       // 2 × FK × DS
     unsigned short* vt0 = ks0 + 2 * FK * DS;                  // 2 × BW × KS: vt[c][j] = v of key j, column c0 + c
     unsigned char* fl0 = (unsigned char*)(vt0 + 2 * BW * KS); // 2 × FK
@@ -1999,38 +2001,45 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const unsigned short* kh = kb16 + bh * P * D;
     const unsigned short* vh = vt16 + (bh * Dv + c0) * P;
     const unsigned char* fh = kvalid + (size_t)b * P;
-    // stage copies tile i (positions first + i·FK on) into buffer i & 1.
-    // Thread x copies the key tile's 16-byte pieces x, x + blockDim.x, …:
-    // row j, piece d8, stepping by (dj, dd) without a division a piece.
+    // stage copies tile i (positions first + i·FK on) into buffer i & 1,
+    // by shared addresses and pointers stepped a piece at a time (address
+    // arithmetic was a third of the kernel's instructions). Thread x copies
+    // the key tile's 16-byte pieces x, x + blockDim.x, …: row j, piece d8,
+    // a column of pieces where blockDim.x is a multiple of the row's D8,
+    // else stepping by (dj, dd); and the value tile's columns vc0, vc0 +
+    // vstep, …, keys vj … vj + 7.
+    const unsigned ks_a = smem_addr(ks0), vt_a = smem_addr(vt0);
     const int D8 = D >> 3, j0 = threadIdx.x / D8, d80 = threadIdx.x % D8, dj = blockDim.x / D8, dd = blockDim.x % D8;
+    const int vstep = blockDim.x / (FK / 8), vc0 = threadIdx.x / (FK / 8), vj = (threadIdx.x % (FK / 8)) * 8;
     auto stage = [&](int i) {
         const int o = first + i * FK - pbase, s = i & 1;
-        unsigned short* ks = ks0 + s * FK * DS;
-        unsigned short* vt = vt0 + s * BW * KS;
-        const unsigned short* kt = kh + (size_t)o * D;
-        for (int j = j0, d8 = d80; j < FK;) {
-            cp16(ks + j * DS + 8 * d8, kt + (size_t)j * D + 8 * d8, true);
-            j += dj, d8 += dd;
-            if (d8 >= D8) d8 -= D8, j++;
+        if (dd == 0) {
+            unsigned ka = ks_a + 2 * (s * FK * DS + j0 * DS + 8 * d80);
+            const unsigned short* kg = kh + (size_t)(o + j0) * D + 8 * d80;
+            for (int j = j0; j < FK; j += dj, ka += 2 * dj * DS, kg += (size_t)dj * D) cp16s(ka, kg, true);
+        } else {
+            for (int j = j0, d8 = d80; j < FK;) {
+                cp16s(ks_a + 2 * (s * FK * DS + j * DS + 8 * d8), kh + (size_t)(o + j) * D + 8 * d8, true);
+                j += dj, d8 += dd;
+                if (d8 >= D8) d8 -= D8, j++;
+            }
         }
-        for (int c = threadIdx.x; c < BW * (FK / 8); c += blockDim.x) {
-            const int col = c / (FK / 8), j = (c % (FK / 8)) * 8;
-            cp16(vt + col * KS + j, vh + (size_t)col * P + o + j, col < bwc);
-        }
+        unsigned va = vt_a + 2 * (s * BW * KS + vc0 * KS + vj);
+        const unsigned short* vg = vh + (size_t)vc0 * P + o + vj;
+        for (int col = vc0; col < BW; col += vstep, va += 2 * vstep * KS, vg += (size_t)vstep * P) cp16s(va, vg, col < bwc);
         if (threadIdx.x < FK / 16) cp16(fl0 + s * FK + threadIdx.x * 16, fh + o + threadIdx.x * 16, true);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
     if (ntiles > 0) stage(0);
+    // The queries, as bf16 rows (16-byte loads where q's rows are aligned).
     const int D4 = D >> 2;
+    const bool qal = ((size_t)q & 15) == 0;
     for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
         const int r = i / D4, d = (i % D4) * 4;
-        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (r < nq) { // q may be a view at any offset
-            const float* qr = q + ((size_t)(b * L + l0 + r) * Hq + h) * D + d;
-            x[0] = qr[0], x[1] = qr[1], x[2] = qr[2], x[3] = qr[3];
-        }
-        *(uint2*)(qs + r * DS + d) = make_uint2(f32_to_bf16(x[0]) | (unsigned)f32_to_bf16(x[1]) << 16,
-                                                f32_to_bf16(x[2]) | (unsigned)f32_to_bf16(x[3]) << 16);
+        float4 x = f4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nq) x = ld4(q + ((size_t)(b * L + l0 + r) * Hq + h) * D, d, qal); // q may be a view at any offset
+        *(uint2*)(qs + r * DS + d) =
+            make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16, f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
     }
     const bool ok0 = r0 < nq, ok1 = r1 < nq;
     const int qp0 = qpos && ok0 ? qpos[b * L + l0 + r0] : 0, qp1 = qpos && ok1 ? qpos[b * L + l0 + r1] : 0;
@@ -2057,8 +2066,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         }
         __syncthreads(); // tile it has landed for every thread (and, first, the queries)
         const int p0 = first + it * FK, s = it & 1;
-        const unsigned short* ks = ks0 + s * FK * DS;
-        const unsigned short* vt = vt0 + s * BW * KS + cw * KS; // this warp's columns
+        const unsigned ks = ks_a + 2 * s * FK * DS, vt = vt_a + 2 * (s * BW + cw) * KS; // vt: this warp's columns
         const unsigned char* fl = fl0 + s * FK;
         if (rg * 16 < nq && wc > 0) { // else no query of this warp's rows, or no column
             float sc[FK / 8][4];
@@ -2067,15 +2075,15 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             // Fragments by ldmatrix: lane T gives the address of row T % 8
             // of 8 × 8 matrix T / 8 (the same values as lane-by-lane loads).
             const int mi = lane >> 3, mr = lane & 7;
-            const unsigned short* qa = qs + (rg * 16 + mr + 8 * (mi & 1)) * DS + 8 * (mi >> 1);
-            const unsigned short* ka = ks + (mr + 8 * (mi >> 1)) * DS + 8 * (mi & 1);
+            const unsigned qa = qs_a + 2 * ((rg * 16 + mr + 8 * (mi & 1)) * DS + 8 * (mi >> 1));
+            const unsigned ka = ks + 2 * ((mr + 8 * (mi >> 1)) * DS + 8 * (mi & 1));
             for (int d = 0; d < D; d += 16) {
                 unsigned a[4];
-                ldsm4(a, qa + d);
+                ldsm4s(a, qa + 2 * d);
 #pragma unroll
                 for (int j = 0; j < FK / 8; j += 2) { // keys j·8 … j·8 + 15: two n tiles
                     unsigned kf[4];
-                    ldsm4(kf, ka + j * 8 * DS + d);
+                    ldsm4s(kf, ka + 2 * (j * 8 * DS + d));
                     mma16816(sc[j], a[0], a[1], a[2], a[3], kf[0], kf[1]);
                     mma16816(sc[j + 1], a[0], a[1], a[2], a[3], kf[2], kf[3]);
                 }
@@ -2144,7 +2152,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                     o[c][3] *= al1;
                 }
             }
-            const unsigned short* va = vt + (mr + 8 * (mi >> 1)) * KS + 8 * (mi & 1);
+            const unsigned va = vt + 2 * ((mr + 8 * (mi >> 1)) * KS + 8 * (mi & 1));
 #pragma unroll
             for (int j = 0; j < FK / 16; j++) {
                 const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
@@ -2154,7 +2162,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
                 for (int c = 0; c < FW / 8; c += 2) { // columns c·8 … c·8 + 15: two n tiles
                     unsigned vf[4];
-                    ldsm4(vf, va + c * 8 * KS + j * 16);
+                    ldsm4s(vf, va + 2 * (c * 8 * KS + j * 16));
                     mma16816(o[c], a0, a1, a2, a3, vf[0], vf[1]);
                     mma16816(o[c + 1], a0, a1, a2, a3, vf[2], vf[3]);
                 }
