@@ -1953,6 +1953,7 @@ extern "C" __global__ void spin(int ns) {
 #define FK 32
 #define FW 256
 #define KS (FK + 8) // a value tile row's stride: FK keys and 8 of padding
+#define FO 72       // a staged output row's stride, in floats: 64 columns and 8 of padding (float2 stores without conflicts)
 
 // ex2 is 2^x by the hardware's approximation (ex2.approx.ftz: about two
 // ulps, 2^−∞ = 0): one instruction where exp2f takes a dozen, and as
@@ -2170,30 +2171,39 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         }
         __syncthreads(); // every warp is done with this tile's buffer before it is refilled
     }
-    // Each row's sum over its quad, in a fixed order.
+    // Each row's sum over its quad, in a fixed order, and its reciprocal.
     l0s += __shfl_xor_sync(0xffffffffu, l0s, 1);
     l0s += __shfl_xor_sync(0xffffffffu, l0s, 2);
     l1s += __shfl_xor_sync(0xffffffffu, l1s, 1);
     l1s += __shfl_xor_sync(0xffffffffu, l1s, 2);
+    const float i0 = l0s > 0.0f ? 1.0f / l0s : 0.0f, i1 = l1s > 0.0f ? 1.0f / l1s : 0.0f;
+    // The outputs: each warp stages its 16 rows 64 columns at a time in
+    // shared memory of its own (the tiles' buffers, free once every warp is
+    // past the loop), then writes them as whole rows' 16-byte pieces. A
+    // division, a store and a split an element, unrolled, made the kernel
+    // a third longer and most of its instruction-fetch stalls.
+    __syncthreads();
+    float* ws = (float*)fsm + warp * (16 * FO);
+    const int rr = lane >> 4, c4 = (lane & 15) * 4;
 #pragma unroll
-    for (int c = 0; c < FW / 8; c++) {
-        const int col = c * 8 + 2 * t;
+    for (int q0 = 0; q0 < FW / 8; q0 += 8) { // n tiles q0 … q0 + 7: columns 8·q0 … 8·q0 + 63
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            if (col >= wc) continue;
-            if (ok0) {
-                const size_t i = ((size_t)(b * L + l0 + r0) * Hq + h) * Dv + c0 + cw + col + e;
-                const float r = l0s > 0.0f ? o[c][e] / l0s : 0.0f;
-                out[i] = r;
-                emit(parts, n, i, r);
-            }
-            if (ok1) {
-                const size_t i = ((size_t)(b * L + l0 + r1) * Hq + h) * Dv + c0 + cw + col + e;
-                const float r = l1s > 0.0f ? o[c][2 + e] / l1s : 0.0f;
-                out[i] = r;
-                emit(parts, n, i, r);
+        for (int c = 0; c < 8; c++) {
+            *(float2*)(ws + g * FO + c * 8 + 2 * t) = make_float2(__fmul_rn(o[q0 + c][0], i0), __fmul_rn(o[q0 + c][1], i0));
+            *(float2*)(ws + (g + 8) * FO + c * 8 + 2 * t) = make_float2(__fmul_rn(o[q0 + c][2], i1), __fmul_rn(o[q0 + c][3], i1));
+        }
+        __syncwarp();
+        const int col = 8 * q0 + c4;
+        for (int k = 0; k < 8; k++) {
+            const int r = rg * 16 + 2 * k + rr;
+            if (r < nq && col < wc) {
+                const size_t i = ((size_t)(b * L + l0 + r) * Hq + h) * Dv + c0 + cw + col;
+                const float4 v = *(const float4*)(ws + (2 * k + rr) * FO + c4);
+                *(float4*)(out + i) = v;
+                emit4(parts, n, i, v);
             }
         }
+        __syncwarp();
     }
 }
 
