@@ -395,8 +395,15 @@ const (
 // flashSmem is attn_flash's dynamic shared memory for heads of D and cg
 // column groups: the queries' rows of D + 8 bf16, and two stages of a key
 // tile's rows, of the value tile's FW·cg columns of FK + 8 and of the
-// tile's flags.
-func flashSmem(D, cg int) int { return 2*((flashQ+2*flashK)*(D+8)+2*flashW*cg*(flashK+8)) + 2*flashK }
+// tile's flags; then, where two groups split a wide head's scores, the
+// four warp pairs' exchange of 16 words a lane.
+func flashSmem(D, cg int) int {
+	n := 2*((flashQ+2*flashK)*(D+8)+2*flashW*cg*(flashK+8)) + 2*flashK
+	if cg == 2 && D > flashW {
+		n += 4 * 16 * 32 * 4
+	}
+	return n
+}
 
 // flashMaxGroups is the most column groups flashGroups takes a block
 // (TANDEM_CUDA_FLASH_GROUPS, 1 or 2; 1: a wide head's halves in blocks of

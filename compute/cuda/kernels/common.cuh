@@ -9,6 +9,14 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// bf16x2 is f32_to_bf16(lo) | f32_to_bf16(hi) << 16 by one conversion
+// instruction: the same bits but for a NaN's payload.
+__device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 // split3 is v's three bf16 parts: hi = bf16(v), mid = bf16(v − hi),
 // lo = bf16(v − hi − mid) (the subtractions are exact).
 __device__ __forceinline__ void split3(float v, unsigned short& h, unsigned short& m, unsigned short& l) {

@@ -1942,18 +1942,26 @@ extern "C" __global__ void spin(int ns) {
 // cp.async while the block works on this one.
 //
 // Grid (Hq, B·ceil(L/FQ), ceil(Dv/(FW·CG))), blocks of CG groups of FQ/16
-// warps of 16 queries each; a group takes FW of the value columns and
-// computes the scores of its rows itself (the sums of 256 columns a warp
-// already hold 128 registers a thread): a 512-wide head's two halves are
-// two groups of one block (CG = 2), which share its tiles. Dynamic shared
-// memory: the queries' rows and two stages of a key tile's rows (D + 8
-// bf16 each: the fragment loads hit 32 banks), of the value tile (FW·CG
-// rows of FK + 8) and of the tile's flags.
+// warps of 16 queries each; a group takes FW of the value columns (the
+// sums of 256 columns a warp already hold 128 registers a thread): a
+// 512-wide head's two halves are two groups of one block (CG = 2), which
+// share its tiles. A head of D > FW scores as the sum of two halves'
+// products, d < FW and d ≥ FW: with two groups, warps w and w + 4 each
+// take a half and the low warp the softmax, handing the weights back
+// through shared memory, so neither computes the other's products; with
+// one, a warp takes both halves in turn. Dynamic shared memory: the
+// queries' rows and two stages of a key tile's rows (D + 8 bf16 each: the
+// fragment loads hit 32 banks), of the value tile (FW·CG rows of FK + 8)
+// and of the tile's flags, then the pairs' exchange (16 words a lane).
 #define FQ 64
 #define FK 32
 #define FW 256
 #define KS (FK + 8) // a value tile row's stride: FK keys and 8 of padding
 #define FO 72       // a staged output row's stride, in floats: 64 columns and 8 of padding (float2 stores without conflicts)
+
+// bar_pair is a barrier of the two warps of column-group pair rg (named
+// barriers 1–4; 0 is __syncthreads's).
+__device__ __forceinline__ void bar_pair(int rg) { asm volatile("bar.sync %0, 64;" ::"r"(1 + rg) : "memory"); }
 
 // ex2 is 2^x by the hardware's approximation (ex2.approx.ftz: about two
 // ulps, 2^−∞ = 0): one instruction where exp2f takes a dozen, and as
@@ -1982,6 +1990,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     unsigned char* fl0 = (unsigned char*)(vt0 + 2 * BW * KS); // 2 × FK
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int rg = warp & 3, cw = (warp >> 2) * FW, wc = min(FW, bwc - cw); // wc ≤ 0: no columns for this warp
+    // A wide head (D > FW) in two column groups: warps w and w + 4 (the
+    // low and the high warp of pair w) each score their half of d.
+    const bool pair = CG == 2 && D > FW, hiw = warp >= 4;
+    float* xb = (float*)(fl0 + 2 * FK); // a pair's exchange: 16 words a lane (pair ? 4 pairs : none)
     const int r0 = rg * 16 + g, r1 = r0 + 8; // this thread's two query rows in the block
     // The block's key positions: the row's span, cut to what its queries
     // can see.
@@ -2032,15 +2044,29 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
     if (ntiles > 0) stage(0);
-    // The queries, as bf16 rows (16-byte loads where q's rows are aligned).
+    // The queries, as bf16 rows (16-byte loads where q's rows are aligned,
+    // eight in flight a thread where blockDim.x is a multiple of the row's
+    // D4 pieces: each load's wait was a seventh of the kernel's stalls).
     const int D4 = D >> 2;
     const bool qal = ((size_t)q & 15) == 0;
-    for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
-        const int r = i / D4, d = (i % D4) * 4;
+    auto qrow = [&](int r, int d) {
         float4 x = f4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < nq) x = ld4(q + ((size_t)(b * L + l0 + r) * Hq + h) * D, d, qal); // q may be a view at any offset
-        *(uint2*)(qs + r * DS + d) =
-            make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16, f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
+        return x;
+    };
+    if (blockDim.x % D4 == 0) {
+        const int d = (threadIdx.x % D4) * 4, rs = blockDim.x / D4;
+#pragma unroll 8
+        for (int r = threadIdx.x / D4; r < FQ; r += rs) {
+            const float4 x = qrow(r, d);
+            *(uint2*)(qs + r * DS + d) = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+        }
+    } else {
+        for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
+            const int r = i / D4, d = (i % D4) * 4;
+            const float4 x = qrow(r, d);
+            *(uint2*)(qs + r * DS + d) = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+        }
     }
     const bool ok0 = r0 < nq, ok1 = r1 < nq;
     const int qp0 = qpos && ok0 ? qpos[b * L + l0 + r0] : 0, qp1 = qpos && ok1 ? qpos[b * L + l0 + r1] : 0;
@@ -2069,82 +2095,123 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         const int p0 = first + it * FK, s = it & 1;
         const unsigned ks = ks_a + 2 * s * FK * DS, vt = vt_a + 2 * (s * BW + cw) * KS; // vt: this warp's columns
         const unsigned char* fl = fl0 + s * FK;
-        if (rg * 16 < nq && wc > 0) { // else no query of this warp's rows, or no column
-            float sc[FK / 8][4];
-#pragma unroll
-            for (int j = 0; j < FK / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        if (rg * 16 < nq && (wc > 0 || pair)) { // else no query of this warp's rows, or no column (nor a pair's half)
             // Fragments by ldmatrix: lane T gives the address of row T % 8
             // of 8 × 8 matrix T / 8 (the same values as lane-by-lane loads).
             const int mi = lane >> 3, mr = lane & 7;
             const unsigned qa = qs_a + 2 * ((rg * 16 + mr + 8 * (mi & 1)) * DS + 8 * (mi >> 1));
             const unsigned ka = ks + 2 * ((mr + 8 * (mi >> 1)) * DS + 8 * (mi & 1));
-            for (int d = 0; d < D; d += 16) {
-                unsigned a[4];
-                ldsm4s(a, qa + 2 * d);
+            // qk adds the products of d0 ≤ d < d1 to acc, in order over d.
+            auto qk = [&](float (&acc)[FK / 8][4], int d0, int d1) {
 #pragma unroll
-                for (int j = 0; j < FK / 8; j += 2) { // keys j·8 … j·8 + 15: two n tiles
-                    unsigned kf[4];
-                    ldsm4s(kf, ka + 2 * (j * 8 * DS + d));
-                    mma16816(sc[j], a[0], a[1], a[2], a[3], kf[0], kf[1]);
-                    mma16816(sc[j + 1], a[0], a[1], a[2], a[3], kf[2], kf[3]);
+                for (int j = 0; j < FK / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+                for (int d = d0; d < d1; d += 16) {
+                    unsigned a[4];
+                    ldsm4s(a, qa + 2 * d);
+#pragma unroll
+                    for (int j = 0; j < FK / 8; j += 2) { // keys j·8 … j·8 + 15: two n tiles
+                        unsigned kf[4];
+                        ldsm4s(kf, ka + 2 * (j * 8 * DS + d));
+                        mma16816(acc[j], a[0], a[1], a[2], a[3], kf[0], kf[1]);
+                        mma16816(acc[j + 1], a[0], a[1], a[2], a[3], kf[2], kf[3]);
+                    }
                 }
-            }
-            // Mask, scale, and the rows' new maxima. A tile each of the
-            // warp's rows sees whole (every position a key, none past its
-            // own or out of its window) takes the scaling alone: the same
-            // values (rows past the block's queries are never written).
-            const uint4 f0 = *(const uint4*)fl, f1 = *(const uint4*)(fl + 16);
-            const bool whole = (f0.x & f0.y & f0.z & f0.w & f1.x & f1.y & f1.z & f1.w) == 0x01010101u &&
-                               (!causal || p0 + FK - 1 <= wlo) && (window <= 0 || p0 > whi - window);
-            float t0 = ninf, t1 = ninf;
-            if (whole) {
+            };
+            // A head wider than FW scores as the sum of its first FW
+            // columns' products and the rest's (lo + hi): one warp after the
+            // other, or the two warps of a column-group pair, each its half.
+            float sc[FK / 8][4];
+            qk(sc, pair && hiw ? FW : 0, D > FW && !(pair && hiw) ? FW : D);
+            if (D > FW && !pair) {
+                float sh[FK / 8][4];
+                qk(sh, FW, D);
 #pragma unroll
                 for (int j = 0; j < FK / 8; j++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        sc[j][e] *= sl2;
-                        sc[j][2 + e] *= sl2;
-                        t0 = fmaxf(t0, sc[j][e]);
-                        t1 = fmaxf(t1, sc[j][2 + e]);
-                    }
-            } else {
-#pragma unroll
-                for (int j = 0; j < FK / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int kj = j * 8 + 2 * t + e, p = p0 + kj;
-                        const bool key = fl[kj] != 0;
-                        sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
-                        sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
-                        t0 = fmaxf(t0, sc[j][e]);
-                        t1 = fmaxf(t1, sc[j][2 + e]);
-                    }
+                    for (int e = 0; e < 4; e++) sc[j][e] = sc[j][e] + sh[j][e];
             }
-            t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
-            t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
-            t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
-            t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
-            const float n0 = fmaxf(m0, t0), n1 = fmaxf(m1, t1);
-            // A row that has seen no key yet keeps zeros (α = 1, every e = 0).
-            const float al0 = n0 == ninf ? 1.0f : ex2(m0 - n0), al1 = n1 == ninf ? 1.0f : ex2(m1 - n1);
-            m0 = n0;
-            m1 = n1;
-            float s0 = 0.0f, s1 = 0.0f;
+            // A pair's high warp hands its half of the scores to the low
+            // warp and takes back the weights (pa), the rescaling (al) and
+            // the sums' parts (s): the low warp's softmax, bit for bit.
+            float* xw = xb + rg * 16 * 32 + lane; // slot k of this lane: xw[32k]
+            float al0, al1, s0, s1;
             unsigned pa[FK / 8][2]; // the weights as bf16 pairs: the value sums' A fragments
+            if (pair && hiw) {
 #pragma unroll
-            for (int j = 0; j < FK / 8; j++) {
-                const float e0 = n0 == ninf ? 0.0f : ex2(sc[j][0] - n0), e1 = n0 == ninf ? 0.0f : ex2(sc[j][1] - n0);
-                const float e2 = n1 == ninf ? 0.0f : ex2(sc[j][2] - n1), e3 = n1 == ninf ? 0.0f : ex2(sc[j][3] - n1);
-                s0 += e0 + e1;
-                s1 += e2 + e3;
-                pa[j][0] = f32_to_bf16(e0) | (unsigned)f32_to_bf16(e1) << 16;
-                pa[j][1] = f32_to_bf16(e2) | (unsigned)f32_to_bf16(e3) << 16;
+                for (int k = 0; k < 16; k++) xw[32 * k] = sc[k >> 2][k & 3];
+                bar_pair(rg);
+                bar_pair(rg);
+#pragma unroll
+                for (int j = 0; j < FK / 8; j++) pa[j][0] = __float_as_uint(xw[32 * 2 * j]), pa[j][1] = __float_as_uint(xw[32 * (2 * j + 1)]);
+                al0 = xw[32 * 8], al1 = xw[32 * 9], s0 = xw[32 * 10], s1 = xw[32 * 11];
+            } else {
+                if (pair) {
+                    bar_pair(rg);
+#pragma unroll
+                    for (int k = 0; k < 16; k++) sc[k >> 2][k & 3] = sc[k >> 2][k & 3] + xw[32 * k];
+                }
+                // Mask, scale, and the rows' new maxima. A tile each of the
+                // warp's rows sees whole (every position a key, none past its
+                // own or out of its window) takes the scaling alone: the same
+                // values (rows past the block's queries are never written).
+                const uint4 f0 = *(const uint4*)fl, f1 = *(const uint4*)(fl + 16);
+                const bool whole = (f0.x & f0.y & f0.z & f0.w & f1.x & f1.y & f1.z & f1.w) == 0x01010101u &&
+                                   (!causal || p0 + FK - 1 <= wlo) && (window <= 0 || p0 > whi - window);
+                float t0 = ninf, t1 = ninf;
+                if (whole) {
+#pragma unroll
+                    for (int j = 0; j < FK / 8; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            sc[j][e] *= sl2;
+                            sc[j][2 + e] *= sl2;
+                            t0 = fmaxf(t0, sc[j][e]);
+                            t1 = fmaxf(t1, sc[j][2 + e]);
+                        }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < FK / 8; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int kj = j * 8 + 2 * t + e, p = p0 + kj;
+                            const bool key = fl[kj] != 0;
+                            sc[j][e] = ok0 && key && visible(p, qp0, causal, window) ? sc[j][e] * sl2 : ninf;
+                            sc[j][2 + e] = ok1 && key && visible(p, qp1, causal, window) ? sc[j][2 + e] * sl2 : ninf;
+                            t0 = fmaxf(t0, sc[j][e]);
+                            t1 = fmaxf(t1, sc[j][2 + e]);
+                        }
+                }
+                t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 1));
+                t0 = fmaxf(t0, __shfl_xor_sync(0xffffffffu, t0, 2));
+                t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 1));
+                t1 = fmaxf(t1, __shfl_xor_sync(0xffffffffu, t1, 2));
+                const float n0 = fmaxf(m0, t0), n1 = fmaxf(m1, t1);
+                // A row that has seen no key yet keeps zeros (α = 1, every e = 0).
+                al0 = n0 == ninf ? 1.0f : ex2(m0 - n0), al1 = n1 == ninf ? 1.0f : ex2(m1 - n1);
+                m0 = n0;
+                m1 = n1;
+                s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int j = 0; j < FK / 8; j++) {
+                    const float e0 = n0 == ninf ? 0.0f : ex2(sc[j][0] - n0), e1 = n0 == ninf ? 0.0f : ex2(sc[j][1] - n0);
+                    const float e2 = n1 == ninf ? 0.0f : ex2(sc[j][2] - n1), e3 = n1 == ninf ? 0.0f : ex2(sc[j][3] - n1);
+                    s0 += e0 + e1;
+                    s1 += e2 + e3;
+                    pa[j][0] = bf16x2(e0, e1);
+                    pa[j][1] = bf16x2(e2, e3);
+                }
+                if (pair) { // this lane's own slots, read above: no other lane's
+#pragma unroll
+                    for (int j = 0; j < FK / 8; j++) xw[32 * 2 * j] = __uint_as_float(pa[j][0]), xw[32 * (2 * j + 1)] = __uint_as_float(pa[j][1]);
+                    xw[32 * 8] = al0, xw[32 * 9] = al1, xw[32 * 10] = s0, xw[32 * 11] = s1;
+                    bar_pair(rg);
+                }
             }
             l0s = l0s * al0 + s0;
             l1s = l1s * al1 + s1;
             // Most tiles leave every row's maximum where it was (α = 1 for
             // the whole warp): the sums stay as they are, bit for bit.
-            if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+            if (wc > 0 && __any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
 #pragma unroll
                 for (int c = 0; c < FW / 8; c++) {
                     o[c][0] *= al0;
@@ -2156,6 +2223,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             const unsigned va = vt + 2 * ((mr + 8 * (mi >> 1)) * KS + 8 * (mi & 1));
 #pragma unroll
             for (int j = 0; j < FK / 16; j++) {
+                if (wc <= 0) break; // a pair's high warp without columns
                 const unsigned a0 = pa[2 * j][0], a1 = pa[2 * j][1], a2 = pa[2 * j + 1][0], a3 = pa[2 * j + 1][1];
                 // Every column of the group, past the value rows too (their
                 // tile rows are zeros, and their sums never written): a
