@@ -57,7 +57,11 @@ mutants=(
   # the rows of one attention pass all reading the first row'"'"'s cache
   'kvp-row|compute/cuda/kernels/ops.cu|return kvp ? (const float*)kvp[2 * b + which] : t + (size_t)b * rows;|return kvp ? (const float*)kvp[which] : t + (size_t)b * rows;|^TestAttentionRowsMatchApart$'
   # qkv_norms writing every token'"'"'s keys at its run'"'"'s first token'"'"'s slot
-  'qkv-slot|compute/cuda/kernels/ops.cu|yr = (kvp ? (float*)kvp[2 * tslot[2 * t]] + (size_t)tslot[2 * t + 1] * Hk * d : ko + (size_t)t * Hk * d) +|yr = (kvp ? (float*)kvp[2 * tslot[2 * t]] + (size_t)tslot[1] * Hk * d : ko + (size_t)t * Hk * d) +|^TestFusedOpsMatch$'
+  'qkv-slot|compute/cuda/kernels/ops.cu|yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[2 * t + 1] * Hk * d : a.ko + (size_t)t * Hk * d) +|yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[1] * Hk * d : a.ko + (size_t)t * Hk * d) +|^TestFusedOpsMatch$'
+  # qkv_norms_warp'"'"'s shuffles in the other order: the same sum, paired differently
+  'qkv-warp-tree|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|for (int s = 1; s < 32; s <<= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|^TestFusedOpsMatch$'
+  # qkv_norms_warp'"'"'s table read with cosine and sine swapped
+  'qkv-warp-angle|compute/cuda/kernels/ops.cu|turn(yr, j, a.half, x0, x1, cs[2 * j], cs[2 * j + 1], a.freq[j] == 0.0f);|turn(yr, j, a.half, x0, x1, cs[2 * j + 1], cs[2 * j], a.freq[j] == 0.0f);|^TestFusedOpsMatch$'
   # a site'"'"'s executable graph updated in place whatever its launches'"'"' clusters: caught by the
   # instantiation count; a "recorded differs from direct" failure instead says the driver kept stale clusters
   'graph-shape|compute/cuda/graph.go|	if exec != 0 && dev.graphs.shapes[site] != shape {|	if exec != 0 && false {|^TestGraphsFollowClusterSizes$'
@@ -125,6 +129,14 @@ mutants=(
   'flash-anchor|compute/cuda/kernels/ops.cu|const int first = hi < lo ? 0 : (lo / FK) * FK|const int first = hi < lo ? 0 : (lo / 16) * 16|^TestFlashAttention$'
   # attn_flash taking a slot that holds no key as a key of zeros
   'flash-valid|compute/cuda/kernels/ops.cu|const bool key = fl[kj] != 0;|const bool key = true;|^TestFlashAttention$'
+  # attn_flash taking a tile that straddles a row'"'"'s own position as whole (no mask)
+  'flash-whole|compute/cuda/kernels/ops.cu|p0 + FK - 1 <= wlo)|p0 <= wlo)|^TestFlashAttention$'
+  # a wide head'"'"'s high warp taking its pair'"'"'s weights for the other eight rows
+  'flash-pair|compute/cuda/kernels/ops.cu|pa[j][0] = __float_as_uint(xw[32 * 2 * j]), pa[j][1] = __float_as_uint(xw[32 * (2 * j + 1)]);|pa[j][1] = __float_as_uint(xw[32 * 2 * j]), pa[j][0] = __float_as_uint(xw[32 * (2 * j + 1)]);|^TestFlashAttention$'
+  # one column group scoring a wide head in one run over d: not the pairs'"'"' lo + hi
+  'flash-halves|compute/cuda/kernels/ops.cu|qk(sc, pair && hiw ? FW : 0, D > FW && !(pair && hiw) ? FW : D);|qk(sc, pair && hiw ? FW : 0, pair && !hiw ? FW : D);|^TestFlashAttention$'
+  # attn_flash'"'"'s staged outputs read from every other row
+  'flash-out-row|compute/cuda/kernels/ops.cu|const float4 v = *(const float4*)(ws + (2 * k + rr) * FO + c4);|const float4 v = *(const float4*)(ws + (2 * k) * FO + c4);|^TestFlashAttention$'
 )
 case ${1:-} in
   build)
