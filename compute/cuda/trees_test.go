@@ -13,7 +13,7 @@ import (
 // kernels' own block_sum_d and store_block_max (ops.cu, compiled with it).
 const treeRefSource = `
 extern "C" __global__ void test_trees(const double* x, double* got, double* want, const float* xf, float* gotf,
-                                      float* wantf) {
+                                      float* wantf, double* gotw) {
     __shared__ double sh[1024], ref[1024];
     __shared__ float shf[1024], reff[1024];
     const int t = threadIdx.x;
@@ -33,6 +33,12 @@ extern "C" __global__ void test_trees(const double* x, double* got, double* want
     if (t == 0) {
         want[blockIdx.x] = ref[0];
         wantf[blockIdx.x] = reff[0];
+    }
+    if (blockDim.x == 256 && t < 32) { // warp_sum256: the block's sum by its first warp alone
+        double v[8];
+        for (int j = 0; j < 8; j++) v[j] = x[(size_t)blockIdx.x * 256 + t + 32 * j];
+        const double w = warp_sum256(v);
+        if (t == 0) gotw[blockIdx.x] = w;
     }
 }
 `
@@ -75,8 +81,8 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			}
 			binary.LittleEndian.PutUint32(xf[4*i:], math.Float32bits(f))
 		}
-		bufs := make([]Buffer, 6)
-		for j, size := range []int{8 * n, 8 * n, 8 * blocks, 4 * n, 4 * blocks, 4 * blocks} {
+		bufs := make([]Buffer, 7)
+		for j, size := range []int{8 * n, 8 * n, 8 * blocks, 4 * n, 4 * blocks, 4 * blocks, 8 * blocks} {
 			if bufs[j], err = b.dev.Alloc(size); err != nil {
 				t.Fatal(err)
 			}
@@ -89,12 +95,12 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			t.Fatal(err)
 		}
 		if err := b.dev.LaunchAsync(k, [3]uint32{blocks, 1, 1}, [3]uint32{uint32(threads), 1, 1}, 0,
-			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]); err != nil {
+			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6]); err != nil {
 			t.Fatal(err)
 		}
 		got, want := make([]byte, 8*n), make([]byte, 8*blocks)
-		gotf, wantf := make([]byte, 4*blocks), make([]byte, 4*blocks)
-		for j, dst := range map[int][]byte{1: got, 2: want, 4: gotf, 5: wantf} {
+		gotf, wantf, gotw := make([]byte, 4*blocks), make([]byte, 4*blocks), make([]byte, 8*blocks)
+		for j, dst := range map[int][]byte{1: got, 2: want, 4: gotf, 5: wantf, 6: gotw} {
 			if err := b.dev.Download(dst, bufs[j]); err != nil {
 				t.Fatal(err)
 			}
@@ -107,6 +113,9 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 					t.Fatalf("%s, block %d, thread %d: block_sum_d %v, the one-barrier-a-level tree %v",
 						name, blk, th, math.Float64frombits(g), math.Float64frombits(w))
 				}
+			}
+			if g := binary.LittleEndian.Uint64(gotw[8*blk:]); threads == 256 && g != w {
+				t.Fatalf("%s, block %d: warp_sum256 %v, the one-barrier-a-level tree %v", name, blk, math.Float64frombits(g), math.Float64frombits(w))
 			}
 			if g, w := binary.LittleEndian.Uint32(gotf[4*blk:]), binary.LittleEndian.Uint32(wantf[4*blk:]); g != w {
 				t.Fatalf("%s, block %d: store_block_max %#x, the one-barrier-a-level tree %#x", name, blk, g, w)

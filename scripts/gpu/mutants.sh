@@ -58,8 +58,9 @@ mutants=(
   'kvp-row|compute/cuda/kernels/ops.cu|return kvp ? (const float*)kvp[2 * b + which] : t + (size_t)b * rows;|return kvp ? (const float*)kvp[which] : t + (size_t)b * rows;|^TestAttentionRowsMatchApart$'
   # qkv_norms writing every token'"'"'s keys at its run'"'"'s first token'"'"'s slot
   'qkv-slot|compute/cuda/kernels/ops.cu|yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[2 * t + 1] * Hk * d : a.ko + (size_t)t * Hk * d) +|yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[1] * Hk * d : a.ko + (size_t)t * Hk * d) +|^TestFusedOpsMatch$'
-  # qkv_norms_warp'"'"'s shuffles in the other order: the same sum, paired differently
-  'qkv-warp-tree|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|for (int s = 1; s < 32; s <<= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|^TestFusedOpsMatch$'
+  # warp_sum256'"'"'s shuffles in the other order: the same sum, paired differently (a
+  # norm's rows rarely show it: their float scale rounds the double sum away)
+  'qkv-warp-tree|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|for (int s = 1; s < 32; s <<= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|^TestBlockTreesKeepTheirOrder$'
   # qkv_norms_warp'"'"'s table read with cosine and sine swapped
   'qkv-warp-angle|compute/cuda/kernels/ops.cu|turn(yr, j, a.half, x0, x1, cs[2 * j], cs[2 * j + 1], a.freq[j] == 0.0f);|turn(yr, j, a.half, x0, x1, cs[2 * j + 1], cs[2 * j], a.freq[j] == 0.0f);|^TestFusedOpsMatch$'
   # a site'"'"'s executable graph updated in place whatever its launches'"'"' clusters: caught by the

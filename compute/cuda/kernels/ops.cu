@@ -193,15 +193,6 @@ extern "C" __global__ void unary(float* out, const float* x, int n, int op, floa
     }
 }
 
-extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, int n, unsigned short* parts) {
-    pdl_start();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
-        const float v = __fmul_rn(gelu(g[i]), u[i]);
-        out[i] = v;
-        emit(parts, n, i, v);
-    }
-}
-
 #define RBLOCK 256 // threads of the attention, softmax and top-k blocks; part of their reduction order
 #define NMAX 1024  // most threads of a norm's block (rowThreads in backend.go)
 
@@ -456,6 +447,29 @@ __device__ __forceinline__ void emit4(unsigned short* parts, size_t n, size_t i,
         *(uint2*)(parts + k * n + i) = u2(p[k][0] | ((unsigned)p[k][1] << 16), p[k][2] | ((unsigned)p[k][3] << 16));
 }
 
+// gelu_mul: out = gelu(g)·u, with out's split; four elements a thread at a
+// time where every row is 16-byte aligned (a prompt pass's 88 million a
+// 31B layer), the same values.
+extern "C" __global__ void gelu_mul(float* out, const float* g, const float* u, int n, unsigned short* parts) {
+    pdl_start();
+    const size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    if ((n & 3) == 0 && (((size_t)out | (size_t)g | (size_t)u) & 15) == 0) {
+        for (size_t c = i0; c < (size_t)n / 4; c += step) {
+            const float4 a = *(const float4*)(g + 4 * c), b = *(const float4*)(u + 4 * c);
+            const float4 v = f4(__fmul_rn(gelu(a.x), b.x), __fmul_rn(gelu(a.y), b.y), __fmul_rn(gelu(a.z), b.z),
+                                __fmul_rn(gelu(a.w), b.w));
+            *(float4*)(out + 4 * c) = v;
+            emit4(parts, n, 4 * c, v);
+        }
+        return;
+    }
+    for (size_t i = i0; i < (size_t)n; i += step) {
+        const float v = __fmul_rn(gelu(g[i]), u[i]);
+        out[i] = v;
+        emit(parts, n, i, v);
+    }
+}
+
 // crow_store writes a chunked row normalised (crow_norm) as row yr and its
 // split (element base + j of parts).
 __device__ __forceinline__ void crow_store(float* yr, const crow& c, float r, bool w, bool res, int D,
@@ -690,10 +704,23 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(QKV_PARAMS) {
 // warp_rscale is row_rscale for a row that a block of 256 threads
 // (rowThreads(D) = 256: D ≤ 1536) would normalise, computed by one warp:
 // lane l stands in for threads l + 32j, j < 8, summing each one's elements
-// in its order, then runs block_tree0's levels of 128, 64 and 32 threads
-// down its own column in registers and the same shuffles. The same
-// additions of the same operands, so the same bits, without a block's
-// barriers: a prompt pass's head rows are many and short.
+// in its order, then warp_sum256. The same additions of the same operands,
+// so the same bits, without a block's barriers: a prompt pass's head rows
+// are many and short.
+// warp_sum256 is block_sum_d's sum of a 256-thread block's values, thread
+// l + 32j's in lane l's v[j], run by one warp: block_tree0's levels of
+// 128, 64 and 32 threads down each lane's column, then its shuffles. Every
+// lane gets it.
+__device__ __forceinline__ double warp_sum256(double v[8]) {
+#pragma unroll
+    for (int s = 4; s > 0; s >>= 1)
+#pragma unroll
+        for (int j = 0; j < s; j++) v[j] = v[j] + v[j + s];
+    double r = v[0];
+    for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);
+    return __shfl_sync(0xffffffffu, r, 0);
+}
+
 __device__ __forceinline__ float warp_rscale(const float* xr, int D, float eps) {
     const int lane = threadIdx.x & 31, T = 256;
     const bool ch = (D & 3) == 0 && D >= 4 * T, al = ((size_t)xr & 15) == 0;
@@ -708,14 +735,7 @@ __device__ __forceinline__ float warp_rscale(const float* xr, int D, float eps) 
         }
         v[j] = ss;
     }
-#pragma unroll
-    for (int s = 4; s > 0; s >>= 1)
-#pragma unroll
-        for (int j = 0; j < s; j++) v[j] = v[j] + v[j + s];
-    double r = v[0];
-    for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);
-    r = __shfl_sync(0xffffffffu, r, 0);
-    return (float)(1.0 / sqrt(r / (double)D + (double)eps));
+    return (float)(1.0 / sqrt(warp_sum256(v) / (double)D + (double)eps));
 }
 
 // qkv_norms_warp is qkv_norms with a block a token and a warp a row
