@@ -1842,7 +1842,7 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 // reduction (31B 4k prefill: qkv_norms 57 ms of 626). Decode steps and
 // verifies keep the block, one of which per row spreads their few rows
 // over more of the device. TANDEM_CUDA_NORM_WARPS=0 turns it off, "all"
-// takes it at every size (for tests).
+// takes it at every size, N from N tokens on.
 var normWarpTokens = normWarpDefault // TANDEM_CUDA_NORM_WARPS, read by liveSettings
 
 const normWarpDefault = 64

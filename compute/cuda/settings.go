@@ -37,8 +37,8 @@ var liveSettings = []struct {
 			normWarpTokens = math.MaxInt
 		case "all":
 			normWarpTokens = 0
-		default:
-			normWarpTokens = normWarpDefault
+		default: // from N tokens on
+			normWarpTokens = envInt("TANDEM_CUDA_NORM_WARPS", normWarpDefault, 1, 1<<20)
 		}
 	}},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},

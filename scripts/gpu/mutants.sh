@@ -4,6 +4,7 @@
 # code must fail on it. A test that passes on its mutant proves nothing.
 #
 # Here:        scripts/gpu/mutants.sh build     (builds bin/gpu/mutants/*.test, restoring every source)
+#              scripts/gpu/mutants.sh check     (each mutant's text is in its file once; CI runs it)
 # GPU machine: scripts/gpu/mutants.sh run       (runs each mutant's test; logs to $OUT)
 # MUTANTS="name ..." builds only those (the device tool carries 64 MiB, the
 # test binaries and every mutant are more); run skips what was not built.
@@ -80,10 +81,10 @@ mutants=(
     const float mx = fmax_nan(-__int_as_float(0x7f800000), shm[1]);|^TestFusedAttentionMatches$'
   # the wide kernel'"'"'s early weights variant reading its first activations before the wait
   'early-wait|compute/cuda/kernels/matmul.cu|        pdl_start_for(xs, out);
-        wide_mma<G, U>(c, q, x, kb, k1, t, al);|        wide_mma<G, U>(c, q, x, kb, k1, t, al);
+        tiles_mma<T, G, U>(c, q, x, kb, k1, t, al);|        tiles_mma<T, G, U>(c, q, x, kb, k1, t, al);
         pdl_start_for(xs, out);|^TestEarlyWeightsWaitForActivations$'
   # matmul_rows_wide storing its first column group for both.
-  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2);|rows_store(&tile[wid][0][0], c[0], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2);|^TestMatMulVariantsMatch$'
+  'wide-group|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[s][i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 5 * s,|rows_store(&tile[wid][0][0], c[s][0], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 5 * s,|^TestMatMulVariantsMatch$'
   # the cluster finish adding the split partials rotated by one (split 1 first, split 0 last)
   'cluster-order|compute/cuda/kernels/matmul.cu|v[u] = j0 + u < S ? cluster_ld(p, j0 + u) : 0.0f;|v[u] = j0 + u < S ? cluster_ld(p, (j0 + u + 1) % S) : 0.0f;|^TestSplitFinishMatchesSumSplits$'
   # the wide cluster kernel'"'"'s partial tile rows laid out at one column group'"'"'s width: the rows overlap
@@ -135,7 +136,9 @@ mutants=(
   # a wide head'"'"'s high warp taking its pair'"'"'s weights for the other eight rows
   'flash-pair|compute/cuda/kernels/ops.cu|pa[j][0] = __float_as_uint(xw[32 * 2 * j]), pa[j][1] = __float_as_uint(xw[32 * (2 * j + 1)]);|pa[j][1] = __float_as_uint(xw[32 * 2 * j]), pa[j][0] = __float_as_uint(xw[32 * (2 * j + 1)]);|^TestFlashAttention$'
   # one column group scoring a wide head in one run over d: not the pairs'"'"' lo + hi
-  'flash-halves|compute/cuda/kernels/ops.cu|qk(sc, pair && hiw ? FW : 0, D > FW && !(pair && hiw) ? FW : D);|qk(sc, pair && hiw ? FW : 0, pair && !hiw ? FW : D);|^TestFlashAttention$'
+  'flash-halves|compute/cuda/kernels/ops.cu|qk(sc, pair && hiw ? FW : 0, D > FW && !(pair && hiw) ? FW : D);
+            if (D > FW && !pair) {|qk(sc, pair && hiw ? FW : 0, pair && !hiw ? FW : D);
+            if (false) {|^TestFlashAttention$'
   # attn_flash'"'"'s staged outputs read from every other row
   'flash-out-row|compute/cuda/kernels/ops.cu|const float4 v = *(const float4*)(ws + (2 * k + rr) * FO + c4);|const float4 v = *(const float4*)(ws + (2 * k) * FO + c4);|^TestFlashAttention$'
 )
@@ -179,5 +182,18 @@ case ${1:-} in
     done
     exit $status
     ;;
-  *) echo "usage: scripts/gpu/mutants.sh build|run" >&2; exit 2 ;;
+  check) # every mutant's text is in its file once (CI: a mutant that no longer applies tests nothing)
+    status=0
+    for m in "${mutants[@]}"; do
+      IFS='|' read -r -d '' name file old _ _ <<<"$m"
+      n=$(OLD="$old" perl -0ne 'my $n = () = /\Q$ENV{OLD}\E/g; print $n' "$file")
+      if [ "$n" != 1 ]; then
+        echo "mutants.sh: $name: its text is in $file $n times, not once; update the mutant" >&2
+        status=1
+      fi
+    done
+    [ $status -ne 0 ] || echo "mutants.sh: all ${#mutants[@]} mutants apply"
+    exit $status
+    ;;
+  *) echo "usage: scripts/gpu/mutants.sh build|run|check" >&2; exit 2 ;;
 esac

@@ -10,7 +10,8 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
 }
 
 // bf16x2 is f32_to_bf16(lo) | f32_to_bf16(hi) << 16 by one conversion
-// instruction: the same bits but for a NaN's payload.
+// instruction: the same bits for every number (not for NaNs, which it
+// keeps NaN).
 __device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
     unsigned r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

@@ -1952,7 +1952,7 @@ extern "C" __global__ void spin(int ns) {
 //	x_s  = float32(bf16(q)·bf16(k_s)) · scale · log2(e)   (mma, in order over d)
 //	m    = max(m, max_s x_s);  α = 2^(m_old − m)             (2^ by ex2.approx)
 //	O    = α·O + Σ_s bf16(2^(x_s − m))·bf16(v_s)          (mma, a tile at a time)
-//	l    = α·l + Σ_s 2^(x_s − m);  out = O / l
+//	l    = α·l + Σ_s 2^(x_s − m);  out = O · (1/l)
 //
 // The keys and values come from attn_kv_bf16 (below): bf16, in position
 // order from the row's first position rounded down to a multiple of FK
@@ -1980,8 +1980,10 @@ extern "C" __global__ void spin(int ns) {
 #define FO 72       // a staged output row's stride, in floats: 64 columns and 8 of padding (float2 stores without conflicts)
 
 // bar_pair is a barrier of the two warps of column-group pair rg (named
-// barriers 1–4; 0 is __syncthreads's).
-__device__ __forceinline__ void bar_pair(int rg) { asm volatile("bar.sync %0, 64;" ::"r"(1 + rg) : "memory"); }
+// barriers 1–4; 0 is __syncthreads's). barrier.sync, not bar.sync (its
+// .aligned form): the two warps reach it from different code, and warps
+// of other pairs not at all (compute-sanitizer's synccheck flagged it).
+__device__ __forceinline__ void bar_pair(int rg) { asm volatile("barrier.sync %0, 64;" ::"r"(1 + rg) : "memory"); }
 
 // ex2 is 2^x by the hardware's approximation (ex2.approx.ftz: about two
 // ulps, 2^−∞ = 0): one instruction where exp2f takes a dozen, and as
