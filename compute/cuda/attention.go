@@ -385,9 +385,9 @@ const (
 
 // flashSmemMax is the most dynamic shared memory attn_flash asks for: a
 // 512-wide head's 218 KiB (both column groups in one block, and their
-// pairs' exchange), below sm_90's
-// 227 KiB a block. A device that allows less gets flashSmemSmall, enough
-// for 256-wide heads in one group (Backend.flashSmem: what it got).
+// pairs' exchange), below sm_90's 227 KiB a block. A device that allows
+// less gets flashSmemSmall, enough for 256-wide heads in one group
+// (Backend.flashSmem: what it got).
 const (
 	flashSmemMax   = 224 << 10
 	flashSmemSmall = 112 << 10

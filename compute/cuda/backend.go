@@ -1840,9 +1840,9 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 // (qkv_norms_warp, the same bits) rather than a block: a prompt pass's
 // rows are many and short, and a block's barriers cost more than its
 // reduction (31B 4k prefill: qkv_norms 57 ms of 626). Decode steps and
-// verifies keep the block, one of which per row spreads their few rows
-// over more of the device. TANDEM_CUDA_NORM_WARPS=0 turns it off, "all"
-// takes it at every size, N from N tokens on.
+// verifies keep a block a row, which spreads their few rows over more of
+// the device. TANDEM_CUDA_NORM_WARPS=0 turns it off, "all" takes it at
+// every size, N from N tokens on.
 var normWarpTokens = normWarpDefault // TANDEM_CUDA_NORM_WARPS, read by liveSettings
 
 const normWarpDefault = 64

@@ -2038,7 +2038,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const unsigned char* fh = kvalid + (size_t)b * P;
     // stage copies tile i (positions first + i·FK on) into buffer i & 1,
     // by shared addresses and pointers stepped a piece at a time (address
-    // arithmetic was a third of the kernel's instructions). Thread x copies
+    // arithmetic was a quarter of the kernel's instructions). Thread x copies
     // the key tile's 16-byte pieces x, x + blockDim.x, …: row j, piece d8,
     // a column of pieces where blockDim.x is a multiple of the row's D8,
     // else stepping by (dj, dd); and the value tile's columns vc0, vc0 +
