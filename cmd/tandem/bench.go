@@ -57,6 +57,13 @@ type benchRow struct {
 	// first in a process also makes its first allocations and graphs).
 	PrefillMs   *spread `json:"prefill_ms,omitempty"`
 	PrefillRuns int     `json:"prefill_runs,omitempty"`
+	// The prompt's useful arithmetic (gemma4.Model.PrefillFLOPs: products
+	// and attention), its rate at the median prefill, and that rate's share
+	// of the device's dense bf16 tensor-core peak (where bench knows it, or
+	// --bf16-peak says it).
+	PrefillFLOPs    float64 `json:"prefill_flops,omitempty"`
+	PrefillFLOPSec  float64 `json:"prefill_flops_per_s,omitempty"`
+	PrefillPeakFrac float64 `json:"prefill_bf16_peak_fraction,omitempty"`
 	// The host's time per plain decode step, after the warmup: issuing it
 	// on the caller's thread, and the device thread's own calls for it
 	// (CUDA; waits for the device left out). Either near the step time
@@ -127,6 +134,7 @@ func newBench() *cobra.Command {
 		adaptive                                      bool
 		precision                                     string
 		cpuProfile, sweep                             string
+		peakTFLOPS                                    float64
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--preset P | --model DIR] [--draft DIR|auto]",
@@ -159,6 +167,9 @@ func newBench() *cobra.Command {
 			}
 			if pruns < 1 {
 				return fmt.Errorf("--prefill-runs must be at least 1, got %d", pruns)
+			}
+			if peakTFLOPS < 0 || math.IsNaN(peakTFLOPS) || math.IsInf(peakTFLOPS, 0) {
+				return fmt.Errorf("--bf16-peak must be a TFLOP/s figure of 0 or more, got %g", peakTFLOPS)
 			}
 			prec, err := parsePrecision(precision)
 			if err != nil {
@@ -241,10 +252,14 @@ func newBench() *cobra.Command {
 			// it now rather than in the middle of a measurement.
 			runtime.GC()
 			roof := copyBandwidth(b)
+			peak := bf16Peak(b)
+			if peakTFLOPS > 0 {
+				peak = peakTFLOPS * 1e12
+			}
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, bytes: bytes, prefillRuns: pruns, prefillSize: psize, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, peak: peak, bytes: bytes, prefillRuns: pruns, prefillSize: psize, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
 				adaptive: adaptive, sample: sp}
 			for _, grp := range groups {
 				err := func() error {
@@ -312,7 +327,7 @@ func newBench() *cobra.Command {
 			}
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
-					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof,
+					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof, "bf16_peak_flops_per_s": peak,
 					"draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
@@ -373,6 +388,13 @@ func newBench() *cobra.Command {
 				}
 				if p := r.PrefillMs; p != nil && r.PrefillRuns > 1 {
 					fmt.Fprintf(out, "%s: prefills of the %d-token prompt, %d of them: %s (median, 90th percentile, slowest; the first in a process makes its allocations)\n", at, r.Context, r.PrefillRuns, p)
+				}
+				if r.PrefillFLOPs > 0 {
+					line := fmt.Sprintf("%s: a prefill's useful work is %.4g FLOPs (products and attention): %s at the median", at, r.PrefillFLOPs, flopRate(r.PrefillFLOPSec))
+					if r.PrefillPeakFrac > 0 {
+						line += fmt.Sprintf(", %.1f%% of the dense bf16 peak (%.1f TFLOP/s)", 100*r.PrefillPeakFrac, run.peak/1e12)
+					}
+					fmt.Fprintln(out, line)
 				}
 				switch {
 				case r.StepMs != nil && r.RoundMs != nil:
@@ -460,6 +482,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	precisionFlag(cmd, &precision)
+	f.Float64Var(&peakTFLOPS, "bf16-peak", 0, "the device's dense bf16 tensor-core peak in TFLOP/s, for prefill's share of it (0: the datasheet figure of a GPU bench knows: H100, H200, A100)")
 	f.BoolVar(&adaptive, "adaptive-drafts", true, "the engine runs' greedy requests stop drafting while steps without drafts are faster, as tandem serve's do by default (engine.Config.AdaptiveDrafts); =false measures drafting in every step")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
@@ -542,6 +565,7 @@ type benchRun struct {
 	tokens, k   int
 	synthetic   float64
 	roof        float64       // copy bandwidth, bytes/s
+	peak        float64       // dense bf16 FLOP/s (0: unknown)
 	bytes       int64         // read per decode step
 	prefillRuns int           // --prefill-runs
 	prefillSize int           // --prefill-size
@@ -590,6 +614,11 @@ func (br *benchRun) row(ctx context.Context, c int) (benchRow, error) {
 	row := benchRow{Context: c, BytesPerToken: br.bytes, PrefillMs: spreadOf(prefills), PrefillRuns: len(prefills),
 		DecodeTokS: plainAt.rate(res.Decode), RooflineTokS: br.roof / float64(br.bytes)}
 	row.PrefillTokS = float64(c) / (row.PrefillMs.P50 / 1000)
+	row.PrefillFLOPs = m.PrefillFLOPs(c)
+	row.PrefillFLOPSec = row.PrefillFLOPs / (row.PrefillMs.P50 / 1000)
+	if br.peak > 0 {
+		row.PrefillPeakFrac = row.PrefillFLOPSec / br.peak
+	}
 	row.RooflineFrac = row.DecodeTokS / row.RooflineTokS
 	row.StepMs = spreadOf(plainAt.gaps())
 	row.HostIssueMs, row.DeviceThreadMs = hostPerStep(res.IssueTimes, threadAt)
@@ -1153,3 +1182,11 @@ func printChanged(w io.Writer, s cuda.GraphStats) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// flopRate formats FLOP/s in TFLOP/s, or GFLOP/s below one.
+func flopRate(f float64) string {
+	if f >= 1e12 {
+		return fmt.Sprintf("%.1f TFLOP/s", f/1e12)
+	}
+	return fmt.Sprintf("%.2f GFLOP/s", f/1e9)
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"tandem/compute"
 	"tandem/compute/cpu"
@@ -58,4 +59,37 @@ func deviceName(b compute.Backend) string {
 		return fmt.Sprintf("cpu (%d threads)", g.Threads())
 	}
 	return b.Name()
+}
+
+// bf16Peaks are the dense bf16 tensor-core peaks (FLOP/s, without
+// sparsity; NVIDIA's datasheets) of the GPUs bench knows by name, the more
+// specific names first.
+var bf16Peaks = []struct {
+	name  string
+	flops float64
+}{
+	{"H100 PCIe", 756.5e12},
+	{"H100 NVL", 835.5e12},
+	{"H100", 989.5e12},
+	{"H200", 989.5e12},
+	{"A100", 312e12},
+}
+
+// bf16Peak is b's dense bf16 tensor-core peak in FLOP/s where bench knows
+// its GPU (0 on the CPU or an unknown GPU).
+func bf16Peak(b compute.Backend) float64 {
+	if g, ok := b.(*cuda.Backend); ok {
+		return peakByName(g.Device().Name)
+	}
+	return 0
+}
+
+// peakByName is the peak of the first of bf16Peaks in the device's name.
+func peakByName(name string) float64 {
+	for _, p := range bf16Peaks {
+		if strings.Contains(name, p.name) {
+			return p.flops
+		}
+	}
+	return 0
 }

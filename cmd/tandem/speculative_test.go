@@ -76,7 +76,7 @@ func TestGenerateDraftErrors(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
-	out, _ := mustExecute(t, "bench", "--device", "cpu", "--draft", "auto", "--synthetic-acceptance", "1", "--contexts", "16,64", "--tokens", "9", "--json")
+	out, _ := mustExecute(t, "bench", "--device", "cpu", "--draft", "auto", "--synthetic-acceptance", "1", "--contexts", "16,64", "--tokens", "9", "--bf16-peak", "0.001", "--json")
 	var v struct {
 		Results []struct {
 			Context       int
@@ -89,6 +89,9 @@ func TestBench(t *testing.T) {
 			PrefillMs     *spread `json:"prefill_ms"`
 			PrefillRuns   int     `json:"prefill_runs"`
 			PrefillTokS   float64 `json:"prefill_tokens_per_s"`
+			PrefillFLOPs  float64 `json:"prefill_flops"`
+			FLOPSec       float64 `json:"prefill_flops_per_s"`
+			PeakFrac      float64 `json:"prefill_bf16_peak_fraction"`
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
@@ -104,6 +107,11 @@ func TestBench(t *testing.T) {
 		// The prefill rate is the median of --prefill-runs (3) prefills.
 		if p := r.PrefillMs; r.PrefillRuns != 3 || p == nil || p.P50 <= 0 || p.Max < p.P50 || math.Abs(r.PrefillTokS-float64(r.Context)/(p.P50/1000)) > 1e-6*r.PrefillTokS {
 			t.Fatalf("implausible prefills: %v at %.1f tok/s", p, r.PrefillTokS)
+		}
+		// Its useful work and rate, and the rate's share of --bf16-peak's 1 GFLOP/s.
+		if p := r.PrefillMs; r.PrefillFLOPs <= 0 || math.Abs(r.FLOPSec-r.PrefillFLOPs/(p.P50/1000)) > 1e-6*r.FLOPSec ||
+			math.Abs(r.PeakFrac-r.FLOPSec/1e9) > 1e-6*r.PeakFrac {
+			t.Fatalf("implausible prefill work: %g FLOPs, %g FLOP/s, %g of the peak", r.PrefillFLOPs, r.FLOPSec, r.PeakFrac)
 		}
 		if r.StepMs == nil || r.RoundMs == nil || r.StepMs.P50 <= 0 || r.RoundMs.Max < r.RoundMs.P90 || r.RoundMs.P90 < r.RoundMs.P50 {
 			t.Fatalf("implausible spreads: steps %+v, rounds %+v", r.StepMs, r.RoundMs)
@@ -141,6 +149,8 @@ func TestBench(t *testing.T) {
 	wantError(t, err, "--prefill-runs")
 	_, _, err = execute(t, "bench", "--prefill-size", "0")
 	wantError(t, err, "--prefill-size")
+	_, _, err = execute(t, "bench", "--bf16-peak", "-1")
+	wantError(t, err, "--bf16-peak")
 	_, _, err = execute(t, "bench", "--draft", "auto", "--adaptive-drafts")
 	wantError(t, err, "--adaptive-drafts needs")
 	_, _, err = execute(t, "bench", "--contexts", "0")
@@ -308,5 +318,26 @@ func TestPrintSiteKernels(t *testing.T) {
 		"  draft-at1: k0 3.500 ms (1.0), k1 3.000 ms (1.0), k2 2.500 ms (1.0), k3 2.000 ms (1.0), k4 1.500 ms (1.0), k5 1.000 ms (1.0), …\n"
 	if got := b.String(); got != want {
 		t.Errorf("printSiteKernels:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestPeakByName protects bench's share of the bf16 peak: a GPU's
+// datasheet peak by its reported name, the PCIe and NVL H100s before the
+// plain name that is in theirs too, and none for a GPU it does not know.
+func TestPeakByName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"NVIDIA H200", 989.5e12},
+		{"NVIDIA H100 80GB HBM3", 989.5e12},
+		{"NVIDIA H100 PCIe", 756.5e12},
+		{"NVIDIA H100 NVL", 835.5e12},
+		{"NVIDIA A100-SXM4-80GB", 312e12},
+		{"NVIDIA L4", 0},
+	} {
+		if got := peakByName(c.name); got != c.want {
+			t.Errorf("peakByName(%q) = %g, want %g", c.name, got, c.want)
+		}
 	}
 }

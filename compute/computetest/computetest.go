@@ -86,6 +86,59 @@ func (b *Syncing) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	return b.Backend.MatMul(x, w)
 }
 
+// Counting counts a backend's multiply-adds in MatMul and Attention, two
+// FLOPs each, for tests of a model's FLOP accounting. It hides the
+// backend's optional interfaces, so a model takes its plain paths, which
+// reach both. Attention counts, for each query, the keys its options let
+// it see, independently of any model's arithmetic.
+type Counting struct {
+	compute.Backend
+	FLOPs float64
+}
+
+// MatMul counts x·wᵀ's multiply-adds and computes it on the backend.
+func (b *Counting) MatMul(x, w *compute.Tensor) *compute.Tensor {
+	b.FLOPs += 2 * float64(x.Len()/x.Dim(-1)) * float64(w.Dim(0)) * float64(w.Dim(1))
+	return b.Backend.MatMul(x, w)
+}
+
+// Attention counts each query's scores and value sums over the keys it
+// sees and computes it on the backend.
+func (b *Counting) Attention(q, k, v *compute.Tensor, opt compute.AttentionOptions) *compute.Tensor {
+	B, S := 1, k.Dim(-3)
+	if k.Rank() == 4 {
+		B = k.Dim(0)
+	}
+	Hq, d, dv := q.Dim(-2), q.Dim(-1), v.Dim(-1)
+	L := q.Len() / (B * Hq * d)
+	seen := 0
+	for bi := range B {
+		for l := range L {
+			qp := l
+			if opt.QueryPos != nil {
+				qp = int(opt.QueryPos[bi*L+l])
+			}
+			for s := range S {
+				if opt.KeyLen != nil && s >= opt.KeyLen[bi] {
+					continue
+				}
+				kp := s
+				if opt.KeyPos != nil {
+					if kp = int(opt.KeyPos[bi*S+s]); kp < 0 {
+						continue
+					}
+				}
+				if (opt.Mask == compute.Causal && kp > qp) || (opt.Window > 0 && kp <= qp-opt.Window) {
+					continue
+				}
+				seen++
+			}
+		}
+	}
+	b.FLOPs += 2 * float64(Hq) * float64(d+dv) * float64(seen)
+	return b.Backend.Attention(q, k, v, opt)
+}
+
 // Stacking wraps a backend with compute.Stacker computed as separate
 // MatMuls (the same bits as the backend alone), so models load their
 // weights stacked and take their stacked paths on the CPU too.
