@@ -3,7 +3,7 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|checkpoint|sampled|sampled-spec]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|ncu-source|checkpoint|sampled|sampled-spec]...   (default: e2b 31b)
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
@@ -21,7 +21,11 @@
 # of a 31B speculative round at P = 0, with PDL off and on.
 # ncu profiles the decode matmul on the 31B MLP and LM-head shapes with Nsight
 # Compute (--clock-control none, as the device notes ask); ncu-step the norm
-# and attention kernels of a 31B decode step.
+# and attention kernels of a 31B decode step. ncu-source: Nsight Compute's
+# source view of the kernels matching $NCU_KERNEL (default attn_flash) in a
+# bench run ($NCU_BENCH, default a 31B 4k bf16 prefill), launches
+# $NCU_SKIP on, $NCU_COUNT of them: each SASS instruction's executions and
+# stall samples (ncu-source.csv), summarised by scripts/gpu/sass_summary.py.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-logs}
@@ -109,6 +113,17 @@ for w in "${want[@]}"; do
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         "$bin" bench --device cuda --preset gemma4-31b --contexts 128 --tokens 12 >"$out/ncu-step.txt" 2>&1
       grep -E "^  [a-z_0-9]+|Duration|DRAM Throughput|Registers Per Thread|Warp Cycles Per Issued|Stall" "$out/ncu-step.txt" | head -60
+      ;;
+    ncu-source) # SASS-level counts of $NCU_KERNEL in a bench run: where its instructions and stalls are
+      echo "== ncu-source ${NCU_KERNEL:-attn_flash}"
+      read -r -a bargs <<<"${NCU_BENCH:---preset gemma4-31b --contexts 4096 --tokens 2 --prefill-runs 1 --prefill-size 4096 --prefill-precision bf16}"
+      ncu --clock-control none -k regex:"${NCU_KERNEL:-attn_flash}" --launch-skip "${NCU_SKIP:-4}" -c "${NCU_COUNT:-2}" \
+        --section SourceCounters --section WarpStateStats --section InstructionStats --section SpeedOfLight -f -o "$out/ncu-source" \
+        "$bin" bench --device cuda "${bargs[@]}" >"$out/ncu-source.txt" 2>&1
+      ncu -i "$out/ncu-source.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source.csv" 2>&1
+      ncu -i "$out/ncu-source.ncu-rep" --page details >"$out/ncu-source-details.txt" 2>&1
+      grep -E "^  [a-z_0-9]+ \(|Duration|Executed Instructions  |Registers Per Thread|Warp Cycles Per Issued|represents" "$out/ncu-source-details.txt" | head -20
+      python3 scripts/gpu/sass_summary.py "$out/ncu-source.csv" | head -80
       ;;
     sampled) # sampled decoding on E2B and 31B: temperature alone (OpenAI's defaults) and Gemma 4's generation config (top-k 64, top-p 0.95), directly and through the engine
       for shape in e2b 31b; do
