@@ -327,7 +327,7 @@ func newBench() *cobra.Command {
 			}
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
-					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof, "bf16_peak_flops_per_s": peak,
+					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof, "bf16_peak_flops_per_s": knownPeak(peak),
 					"draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
@@ -392,7 +392,10 @@ func newBench() *cobra.Command {
 				if r.PrefillFLOPs > 0 {
 					line := fmt.Sprintf("%s: a prefill's useful work is %.4g FLOPs (products and attention): %s at the median", at, r.PrefillFLOPs, flopRate(r.PrefillFLOPSec))
 					if r.PrefillPeakFrac > 0 {
-						line += fmt.Sprintf(", %.1f%% of the dense bf16 peak (%.1f TFLOP/s)", 100*r.PrefillPeakFrac, run.peak/1e12)
+						line += fmt.Sprintf(", %.1f%% of the dense bf16 peak (%s)", 100*r.PrefillPeakFrac, flopRate(run.peak))
+						if precision == "exact" {
+							line += "; exact prompts take three bf16 products for each useful one (--prefill-precision bf16 takes one)"
+						}
 					}
 					fmt.Fprintln(out, line)
 				}
@@ -1189,4 +1192,12 @@ func flopRate(f float64) string {
 		return fmt.Sprintf("%.1f TFLOP/s", f/1e12)
 	}
 	return fmt.Sprintf("%.2f GFLOP/s", f/1e9)
+}
+
+// knownPeak is a peak for JSON: null where unknown (0).
+func knownPeak(p float64) any {
+	if p <= 0 {
+		return nil
+	}
+	return p
 }

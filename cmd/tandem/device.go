@@ -63,7 +63,8 @@ func deviceName(b compute.Backend) string {
 
 // bf16Peaks are the dense bf16 tensor-core peaks (FLOP/s, without
 // sparsity; NVIDIA's datasheets) of the GPUs bench knows by name, the more
-// specific names first.
+// specific names first. A MIG slice or a cut-down part reports its
+// whole part's name, so its share reads low: --bf16-peak corrects it.
 var bf16Peaks = []struct {
 	name  string
 	flops float64
@@ -71,6 +72,8 @@ var bf16Peaks = []struct {
 	{"H100 PCIe", 756.5e12},
 	{"H100 NVL", 835.5e12},
 	{"H100", 989.5e12},
+	{"H200 NVL", 835.5e12},
+	{"GH200", 989.5e12},
 	{"H200", 989.5e12},
 	{"A100", 312e12},
 }

@@ -333,6 +333,8 @@ func TestPeakByName(t *testing.T) {
 		{"NVIDIA H100 80GB HBM3", 989.5e12},
 		{"NVIDIA H100 PCIe", 756.5e12},
 		{"NVIDIA H100 NVL", 835.5e12},
+		{"NVIDIA H200 NVL", 835.5e12},
+		{"NVIDIA GH200 480GB", 989.5e12},
 		{"NVIDIA A100-SXM4-80GB", 312e12},
 		{"NVIDIA L4", 0},
 	} {

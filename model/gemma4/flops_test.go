@@ -13,8 +13,8 @@ import (
 // equals the multiply-adds a prompt pass really makes, counted op by op
 // (computetest.Counting: its products and the keys each query's options
 // let it see). Every tiny preset, dense, KV-shared and MoE, at prompts
-// shorter and longer than their sliding windows, its weights stacked or
-// not.
+// shorter and longer than their sliding windows, in one pass and in
+// chunks, its weights stacked or not.
 func TestPrefillFLOPsCountsThePass(t *testing.T) {
 	for _, preset := range tinyTargets {
 		for _, n := range []int{1, 9, 40} {
@@ -27,6 +27,22 @@ func TestPrefillFLOPsCountsThePass(t *testing.T) {
 			}
 			if got, want := m.PrefillFLOPs(n), counter.FLOPs; got != want {
 				t.Errorf("%s, %d tokens: PrefillFLOPs %.0f, the pass made %.0f", preset, n, got, want)
+			}
+			// In chunks of 9 (bench's --prefill-size; a sliding layer's ring
+			// wraps), the last one's logits alone: the same work.
+			counter.FLOPs = 0
+			cache := m.NewCache(9)
+			for s := 0; s < n; s += 9 {
+				logits := gemma4.LogitsNone
+				if s+9 >= n {
+					logits = gemma4.LogitsLast
+				}
+				if _, err := m.Forward([]gemma4.Row{{Tokens: ids[s:min(s+9, n)], Cache: cache}}, gemma4.ForwardOptions{Logits: logits, Prompt: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, want := m.PrefillFLOPs(n), counter.FLOPs; got != want {
+				t.Errorf("%s, %d tokens in chunks of 9: PrefillFLOPs %.0f, the passes made %.0f", preset, n, got, want)
 			}
 			// Loaded stacked (the GPU's q, k, v and gate, up as views of one
 			// tensor each), the count is the same.

@@ -24,7 +24,8 @@
 # and attention kernels of a 31B decode step. ncu-source: Nsight Compute's
 # source view of the kernels matching $NCU_KERNEL (default attn_flash) in a
 # bench run ($NCU_BENCH, default a 31B 4k bf16 prefill), launches
-# $NCU_SKIP on, $NCU_COUNT of them: each SASS instruction's executions and
+# $NCU_SKIP on, $NCU_COUNT of them (the defaults: the 31B's layers 4 and 5,
+# a sliding and a global one): each SASS instruction's executions and
 # stall samples (ncu-source.csv), summarised by scripts/gpu/sass_summary.py.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -120,7 +121,7 @@ for w in "${want[@]}"; do
       ncu --clock-control none -k regex:"${NCU_KERNEL:-attn_flash}" --launch-skip "${NCU_SKIP:-4}" -c "${NCU_COUNT:-2}" \
         --section SourceCounters --section WarpStateStats --section InstructionStats --section SpeedOfLight -f -o "$out/ncu-source" \
         "$bin" bench --device cuda "${bargs[@]}" >"$out/ncu-source.txt" 2>&1
-      ncu -i "$out/ncu-source.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source.csv" 2>&1
+      ncu -i "$out/ncu-source.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source.csv" 2>"$out/ncu-source.err"
       ncu -i "$out/ncu-source.ncu-rep" --page details >"$out/ncu-source-details.txt" 2>&1
       grep -E "^  [a-z_0-9]+ \(|Duration|Executed Instructions  |Registers Per Thread|Warp Cycles Per Issued|represents" "$out/ncu-source-details.txt" | head -20
       python3 scripts/gpu/sass_summary.py "$out/ncu-source.csv" | head -80

@@ -20,17 +20,19 @@ signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under head
 
 
 def kernels(path):
-    """Yields (name, rows) per kernel section of the CSV."""
+    """Yields (name, rows) per kernel section of the CSV; lines before the
+    first section (a warning ncu printed) are skipped."""
     name, lines = None, []
     with open(path, newline="") as f:
         for line in f:
             if line.startswith('"Kernel Name"'):
-                if lines:
+                if name is not None:
                     yield name, list(csv.reader(io.StringIO("".join(lines))))
-                name, lines = line.split(",")[1].strip().strip('"'), []
-            else:
+                head = next(csv.reader([line]))
+                name, lines = (head[1] if len(head) > 1 else "?"), []
+            elif name is not None:
                 lines.append(line)
-    if lines:
+    if name is not None:
         yield name, list(csv.reader(io.StringIO("".join(lines))))
 
 
@@ -49,6 +51,9 @@ def opcode(sass):
 
 def summarise(name, rows, segments, show):
     head, body = rows[0], [r for r in rows[1:] if len(r) > 2]
+    if "Instructions Executed" not in head or "Warp Stall Sampling (All Samples)" not in head:
+        print(f"== {name}: no instruction counts (was the report taken with --section SourceCounters?)")
+        return
     ex = head.index("Instructions Executed")
     st = head.index("Warp Stall Sampling (All Samples)")
     body = [r for r in body if len(r) > max(ex, st)]
@@ -90,8 +95,8 @@ def main():
     show = tuple(int(x) for x in a.show.split("-")) if a.show else None
     found = False
     for name, rows in kernels(a.csv):
+        found = True
         if rows:
-            found = True
             summarise(name, rows, a.segments, show)
     if not found:
         sys.exit(f"{a.csv}: no kernel sections (was it written by ncu --page source --csv --print-source sass?)")
