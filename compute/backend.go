@@ -188,6 +188,26 @@ func Sync(b Backend) error {
 	return nil
 }
 
+// Recycler is implemented by backends that can reuse a tensor's memory
+// before the garbage collector finds the tensor dead (CUDA, where a block
+// the collector returns costs the host a cleanup's registration when it is
+// handed out again). Recycle says that every op reading ts has been
+// issued and that the caller keeps no view of their memory: views of one
+// allocation (a stacked product's outputs) go back together. The backend
+// may give the memory to ops issued later; ops already issued still read
+// what they were given, since a backend runs its ops in issue order.
+type Recycler interface {
+	Recycle(ts ...*Tensor)
+}
+
+// Recycle hands ts back to b where b reuses memory early (a no-op
+// otherwise). Nil tensors are skipped.
+func Recycle(b Backend, ts ...*Tensor) {
+	if r, ok := b.(Recycler); ok {
+		r.Recycle(ts...)
+	}
+}
+
 // Prefetcher is implemented by backends whose ops run asynchronously
 // (CUDA). Prefetch queues a copy of t (a small F32 or I32 tensor) to the
 // host behind the work issued so far and returns the function that waits

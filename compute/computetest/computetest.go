@@ -139,6 +139,77 @@ func (b *Counting) Attention(q, k, v *compute.Tensor, opt compute.AttentionOptio
 	return b.Backend.Attention(q, k, v, opt)
 }
 
+// Poisoning wraps a CPU backend with compute.Recycler: with Poison set, a
+// recycled float tensor becomes NaN at once, and so does the whole tensor
+// it was cut from by Slice or Index (a GPU recycles a view's allocation
+// whole), so an op that reads it after it was handed back (a caller that
+// recycled too early) spreads NaN into what a test compares. Without
+// Poison recycling does nothing: the same paths, for a reference run.
+// Recycled counts the tensors, Poisoned those made NaN (the CPU's F32
+// tensors).
+type Poisoning struct {
+	compute.Backend
+	Poison             bool
+	Recycled, Poisoned int
+	roots              map[*float32]*compute.Tensor // a view's first element → the tensor it was cut from
+}
+
+// Slice notes the view's root and cuts it on the backend.
+func (b *Poisoning) Slice(t *compute.Tensor, start, end int) *compute.Tensor {
+	return b.note(b.Backend.Slice(t, start, end), t)
+}
+
+// Index notes the view's root and cuts it on the backend.
+func (b *Poisoning) Index(t *compute.Tensor, i int) *compute.Tensor {
+	return b.note(b.Backend.Index(t, i), t)
+}
+
+func (b *Poisoning) note(view, parent *compute.Tensor) *compute.Tensor {
+	if p := first(view); p != nil {
+		if b.roots == nil {
+			b.roots = map[*float32]*compute.Tensor{}
+		}
+		b.roots[p] = b.root(parent)
+	}
+	return view
+}
+
+// root is the tensor t was cut from, or t.
+func (b *Poisoning) root(t *compute.Tensor) *compute.Tensor {
+	if r, ok := b.roots[first(t)]; ok && r.Len() >= t.Len() {
+		return r
+	}
+	return t
+}
+
+// first is a CPU F32 tensor's first element (nil for others).
+func first(t *compute.Tensor) *float32 {
+	if s, ok := t.Data().([]float32); ok && len(s) > 0 {
+		return &s[0]
+	}
+	return nil
+}
+
+// Recycle implements compute.Recycler.
+func (b *Poisoning) Recycle(ts ...*compute.Tensor) {
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		b.Recycled++
+		if !b.Poison || first(t) == nil {
+			continue
+		}
+		b.Poisoned++
+		r := b.root(t)
+		nan := make([]float32, r.Len())
+		for i := range nan {
+			nan[i] = float32(math.NaN())
+		}
+		b.Backend.Copy(r.Reshape(r.Len()), 0, b.Backend.FromF32(nan, r.Len()))
+	}
+}
+
 // Stacking wraps a backend with compute.Stacker computed as separate
 // MatMuls (the same bits as the backend alone), so models load their
 // weights stacked and take their stacked paths on the CPU too.

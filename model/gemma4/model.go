@@ -614,27 +614,46 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	// or after the per-layer input) and its scalar with the next layer's
 	// input norm, or the final norm. h is the layer's normed input, at the
 	// end the final hidden.
+	// Each intermediate goes back to the backend once its last reader is
+	// issued (compute.Recycle): the residual stream and its norms as the
+	// next ones replace them, a sub-block's output once added.
 	h := b.RMSNorm(x, m.layers[0].inNorm, eps)
 	for i := range m.layers {
 		l := &m.layers[i]
 		a := m.attention(l, h, pos, rows, offsets, views, i)
+		x0, h0 := x, h
 		x, h = compute.AddRMSNormNorm(b, x, a, l.postAttnNorm, nil, l.preFFNorm, eps)
+		compute.Recycle(b, a, x0, h0)
 		f, fNorm := m.feedForward(l, x, h), l.postFFNorm
+		compute.Recycle(b, h)
 		if ple != nil {
+			x0 = x
 			x = compute.AddRMSNorm(b, x, f, fNorm, eps)
-			g := compute.GeluMatMulBy(b, x, l.pleGate, m.pleSlice(ple, i)) // GeluTanh(gate)·ple
+			in := m.pleSlice(ple, i)
+			g := compute.GeluMatMulBy(b, x, l.pleGate, in) // GeluTanh(gate)·ple
+			compute.Recycle(b, x0, f)
+			if in.Dim(0) > 1 { // a gather of its own; one token's is a view of ple
+				compute.Recycle(b, in)
+			}
 			f, fNorm = b.MatMul(g, l.pleProj), l.plePostNorm
+			compute.Recycle(b, g)
 		}
 		nextNorm := m.norm // the final norm after the last layer
 		if i+1 < len(m.layers) {
 			nextNorm = m.layers[i+1].inNorm
 		}
+		x0 = x
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
+		compute.Recycle(b, x0, f)
 		if (len(ids) > 1 || opt.Checkpoint) && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
 			compute.Checkpoint(b)
 		}
 	}
 	exact()
+	compute.Recycle(b, x) // h, the final norm's, is the output
+	if ple != nil {
+		compute.Recycle(b, ple)
+	}
 	for _, r := range rows {
 		r.Cache.Advance(r.count())
 	}
@@ -763,7 +782,12 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		opt.Window = c.SlidingWindow
 	}
 	out := attendRuns(b, q, pos, offsets, views[i], opt)
-	return b.MatMul(out.Reshape(N, nH*d), l.o)
+	y := b.MatMul(out.Reshape(N, nH*d), l.o)
+	// The projections (views of one product where stacked), the normed
+	// queries, keys and values (written into the caches by now) and the
+	// attention's output are all read.
+	compute.Recycle(b, append(proj, q, kNew, vNew, out)...)
+	return y
 }
 
 // attendRuns attends each row's queries (rows offsets[ri]..offsets[ri+1]
