@@ -193,9 +193,12 @@ func Sync(b Backend) error {
 // the collector returns costs the host a cleanup's registration when it is
 // handed out again). Recycle says that every op reading ts has been
 // issued and that the caller keeps no view of their memory: views of one
-// allocation (a stacked product's outputs) go back together. The backend
-// may give the memory to ops issued later; ops already issued still read
-// what they were given, since a backend runs its ops in issue order.
+// allocation (a stacked product's outputs) go back together, and an
+// allocation goes back once (after that it may be another tensor's). Only
+// tensors made for the caller may go back, never ones it was passed,
+// cache views or weights. The backend may give the memory to ops issued
+// later; ops already issued still read what they were given, since a
+// backend runs its ops in issue order.
 type Recycler interface {
 	Recycle(ts ...*Tensor)
 }
@@ -203,9 +206,17 @@ type Recycler interface {
 // Recycle hands ts back to b where b reuses memory early (a no-op
 // otherwise). Nil tensors are skipped.
 func Recycle(b Backend, ts ...*Tensor) {
-	if r, ok := b.(Recycler); ok {
-		r.Recycle(ts...)
+	r, ok := b.(Recycler)
+	if !ok {
+		return
 	}
+	live := ts[:0:0]
+	for _, t := range ts {
+		if t != nil {
+			live = append(live, t)
+		}
+	}
+	r.Recycle(live...)
 }
 
 // Prefetcher is implemented by backends whose ops run asynchronously

@@ -145,13 +145,34 @@ func (b *Counting) Attention(q, k, v *compute.Tensor, opt compute.AttentionOptio
 // whole), so an op that reads it after it was handed back (a caller that
 // recycled too early) spreads NaN into what a test compares. Without
 // Poison recycling does nothing: the same paths, for a reference run.
+// It stacks products as a GPU does (MatMuls: views of one allocation).
 // Recycled counts the tensors, Poisoned those made NaN (the CPU's F32
-// tensors).
+// tensors), Doubles the allocations handed back in a call after an
+// earlier one had (on a GPU, by then another tensor's memory).
 type Poisoning struct {
 	compute.Backend
-	Poison             bool
-	Recycled, Poisoned int
-	roots              map[*float32]*compute.Tensor // a view's first element → the tensor it was cut from
+	Poison                      bool
+	Recycled, Poisoned, Doubles int
+	roots                       map[*float32]*compute.Tensor // a view's first element → the tensor it was cut from
+	dead                        map[*float32]bool            // allocations recycled in earlier calls
+}
+
+// MatMuls implements compute.Stacker the way a GPU lays stacked products
+// out: one after another in one allocation, handed out as views of it.
+func (b *Poisoning) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
+	ps := make([]*compute.Tensor, len(ws))
+	total := 0
+	for i, w := range ws {
+		ps[i] = b.Backend.MatMul(x, w)
+		total += ps[i].Len()
+	}
+	buf := b.Backend.Zeros(compute.F32, total)
+	out := make([]*compute.Tensor, len(ws))
+	for i, off := 0, 0; i < len(ps); off, i = off+ps[i].Len(), i+1 {
+		b.Backend.Copy(buf, off, ps[i].Reshape(ps[i].Len()))
+		out[i] = b.Slice(buf, off, off+ps[i].Len()).Reshape(ps[i].Shape()...)
+	}
+	return out
 }
 
 // Slice notes the view's root and cuts it on the backend.
@@ -192,16 +213,33 @@ func first(t *compute.Tensor) *float32 {
 
 // Recycle implements compute.Recycler.
 func (b *Poisoning) Recycle(ts ...*compute.Tensor) {
+	call := map[*float32]bool{}
+	defer func() {
+		if b.dead == nil {
+			b.dead = map[*float32]bool{}
+		}
+		for p := range call {
+			b.dead[p] = true
+		}
+	}()
 	for _, t := range ts {
 		if t == nil {
 			continue
 		}
 		b.Recycled++
-		if !b.Poison || first(t) == nil {
+		r := b.root(t)
+		p := first(r)
+		if p == nil {
+			continue
+		}
+		if b.dead[p] && !call[p] {
+			b.Doubles++
+		}
+		call[p] = true
+		if !b.Poison {
 			continue
 		}
 		b.Poisoned++
-		r := b.root(t)
 		nan := make([]float32, r.Len())
 		for i := range nan {
 			nan[i] = float32(math.NaN())

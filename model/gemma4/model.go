@@ -632,7 +632,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 			in := m.pleSlice(ple, i)
 			g := compute.GeluMatMulBy(b, x, l.pleGate, in) // GeluTanh(gate)·ple
 			compute.Recycle(b, x0, f)
-			if in.Dim(0) > 1 { // a gather of its own; one token's is a view of ple
+			if ple.Dim(0) > 1 { // pleSlice gathered it; one token's is a view of ple
 				compute.Recycle(b, in)
 			}
 			f, fNorm = b.MatMul(g, l.pleProj), l.plePostNorm
