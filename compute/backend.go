@@ -199,6 +199,7 @@ func Sync(b Backend) error {
 // cache views or weights. The backend may give the memory to ops issued
 // later; ops already issued still read what they were given, since a
 // backend runs its ops in issue order.
+// Recycle skips nil tensors.
 type Recycler interface {
 	Recycle(ts ...*Tensor)
 }
@@ -206,17 +207,9 @@ type Recycler interface {
 // Recycle hands ts back to b where b reuses memory early (a no-op
 // otherwise). Nil tensors are skipped.
 func Recycle(b Backend, ts ...*Tensor) {
-	r, ok := b.(Recycler)
-	if !ok {
-		return
+	if r, ok := b.(Recycler); ok {
+		r.Recycle(ts...)
 	}
-	live := ts[:0:0]
-	for _, t := range ts {
-		if t != nil {
-			live = append(live, t)
-		}
-	}
-	r.Recycle(live...)
 }
 
 // Prefetcher is implemented by backends whose ops run asynchronously

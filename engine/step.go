@@ -254,10 +254,8 @@ func (e *Engine) forward(in []gemma4.Row, n int) (*gemma4.Output, error) {
 		return nil, err
 	}
 	b := e.m.Backend()
-	na := a.Offsets[len(a.Offsets)-1]
-	h := b.Zeros(compute.F32, na+z.Offsets[len(z.Offsets)-1], a.Hidden.Dim(-1))
-	b.Copy(h, 0, a.Hidden)
-	b.Copy(h, na, z.Hidden)
+	na, nz, H := a.Offsets[len(a.Offsets)-1], z.Offsets[len(z.Offsets)-1], a.Hidden.Dim(-1)
+	h := b.Concat(a.Hidden.Reshape(1, na*H), z.Hidden.Reshape(1, nz*H)).Reshape(na+nz, H)
 	offsets := slices.Clone(a.Offsets)
 	for _, o := range z.Offsets[1:] {
 		offsets = append(offsets, na+o)

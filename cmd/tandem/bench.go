@@ -393,7 +393,7 @@ func newBench() *cobra.Command {
 					line := fmt.Sprintf("%s: a prefill's useful work is %.4g FLOPs (products and attention): %s at the median", at, r.PrefillFLOPs, flopRate(r.PrefillFLOPSec))
 					if r.PrefillPeakFrac > 0 {
 						line += fmt.Sprintf(", %.1f%% of the dense bf16 peak (%s)", 100*r.PrefillPeakFrac, flopRate(run.peak))
-						if precision == "exact" {
+						if prec == compute.PrecisionExact {
 							line += "; exact prompts take three bf16 products for each useful one (--prefill-precision bf16 takes one)"
 						}
 					}

@@ -21,11 +21,12 @@ func (b *Backend) SetPrecision(p compute.Precision) compute.Precision {
 	return compute.Precision(b.precision.Swap(uint32(p)))
 }
 
-// roundedBF16 is xs rounded to bf16, a copy.
-func roundedBF16(xs []float32) []float32 {
-	r := make([]float32, len(xs))
+// roundedBF16 is xs rounded to bf16, a copy in pooled scratch (putF32 it
+// once the product is done).
+func roundedBF16(xs []float32) *[]float32 {
+	r := getF32(len(xs))
 	for i, v := range xs {
-		r[i] = compute.RoundBF16(v)
+		(*r)[i] = compute.RoundBF16(v)
 	}
 	return r
 }
@@ -40,7 +41,9 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 	}
 	xs := f32s(x)
 	if compute.Precision(b.precision.Load()) == compute.PrecisionBF16 {
-		xs = roundedBF16(xs)
+		r := roundedBF16(xs)
+		defer putF32(r)
+		xs = *r
 	}
 	K, N := w.Dim(1), w.Dim(0)
 	M := compute.NumElements(x.Shape()[:x.Rank()-1])
