@@ -437,7 +437,7 @@ func (b *Backend) flashes(D, Dv int) bool {
 // flash runs attn_flash into out: attn_kv_bf16 first lays each row's
 // keys and values out in position order as bf16 (P positions a row and
 // head, from its first position rounded down to flashK), then the tiles.
-func (b *Backend) flash(q, k, v, out *compute.Tensor, kvp any, tab Buffer, span []int32, sh compute.AttentionShape,
+func (b *Backend) flash(q, k, v, out *compute.Tensor, kvp any, so, mp Buffer, qpos any, span []int32, sh compute.AttentionShape,
 	opt compute.AttentionOptions, scale float32, causal int, aligned bool) {
 	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
 	b.flashN++
@@ -455,11 +455,6 @@ func (b *Backend) flash(q, k, v, out *compute.Tensor, kvp any, tab Buffer, span 
 	kb := b.alloc(compute.BF16, B*Hkv*P*D)
 	vt := b.alloc(compute.BF16, B*Hkv*P*Dv)
 	ok := b.alloc(compute.I32, B*P/4) // a byte a position (P is a multiple of flashK)
-	so, mp := tab, at(tab, B*S)
-	var qpos any
-	if opt.QueryPos != nil {
-		qpos = at(tab, B*S+2*B)
-	}
 	b.launch("attn_kv_bf16", [3]uint32{uint32(P / flashK), uint32(Hkv), uint32(B)}, 256, ptrOf(k), ptrOf(v), so, mp,
 		S, Hkv, D, Dv, P, ptrOf(kb), ptrOf(vt), ptrOf(ok), kvp, vec)
 	parts, pp := b.emitParts(out)
@@ -579,7 +574,7 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		causal = 1
 	}
 	if b.flashes(D, Dv) {
-		b.flash(q, k, v, out, kvp, tabT, span, sh, opt, scale, causal, kAligned && vAligned)
+		b.flash(q, k, v, out, kvp, so, mp, qpos, span, sh, opt, scale, causal, kAligned && vAligned)
 		return out
 	}
 	nscore := (S + attnChunk - 1) / attnChunk

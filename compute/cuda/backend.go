@@ -368,7 +368,9 @@ func (b *Backend) alloc(dt compute.DType, shape ...int) *compute.Tensor {
 // for every op's scratch until the next collection.
 func (b *Backend) recycle(ts ...*compute.Tensor) {
 	for _, t := range ts {
-		b.pool.recycle(memOf(t).blk)
+		if t != nil {
+			b.pool.recycle(memOf(t).blk)
+		}
 	}
 }
 
@@ -384,13 +386,8 @@ var modelRecycle bool // TANDEM_CUDA_RECYCLE, read by liveSettings
 // once, its cleanup still registered, instead of when the collector finds
 // it. Weights are never pooled, and recycle ignores them.
 func (b *Backend) Recycle(ts ...*compute.Tensor) {
-	if !modelRecycle {
-		return
-	}
-	for _, t := range ts {
-		if t != nil {
-			b.pool.recycle(memOf(t).blk)
-		}
+	if modelRecycle {
+		b.recycle(ts...)
 	}
 }
 
@@ -1362,7 +1359,7 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	if at == nil && !one {
 		tiles = tilesFor(M, N, K)
 	}
-	tiled := at == nil && (one || M > 16 && tiles == "" && tiledMatMul && al == 1)
+	tiled := at == nil && M > 16 && tiles == "" && tiledMatMul && al == 1 // a pass of one (matmul_tiled1) is taken first below
 	lone := at != nil && M == 1 && R == 1
 	name, rows := mma1Kernel, false
 	switch {

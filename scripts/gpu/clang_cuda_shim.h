@@ -62,12 +62,9 @@ __device__ static inline double __longlong_as_double(long long x) { return __bui
 __device__ static inline double __dadd_rn(double a, double b) { return a + b; }
 __device__ static inline double __dsub_rn(double a, double b) { return a - b; }
 __device__ static inline double __dmul_rn(double a, double b) { return a * b; }
-extern "C" __device__ float exp2f(float);
 __device__ static inline float fmaxf(float a, float b) { return __builtin_fmaxf(a, b); }
 __device__ static inline float2 make_float2(float x, float y) {
     float2 v;
     v.x = x, v.y = y;
     return v;
 }
-__device__ static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-__device__ static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }

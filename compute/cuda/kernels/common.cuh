@@ -87,14 +87,13 @@ __device__ __forceinline__ void cp16s(unsigned dst, const void* src, bool ok) {
 }
 __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) { cp16s(smem_addr(dst), src, ok); }
 
-// ldsm4 loads four 8 × 8 bf16 matrices from shared memory (ldmatrix):
+// ldsm4s loads four 8 × 8 bf16 matrices from shared memory (ldmatrix):
 // lane T gives the address of row T % 8 of matrix T / 8 (16 bytes,
 // aligned), and receives in r[i] its fragment of matrix i: row T / 4,
-// columns 2(T % 4) and 2(T % 4) + 1, the layout of mma16816's operands.
-// ldsm4s takes the shared address (smem_addr's).
+// columns 2(T % 4) and 2(T % 4) + 1, the layout of mma16816's operands,
+// from a shared address (smem_addr's).
 __device__ __forceinline__ void ldsm4s(unsigned r[4], unsigned a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
-__device__ __forceinline__ void ldsm4(unsigned r[4], const void* p) { ldsm4s(r, smem_addr(p)); }

@@ -2081,13 +2081,13 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll 8
         for (int r = threadIdx.x / D4; r < FQ; r += rs) {
             const float4 x = qrow(r, d);
-            *(uint2*)(qs + r * DS + d) = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+            *(uint2*)(qs + r * DS + d) = u2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
         }
     } else {
         for (int i = threadIdx.x; i < FQ * D4; i += blockDim.x) {
             const int r = i / D4, d = (i % D4) * 4;
             const float4 x = qrow(r, d);
-            *(uint2*)(qs + r * DS + d) = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+            *(uint2*)(qs + r * DS + d) = u2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
         }
     }
     const bool ok0 = r0 < nq, ok1 = r1 < nq;
@@ -2328,10 +2328,10 @@ extern "C" __global__ void attn_kv_bf16(const float* k, const float* v, const in
     const int D4 = D >> 2;
     for (int i = threadIdx.x; i < FK * D4; i += blockDim.x) {
         const int j = i / D4, d = (i % D4) * 4, s = slot[j];
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 x = f4(0.0f, 0.0f, 0.0f, 0.0f);
         if (s >= 0) x = ld4(kr + (size_t)s * Hkv * D, d, vec);
-        *(uint2*)(kb16 + (bh * P + o0 + j) * D + d) = make_uint2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
-                                                                 f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
+        *(uint2*)(kb16 + (bh * P + o0 + j) * D + d) = u2(f32_to_bf16(x.x) | (unsigned)f32_to_bf16(x.y) << 16,
+                                                         f32_to_bf16(x.z) | (unsigned)f32_to_bf16(x.w) << 16);
     }
     for (int d0 = 0; d0 < Dv; d0 += 64) {
         __syncthreads(); // the previous columns' reads of tile are done
