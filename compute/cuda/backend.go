@@ -375,13 +375,14 @@ func (b *Backend) recycle(ts ...*compute.Tensor) {
 }
 
 // modelRecycle turns on compute.Recycler for a model's intermediates
-// (TANDEM_CUDA_RECYCLE=1). Off until measured on the GPU: the twentieth
-// session's host profile had 0.41 ms of an E2B step's 2.7 ms of issuing
-// in registering cleanups for blocks the collector had returned, which a
-// block recycled by its owner keeps.
-var modelRecycle bool // TANDEM_CUDA_RECYCLE, read by liveSettings
+// (TANDEM_CUDA_RECYCLE=0 turns it off). The twentieth session's host
+// profile had 0.41 ms of an E2B step's 2.7 ms of issuing in registering
+// cleanups for blocks the collector had returned; recycled by their owner,
+// the twenty-fourth session's E2B steps took 0.26 ms less issuing and
+// 0.03–0.1 ms less time, the 31B ones 0.06–0.1 ms less.
+var modelRecycle = true // TANDEM_CUDA_RECYCLE, read by liveSettings
 
-// Recycle implements compute.Recycler: with TANDEM_CUDA_RECYCLE=1 each
+// Recycle implements compute.Recycler: unless TANDEM_CUDA_RECYCLE=0 each
 // tensor's block (a view's whole allocation) goes back to the pool at
 // once, its cleanup still registered, instead of when the collector finds
 // it. Weights are never pooled, and recycle ignores them.

@@ -42,7 +42,7 @@ var liveSettings = []struct {
 		}
 	}},
 	{"TANDEM_CUDA_COMBINE", func(v string) { combineInValuesOn = v != "0" }},
-	{"TANDEM_CUDA_RECYCLE", func(v string) { modelRecycle = v == "1" }},
+	{"TANDEM_CUDA_RECYCLE", func(v string) { modelRecycle = v != "0" }},
 	{"TANDEM_CUDA_ATTN_FUSED", func(v string) { fusedAttention = v != "0" }},
 	{"TANDEM_CUDA_ATTN_PACKED", func(v string) { attnPacked = v == "1" }},
 	{"TANDEM_CUDA_ATTN_COLS4", func(v string) {

@@ -31,7 +31,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_NORM2", "0", func() bool { return !fusedNorm2 }, func() bool { return fusedNorm2 }},
 		{"TANDEM_CUDA_NORM_WARPS", "0", func() bool { return normWarpTokens == math.MaxInt }, func() bool { return normWarpTokens == normWarpDefault }},
 		{"TANDEM_CUDA_COMBINE", "0", func() bool { return !combineInValuesOn }, func() bool { return combineInValuesOn }},
-		{"TANDEM_CUDA_RECYCLE", "1", func() bool { return modelRecycle }, func() bool { return !modelRecycle }},
+		{"TANDEM_CUDA_RECYCLE", "0", func() bool { return !modelRecycle }, func() bool { return modelRecycle }},
 		{"TANDEM_CUDA_ATTN_FUSED", "0", func() bool { return !fusedAttention }, func() bool { return fusedAttention }},
 		{"TANDEM_CUDA_ATTN_PACKED", "1", func() bool { return attnPacked }, func() bool { return !attnPacked }},
 		{"TANDEM_CUDA_ATTN_COLS4", "0", func() bool { return !attnCols4 }, func() bool { return attnCols4 }},
