@@ -829,11 +829,13 @@ func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32
 }
 
 // plainRun is profileRun's plain decode of prompt, whose profile covers the
-// steps after the first token.
+// steps issued after the first token: on the GPU, Generate issues the
+// second token's step before it emits the first (decodeAhead and
+// sampleAhead), and that step is not in the profile.
 func plainRun(ctx context.Context, m *gemma4.Model, prompt []int32, opt generation.Options) func(func(int32)) (int, error) {
 	return func(onToken func(int32)) (int, error) {
 		_, err := generation.Generate(ctx, m, prompt, opt, onToken)
-		return opt.MaxTokens - 1, err
+		return max(opt.MaxTokens-2, 0), err
 	}
 }
 
