@@ -164,7 +164,7 @@ func Run(ctx context.Context, ln net.Listener, opt Options) error {
 	handler.Store(&ready)
 
 	url := "http://" + ln.Addr().String()
-	args := []any{"url", url, "model", a.name, "device", a.device, "load_s", time.Since(start).Seconds()}
+	args := []any{"url", url, "model", a.name, "device", a.device, "prefill_precision", a.m.PromptPrecision().String(), "load_s", time.Since(start).Seconds()}
 	if a.draftName != "" {
 		args = append(args, "draft", a.draftName)
 	}

@@ -171,7 +171,7 @@ func newBench() *cobra.Command {
 			if peakTFLOPS < 0 || math.IsNaN(peakTFLOPS) || math.IsInf(peakTFLOPS, 0) {
 				return fmt.Errorf("--bf16-peak must be a TFLOP/s figure of 0 or more, got %g", peakTFLOPS)
 			}
-			prec, err := parsePrecision(precision)
+			pprec, err := parsePrecision(precision)
 			if err != nil {
 				return err
 			}
@@ -196,6 +196,7 @@ func newBench() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			prec := pprec.on(b)
 			g, onGPU := b.(*cuda.Backend)
 			if kernels && !onGPU {
 				return fmt.Errorf("--kernel-profile needs the GPU (--device cuda)")
@@ -328,10 +329,10 @@ func newBench() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof, "bf16_peak_flops_per_s": knownPeak(peak),
-					"draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
+					"prefill_precision": prec.String(), "draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
-			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step\n", model, deviceName(b), roof/1e9, humanBytes(bytes))
+			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step; prompts at %s\n", model, deviceName(b), roof/1e9, humanBytes(bytes), prec)
 			if set := envSettings(os.Environ()); len(set) > 0 {
 				fmt.Fprintf(out, "settings from the environment: %s\n", strings.Join(set, " "))
 			}

@@ -13,6 +13,7 @@ import (
 
 	"tandem/compute"
 	"tandem/compute/cpu"
+	"tandem/compute/cuda"
 	"tandem/generation"
 	"tandem/model/gemma4"
 	"tandem/sample"
@@ -424,8 +425,9 @@ func TestGenerateFromText(t *testing.T) {
 }
 
 // TestPrefillPrecisionFlag: --prefill-precision bf16 prefills with bf16
-// products (the library's tokens under Model.SetPromptPrecision), exact is
-// the default, and anything else is refused before the model loads.
+// products (the library's tokens under Model.SetPromptPrecision), auto (the
+// default) is exact on the CPU, and anything else is refused before the
+// model loads. (On CUDA auto is bf16: TestAutoPrecision.)
 func TestPrefillPrecisionFlag(t *testing.T) {
 	dir := tinyModel(t, "gemma4-tiny-e2b")
 	prompt := []int32{2, 40, 41, 7, 9, 300, 12, 5}
@@ -452,6 +454,7 @@ func TestPrefillPrecisionFlag(t *testing.T) {
 	}{
 		{nil, exact},
 		{[]string{"--prefill-precision", "exact"}, exact},
+		{[]string{"--prefill-precision", "auto"}, exact},
 		{[]string{"--prefill-precision", "bf16"}, res.Tokens},
 	} {
 		g := runGenerateJSON(t, append([]string{"--model", dir, "--prompt-ids", ids, "--max-tokens", "24"}, c.args...)...)
@@ -461,4 +464,38 @@ func TestPrefillPrecisionFlag(t *testing.T) {
 	}
 	_, _, err = execute(t, "generate", "--model", dir, "--prompt-ids", ids, "--prefill-precision", "fp8")
 	wantError(t, err, "--prefill-precision", `unknown precision "fp8"`)
+}
+
+// TestAutoPrecision protects --prefill-precision auto, every command's
+// default: bf16 prompt passes on CUDA (7-11x faster prefill there), exact
+// ones on the CPU; exact and bf16 are what they say on either.
+func TestAutoPrecision(t *testing.T) {
+	backends := []compute.Backend{cpu.New(1)}
+	if g, err := cuda.New(0); err == nil {
+		backends = append(backends, g)
+	} else {
+		t.Logf("no GPU (%v): the CPU alone", err)
+	}
+	for _, b := range backends {
+		_, gpu := b.(*cuda.Backend)
+		for _, c := range []struct {
+			flag string
+			want compute.Precision
+		}{
+			{"auto", map[bool]compute.Precision{false: compute.PrecisionExact, true: compute.PrecisionBF16}[gpu]},
+			{"exact", compute.PrecisionExact},
+			{"bf16", compute.PrecisionBF16},
+		} {
+			pp, err := parsePrecision(c.flag)
+			if err != nil {
+				t.Fatalf("%s: %v", c.flag, err)
+			}
+			if got := pp.on(b); got != c.want {
+				t.Errorf("%s on %s: %v, want %v", c.flag, b.Name(), got, c.want)
+			}
+		}
+	}
+	if _, err := parsePrecision("fp8"); err == nil || !strings.Contains(err.Error(), "or auto") {
+		t.Errorf("fp8: %v, want an error naming auto", err)
+	}
 }

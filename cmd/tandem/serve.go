@@ -45,12 +45,14 @@ func newServe() *cobra.Command {
 			if opt.AdaptiveDrafts && cmd.Flags().Changed("adaptive-drafts") && df.dir == "" {
 				return errors.New("--adaptive-drafts needs --draft")
 			}
-			if opt.PromptPrecision, err = parsePrecision(precision); err != nil {
+			prec, err := parsePrecision(precision)
+			if err != nil {
 				return err
 			}
 			if opt.Backend, err = openBackend(device, threads); err != nil {
 				return err
 			}
+			opt.PromptPrecision = prec.on(opt.Backend)
 			opt.Device = deviceName(opt.Backend)
 			for _, f := range []struct {
 				name string
