@@ -609,6 +609,28 @@ type ExpertBatcher interface {
 	AddExperts(dst, src, scales *Tensor)
 }
 
+// ExpertGrouper is an ExpertBatcher that also runs a long pass's expert
+// products grouped by expert: each expert's weights read once for all the
+// tokens that chose it, in one launch for all the experts, where a prompt
+// pass would otherwise make a product of each expert's tokens.
+type ExpertGrouper interface {
+	ExpertBatcher
+	// GroupsExperts reports whether MatMulGrouped takes expert weights w
+	// ([E, rows, K]) in this backend's current precision.
+	GroupsExperts(w *Tensor) bool
+	// MatMulGrouped gives row dst[i] of its result [rows, cols] as MatMul
+	// of row src[i] of x [M, K] with rows [off, off+cols) of expert e of w
+	// for the entries i of starts[e] … starts[e+1]−1 (len(starts) = E + 1).
+	// Each row's bits are those the backend's product kernels give the
+	// row alone at the current precision; rows no entry names are left
+	// unwritten.
+	MatMulGrouped(x, w *Tensor, src, dst []int32, starts []int, off, cols, rows int) *Tensor
+	// SumExperts is AddExperts into zeros: row n of its result [N, D] is
+	// rows n·k … n·k+k−1 of y [N·k, D] scaled by scales[n, j] and added
+	// in j order from zero.
+	SumExperts(y, scales *Tensor) *Tensor
+}
+
 // Precision is what a product does with its f32 activations.
 type Precision uint8
 

@@ -23,6 +23,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ROUTE", func(v string) { routeOnDevice = v != "0" }},
 	{"TANDEM_CUDA_ROUTE_ROWS", func(v string) { routeRows = v != "0" }},
 	{"TANDEM_CUDA_MOE_BATCH", func(v string) { batchExperts = v != "0" }},
+	{"TANDEM_CUDA_MOE_GROUPED", func(v string) { groupExperts = v != "0" }},
 	{"TANDEM_CUDA_STACK", func(v string) { stackMatMuls = v != "0" }},
 	{"TANDEM_CUDA_SEGMENTS", func(v string) { segmentOutputs = v != "0" }},
 	{"TANDEM_CUDA_MATMUL", func(v string) { warpMatMul, tiledMatMul = v == "warp", v != "mma8" }},

@@ -21,6 +21,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ROUTE", "0", func() bool { return !routeOnDevice }, func() bool { return routeOnDevice }},
 		{"TANDEM_CUDA_ROUTE_ROWS", "0", func() bool { return !routeRows }, func() bool { return routeRows }},
 		{"TANDEM_CUDA_MOE_BATCH", "0", func() bool { return !batchExperts }, func() bool { return batchExperts }},
+		{"TANDEM_CUDA_MOE_GROUPED", "0", func() bool { return !groupExperts }, func() bool { return groupExperts }},
 		{"TANDEM_CUDA_STACK", "0", func() bool { return !stackMatMuls }, func() bool { return stackMatMuls }},
 		{"TANDEM_CUDA_SEGMENTS", "0", func() bool { return !segmentOutputs }, func() bool { return segmentOutputs }},
 		{"TANDEM_CUDA_MATMUL", "warp", func() bool { return warpMatMul && tiledMatMul }, func() bool { return !warpMatMul && tiledMatMul }},

@@ -141,6 +141,14 @@ mutants=(
             if (false) {|^TestFlashAttention$'
   # attn_flash'"'"'s staged outputs read from every other row
   'flash-out-row|compute/cuda/kernels/ops.cu|const float4 v = *(const float4*)(ws + (2 * k + rr) * FO + c4);|const float4 v = *(const float4*)(ws + (2 * k) * FO + c4);|^TestFlashAttention$'
+  # a grouped expert product adding its K splits in reverse order
+  'grouped-split|compute/cuda/kernels/matmul.cu|        const int k0 = s * kchunk, k1 = min(K, k0 + kchunk);
+        float c[2][2][4];|        const int k0 = (splits - 1 - s) * kchunk, k1 = min(K, k0 + kchunk);
+        float c[2][2][4];|^TestGroupedExpertsMatch$'
+  # a grouped expert product writing each entry at its activation row instead of its own
+  'grouped-dst|compute/cuda/kernels/matmul.cu|store_tile(y, acc, N, n0, m0, rows_listed{dst + base, cnt});|store_tile(y, acc, N, n0, m0, rows_listed{src + base, cnt});|^TestGroupedExpertsMatch$'
+  # sum_experts adding a token'"'"'s choices last first
+  'sum-experts-order|compute/cuda/kernels/ops.cu|for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(scale[n * k + s], y[(n * k + s) * D + j]));|for (int s = k - 1; s >= 0; s--) acc = __fadd_rn(acc, __fmul_rn(scale[n * k + s], y[(n * k + s) * D + j]));|^TestGroupedExpertsMatch$'
 )
 case ${1:-} in
   build)

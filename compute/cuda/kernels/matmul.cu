@@ -998,15 +998,29 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_tokens(const un
 #define TBM 64
 #define TBN 64
 
+// rows_in_order and rows_listed map a tile's row r to the activation row
+// it takes (and the output row it writes), −1 past the rows: rows 0 … n − 1
+// in order (matmul_tiled), or the n rows listed at at (matmul_grouped).
+struct rows_in_order {
+    int n;
+    __device__ __forceinline__ int operator()(int r) const { return r < n ? r : -1; }
+};
+struct rows_listed {
+    const int* at;
+    int n;
+    __device__ __forceinline__ int operator()(int r) const { return r < n ? at[r] : -1; }
+};
+
 // tiled_range runs the block's 64 × 64 tile of the product over K range
 // [k0, k1) and returns each output's three parts summed (lo + mid) + hi in
-// c: what matmul_tiled writes as a split's partial. as and bs are the
-// block's double-buffered shared tiles; every thread of the block calls it.
-template <int P>
+// c: what matmul_tiled writes as a split's partial. Tile row r is
+// activation row rows(m0 + r) of the M in xs. as and bs are the block's
+// double-buffered shared tiles; every thread of the block calls it.
+template <int P, class Rows>
 __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ xs,
                                             const unsigned short* __restrict__ w, int M, int N, int K, int k0, int k1,
                                             int n0, int m0, unsigned short (*as)[P][TBM][32],
-                                            unsigned short (*bs)[TBN][32], float c[2][2][4]) {
+                                            unsigned short (*bs)[TBN][32], float c[2][2][4], Rows rows) {
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wid = tid >> 5;
     const int wm = wid >> 2, wn = wid & 3; // warp sub-tile: rows wm·32.., columns wn·16..
     const size_t MK = (size_t)M * K;
@@ -1015,9 +1029,9 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
     auto load = [&](int s, int kb) {
 #pragma unroll
         for (int i = 0; i < P; i++) {
-            const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8;
-            const bool ok = m0 + row < M && kb + kc < k1;
-            cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)(m0 + row) * K + kb + kc : xs, ok);
+            const int c = tid + 256 * i, p = c >> 8, row = (c & 255) >> 2, kc = (c & 3) * 8, xr = rows(m0 + row);
+            const bool ok = xr >= 0 && kb + kc < k1;
+            cp16(&as[s][p][row][kc], ok ? xs + p * MK + (size_t)xr * K + kb + kc : xs, ok);
         }
         const int col = tid >> 2, kc = (tid & 3) * 8;
         const bool ok = n0 + col < N && kb + kc < k1;
@@ -1071,20 +1085,22 @@ __device__ __forceinline__ void tiled_range(const unsigned short* __restrict__ x
             }
 }
 
-// store_tile writes a thread's outputs c of the block's tile to o ([M, N]).
-__device__ __forceinline__ void store_tile(float* o, const float c[2][2][4], int M, int N, int n0, int m0) {
+// store_tile writes a thread's outputs c of the block's tile to o ([rows,
+// N]): tile row r to row rows(m0 + r).
+template <class Rows>
+__device__ __forceinline__ void store_tile(float* o, const float c[2][2][4], int N, int n0, int m0, Rows rows) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5;
     const int wm = wid >> 2, wn = wid & 3;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
-            const int r0 = m0 + wm * 32 + mt * 16 + g, r1 = r0 + 8, n = n0 + wn * 16 + nt * 8 + 2 * t;
-            if (r0 < M) {
+            const int i0 = m0 + wm * 32 + mt * 16 + g, r0 = rows(i0), r1 = rows(i0 + 8), n = n0 + wn * 16 + nt * 8 + 2 * t;
+            if (r0 >= 0) {
                 if (n < N) o[(size_t)r0 * N + n] = c[mt][nt][0];
                 if (n + 1 < N) o[(size_t)r0 * N + n + 1] = c[mt][nt][1];
             }
-            if (r1 < M) {
+            if (r1 >= 0) {
                 if (n < N) o[(size_t)r1 * N + n] = c[mt][nt][2];
                 if (n + 1 < N) o[(size_t)r1 * N + n + 1] = c[mt][nt][3];
             }
@@ -1204,8 +1220,8 @@ extern "C" __global__ void matmul_tiled(const unsigned short* __restrict__ xs, c
     const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     float c[2][2][4];
-    tiled_range<3>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
-    store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
+    tiled_range<3>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c, rows_in_order{M});
+    store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, N, n0, m0, rows_in_order{M});
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
 }
 
@@ -1222,9 +1238,60 @@ extern "C" __global__ void matmul_tiled1(const unsigned short* __restrict__ xs, 
     const int n0 = blockIdx.x * TBN, m0 = blockIdx.z * TBM;
     const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk);
     float c[2][2][4];
-    tiled_range<1>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c);
-    store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, M, N, n0, m0);
+    tiled_range<1>(xs, w, M, N, K, k0, k1, n0, m0, as, bs, c, rows_in_order{M});
+    store_tile(gridDim.y == 1 ? y : part + (size_t)blockIdx.y * M * N, c, N, n0, m0, rows_in_order{M});
     finish_group(y, part, counters, blockIdx.z * gridDim.x + blockIdx.x, M, N, m0, min(M, m0 + TBM));
+}
+
+// matmul_grouped (P = 3) and matmul_grouped1 (P = 1, a bf16 pass's): a
+// pass's expert products in one launch (compute.ExpertGrouper), grouped by
+// expert. Entries starts[e] … starts[e+1] − 1 are expert e's: entry i takes
+// activation row src[i] of xs (M rows) to output row dst[i] of y ([rows,
+// N]), with expert e's weights at w + e·stride. Block (x, t) takes columns
+// [64x, 64x + 64) of tile t: rows m0 … m0 + 63 of expert e's entries
+// (tiles[2t], tiles[2t + 1]). Each K split's partial is matmul_tiled's
+// (matmul_tiled1's), and the block adds the splits in order from the
+// first, as split_sum does: each row gets the bits the product kernels give
+// it alone, and a pass's 128 experts take one launch, not four each.
+template <int P>
+__device__ __forceinline__ void grouped(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                        float* y, const int* src, const int* dst, const int* starts, const int* tiles,
+                                        int M, int N, int K, int kchunk, int splits, size_t stride,
+                                        unsigned short (*as)[P][TBM][32], unsigned short (*bs)[TBN][32]) {
+    const int e = tiles[2 * blockIdx.y], m0 = tiles[2 * blockIdx.y + 1], n0 = blockIdx.x * TBN;
+    const int base = starts[e], cnt = starts[e + 1] - base;
+    const unsigned short* we = w + (size_t)e * stride;
+    float acc[2][2][4];
+    for (int s = 0; s < splits; s++) {
+        const int k0 = s * kchunk, k1 = min(K, k0 + kchunk);
+        float c[2][2][4];
+        tiled_range<P>(xs, we, M, N, K, k0, k1, n0, m0, as, bs, c, rows_listed{src + base, cnt});
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][j][q] = s == 0 ? c[i][j][q] : __fadd_rn(acc[i][j][q], c[i][j][q]);
+    }
+    store_tile(y, acc, N, n0, m0, rows_listed{dst + base, cnt});
+}
+
+extern "C" __global__ void matmul_grouped(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                          float* y, const int* src, const int* dst, const int* starts, const int* tiles,
+                                          int M, int N, int K, int kchunk, int splits, size_t stride) {
+    pdl_start();
+    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+    grouped<3>(xs, w, y, src, dst, starts, tiles, M, N, K, kchunk, splits, stride, as, bs);
+}
+
+extern "C" __global__ void matmul_grouped1(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
+                                           float* y, const int* src, const int* dst, const int* starts, const int* tiles,
+                                           int M, int N, int K, int kchunk, int splits, size_t stride) {
+    pdl_start();
+    __shared__ __align__(16) unsigned short as[2][1][TBM][32];
+    __shared__ __align__(16) unsigned short bs[2][TBN][32];
+    grouped<1>(xs, w, y, src, dst, starts, tiles, M, N, K, kchunk, splits, stride, as, bs);
 }
 
 // matmul_tiled1w: matmul_tiled1 in 128 × 128 tiles, each warp 64 × 32 (its

@@ -158,6 +158,20 @@ extern "C" __global__ void add_rows(float* dst, const float* src, const int* row
     }
 }
 
+// sum_experts: out[n][j] = Σ_s scale[n·k + s]·y[n·k + s][j], the k choices
+// of token n added in slot order from +0, as add_rows adds them into a
+// zeroed dst one choice at a time (AddExperts into Zeros), but every
+// (token, column) at once.
+extern "C" __global__ void sum_experts(float* out, const float* y, const float* scale, int N, int k, int D) {
+    pdl_start();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * D; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = i / D, j = i % D;
+        float acc = 0.0f;
+        for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(scale[n * k + s], y[(n * k + s) * D + j]));
+        out[i] = acc;
+    }
+}
+
 // concat joins rows of a [rows, da] and b [rows, db]; esize is 4 or 2 bytes.
 extern "C" __global__ void concat(void* out, const void* a, const void* b, int rows, int da, int db, int esize) {
     pdl_start();

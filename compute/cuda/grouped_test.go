@@ -1,0 +1,110 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"tandem/compute"
+)
+
+// TestGroupedExpertsMatch protects compute.ExpertGrouper, a prompt pass's
+// expert products in one launch: every entry's row is the bits MatMul gives
+// its token alone on its expert's rows (K splits included), exact and at
+// bf16 (matmul_tiled1's arithmetic there), for experts with no tokens, with
+// one, and with more than a 64-row tile; SumExperts is AddExperts into
+// zeros.
+func TestGroupedExpertsMatch(t *testing.T) {
+	g := backendOrSkip(t)
+	prevBLAS := promptBLAS
+	t.Cleanup(func() { promptBLAS = prevBLAS; g.SetPrecision(compute.PrecisionExact) })
+	promptBLAS = false // a bf16 product alone then takes matmul_tiled1, the grouped kernel's arithmetic
+	for _, p := range []compute.Precision{compute.PrecisionExact, compute.PrecisionBF16} {
+		for _, N := range []int{1, 9, 150} {
+			t.Run(fmt.Sprintf("%v/tokens=%d", p, N), func(t *testing.T) {
+				g.SetPrecision(p)
+				defer g.SetPrecision(compute.PrecisionExact)
+				groupedMatches(t, g, N)
+			})
+		}
+	}
+}
+
+func groupedMatches(t *testing.T, g *Backend, N int) {
+	r := rand.New(rand.NewPCG(23, uint64(N)))
+	// I = 40: 2I = 80 columns, a tile and a part; H = 1536 splits the gate
+	// and up product's K.
+	const E, k, I, H = 8, 3, 40, 1536
+	gateUp := weight(g, compute.BF16, randF32(r, E*2*I*H), E, 2*I, H)
+	down := weight(g, compute.BF16, randF32(r, E*H*I), E, H, I)
+	if !g.GroupsExperts(gateUp) || !g.GroupsExperts(down) {
+		t.Fatal("GroupsExperts refuses the test's aligned weights")
+	}
+	// Each token's k experts, distinct: expert 7 is never chosen, and a
+	// lone token's choices leave others empty; most tokens take expert 0,
+	// so that its entries fill more than one tile.
+	experts := make([]int32, N*k)
+	for n := range N {
+		choice := []int32{0}
+		if r.IntN(4) == 0 {
+			choice = nil
+		}
+		for len(choice) < k {
+			if e := int32(r.IntN(7)); !slices.Contains(choice, e) {
+				choice = append(choice, e)
+			}
+		}
+		slices.Sort(choice)
+		copy(experts[n*k:], choice)
+	}
+	var src, dst []int32
+	starts := []int{0}
+	for e := range int32(E) {
+		for n := range N {
+			if j := slices.Index(experts[n*k:(n+1)*k], e); j >= 0 {
+				src, dst = append(src, int32(n)), append(dst, int32(n*k+j))
+			}
+		}
+		starts = append(starts, len(src))
+	}
+	if N > 64 && starts[1] <= 64 {
+		t.Fatalf("expert 0 has %d entries: the test wants more than a tile", starts[1])
+	}
+	alone := func(x, w *compute.Tensor, row, e, off, c int) []float32 {
+		return g.ToF32(g.MatMul(g.Slice(x, row, row+1), g.Slice(g.Index(w, e), off, off+c)))
+	}
+	entryExpert := func(i int) int {
+		for e := range E {
+			if i < starts[e+1] {
+				return e
+			}
+		}
+		return -1
+	}
+	x := g.FromF32(randF32(r, N*H), N, H)
+	for _, c := range []struct{ off, n int }{{0, 2 * I}, {I, I}} {
+		got := g.ToF32(g.MatMulGrouped(x, gateUp, src, dst, starts, c.off, c.n, N*k))
+		for i := range src {
+			e, row := entryExpert(i), int(dst[i])
+			if err := sameBits(got[row*c.n:(row+1)*c.n], alone(x, gateUp, int(src[i]), e, c.off, c.n)); err != nil {
+				t.Fatalf("gate/up rows [%d, %d): entry %d (token %d, expert %d): %v", c.off, c.off+c.n, i, src[i], e, err)
+			}
+		}
+	}
+	acts := g.FromF32(randF32(r, N*k*I), N*k, I)
+	y := g.MatMulGrouped(acts, down, dst, dst, starts, 0, H, N*k)
+	got := g.ToF32(y)
+	for i := range dst {
+		e, row := entryExpert(i), int(dst[i])
+		if err := sameBits(got[row*H:(row+1)*H], alone(acts, down, row, e, 0, H)); err != nil {
+			t.Fatalf("down: entry %d (row %d, expert %d): %v", i, row, e, err)
+		}
+	}
+	scales := g.FromF32(randF32(r, N*k), N, k)
+	ref := g.Zeros(compute.F32, N, H)
+	g.AddExperts(ref, y, scales)
+	if err := sameBits(g.ToF32(g.SumExperts(y, scales)), g.ToF32(ref)); err != nil {
+		t.Fatalf("SumExperts: %v", err)
+	}
+}
