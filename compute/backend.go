@@ -611,20 +611,22 @@ type ExpertBatcher interface {
 
 // ExpertGrouper is an ExpertBatcher that also runs a long pass's expert
 // products grouped by expert: each expert's weights read once for all the
-// tokens that chose it, in one launch for all the experts, where a prompt
+// choices that name it, in one launch for all the experts, where a prompt
 // pass would otherwise make a product of each expert's tokens.
 type ExpertGrouper interface {
 	ExpertBatcher
 	// GroupsExperts reports whether MatMulGrouped takes expert weights w
 	// ([E, rows, K]) in this backend's current precision.
 	GroupsExperts(w *Tensor) bool
-	// MatMulGrouped gives row dst[i] of its result [rows, cols] as MatMul
-	// of row src[i] of x [M, K] with rows [off, off+cols) of expert e of w
-	// for the entries i of starts[e] … starts[e+1]−1 (len(starts) = E + 1).
-	// Each row's bits are those the backend's product kernels give the
-	// row alone at the current precision; rows no entry names are left
-	// unwritten.
-	MatMulGrouped(x, w *Tensor, src, dst []int32, starts []int, off, cols, rows int) *Tensor
+	// GroupExperts lists a pass's choices experts ([N, k], each row
+	// ascending: RouteExperts') by expert, among E, for MatMulGrouped.
+	GroupExperts(experts *Tensor, E int) *Tensor
+	// MatMulGrouped is MatMulExperts for the choices groups lists (row n·k
+	// + j of its result [N·k, cols] is MatMul of row n of x [N, K], or row
+	// n·k + j of x [N·k, K], with rows [off, off+cols) of expert
+	// experts[n, j] of w), each row the bits the backend's product kernels
+	// give it alone at the current precision.
+	MatMulGrouped(x, w, groups *Tensor, off, cols int) *Tensor
 	// SumExperts is AddExperts into zeros: row n of its result [N, D] is
 	// rows n·k … n·k+k−1 of y [N·k, D] scaled by scales[n, j] and added
 	// in j order from zero.

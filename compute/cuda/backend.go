@@ -109,7 +109,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "qkv_norms_warp", "attn_fused",
-		"attn_cluster", "attn_cluster_rounds", "random_uniform", "attn_flash", "attn_kv_bf16", "sum_experts"},
+		"attn_cluster", "attn_cluster_rounds", "random_uniform", "attn_flash", "attn_kv_bf16", "sum_experts", "moe_group"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
@@ -892,64 +892,55 @@ var groupExperts bool // TANDEM_CUDA_MOE_GROUPED, read by liveSettings
 var _ compute.ExpertGrouper = (*Backend)(nil)
 
 // GroupsExperts implements compute.ExpertGrouper: weights whose rows are
-// 16-byte aligned (the tiled kernels' loads), with stacking on, so that an
-// expert's gate and up are one product split by the stack's shape on the
-// host path too, and with the tiled kernels' arithmetic in use.
+// 16-byte aligned (the tiled kernels' loads), of at most moeGroupMax
+// experts, with stacking on, so that an expert's gate and up are one
+// product split by the stack's shape on the host path too, and with the
+// tiled kernels' arithmetic in use.
 func (b *Backend) GroupsExperts(w *compute.Tensor) bool {
 	if !groupExperts || !stackMatMuls || !tiledMatMul || warpMatMul || w == nil || w.Rank() != 3 ||
-		w.DType() != compute.BF16 {
+		w.DType() != compute.BF16 || w.Dim(0) > moeGroupMax {
 		return false
 	}
 	return alignedRows(w.Dim(2), w, w.Dim(1)*w.Dim(2)) == 1
 }
 
+// moeGroupMax is the most experts moe_group takes (MOE_GROUP_MAX in ops.cu).
+const moeGroupMax = 1024
+
+// GroupExperts implements compute.ExpertGrouper with moe_group, one block:
+// I32 [starts (E + 1), tile starts (E + 1), the N·k choices' rows].
+func (b *Backend) GroupExperts(experts *compute.Tensor, E int) *compute.Tensor {
+	nk := experts.Len()
+	if experts.DType() != compute.I32 || E < 1 || E > moeGroupMax {
+		panic(fmt.Sprintf("cuda: GroupExperts of %v among %d", experts, E))
+	}
+	groups := b.alloc(compute.I32, 2*(E+1)+nk)
+	b.launch("moe_group", [3]uint32{1, 1, 1}, 1024, ptrOf(experts), ptrOf(groups), nk, E)
+	return groups
+}
+
 // MatMulGrouped implements compute.ExpertGrouper with matmul_grouped
 // (matmul_grouped1 at bf16): a block a 64-column tile of 64 of an expert's
-// entries, all K splits of it, the splits added in order.
-func (b *Backend) MatMulGrouped(x, w *compute.Tensor, src, dst []int32, starts []int, off, cols, rows int) *compute.Tensor {
-	M, K := x.Rows(), x.Dim(-1)
+// choices, all K splits of it, the splits added in order; the grid holds
+// the most tiles N·k choices of E experts can make.
+func (b *Backend) MatMulGrouped(x, w, groups *compute.Tensor, off, cols int) *compute.Tensor {
+	M, K, E := x.Rows(), x.Dim(-1), w.Dim(0)
+	nk := groups.Len() - 2*(E+1)
 	if x.DType() != compute.F32 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K || K == 0 ||
-		off < 0 || cols < 1 || off+cols > w.Dim(1) || len(src) != len(dst) || len(starts) != w.Dim(0)+1 ||
-		starts[0] != 0 || starts[len(starts)-1] != len(src) {
-		panic(fmt.Sprintf("cuda: MatMulGrouped of %v and rows [%d, %d) of %v, %d entries, starts %v", x, off, off+cols, w, len(src), starts))
+		off < 0 || cols < 1 || off+cols > w.Dim(1) || groups.DType() != compute.I32 || nk < 1 || nk%M != 0 {
+		panic(fmt.Sprintf("cuda: MatMulGrouped of %v and rows [%d, %d) of %v, groups %v", x, off, off+cols, w, groups))
 	}
-	y := b.alloc(compute.F32, rows, cols)
-	// One table: src, dst, starts, then each tile's expert and first entry.
-	n := len(src)
-	table := make([]int32, 0, 2*n+len(starts)+2*(n/tileRows+len(starts)))
-	table = append(append(table, src...), dst...)
-	for e, st := range starts {
-		if e > 0 && st < starts[e-1] {
-			panic(fmt.Sprintf("cuda: MatMulGrouped starts %v are not ascending", starts))
-		}
-		table = append(table, int32(st))
-	}
-	tiles := 0
-	for e := 0; e+1 < len(starts); e++ {
-		for m0 := 0; m0 < starts[e+1]-starts[e]; m0 += tileRows {
-			table, tiles = append(table, int32(e), int32(m0)), tiles+1
-		}
-	}
-	for i := range n {
-		if src[i] < 0 || int(src[i]) >= M || dst[i] < 0 || int(dst[i]) >= rows {
-			panic(fmt.Sprintf("cuda: MatMulGrouped entry %d takes row %d of %d to row %d of %d", i, src[i], M, dst[i], rows))
-		}
-	}
-	if tiles == 0 {
-		return y
-	}
+	y := b.alloc(compute.F32, nk, cols)
 	name := "matmul_grouped"
 	if b.bf16() {
 		name = "matmul_grouped1" // the split's first part: x rounded to bf16
 	}
 	splits, chunk := splitK(cols, K)
 	xs := b.splitParts(x, M*K)
-	t := b.ints(table)
-	p := ptrOf(t)
+	tiles := (nk+tileRows-1)/tileRows + E // each expert's last tile may be part full
 	b.launch(name, [3]uint32{uint32((cols + tileRows - 1) / tileRows), uint32(tiles), 1}, 256,
-		ptrOf(xs), ptrOf(b.view(w, []int{cols, K}, off*K)), ptrOf(y), p, at(p, n), at(p, 2*n), at(p, 2*n+len(starts)),
-		M, cols, K, chunk, splits, uint64(w.Dim(1)*K))
-	b.recycle(t)
+		ptrOf(xs), ptrOf(b.view(w, []int{cols, K}, off*K)), ptrOf(y), ptrOf(groups), E, nk/M, M, cols, K, chunk,
+		splits, uint64(w.Dim(1)*K))
 	return y
 }
 

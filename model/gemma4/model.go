@@ -869,6 +869,9 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 	if rt, ok := b.(compute.Router); ok && l.expertScale != nil && rt.Routes(l.expGateUp, N) && rt.Routes(l.expDown, N) {
 		return m.routedExperts(rt, l, r)
 	}
+	if g, ok := b.(compute.ExpertGrouper); ok && l.expertScale != nil && g.GroupsExperts(l.expGateUp) && g.GroupsExperts(l.expDown) {
+		return m.groupedExperts(g, l, r)
+	}
 	eps := float32(c.RMSNormEps)
 	E, K, I := deref(c.NumExperts), deref(c.TopKExperts), deref(c.MoEIntermediateSize)
 	vals, idx := m.route(l, r)
@@ -888,9 +891,6 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 		}
 	}
 	x2 := b.RMSNorm(r, l.preFF2, eps)
-	if g, ok := b.(compute.ExpertGrouper); ok && g.GroupsExperts(l.expGateUp) && g.GroupsExperts(l.expDown) {
-		return m.groupedExperts(g, l, x2, tokens, experts, weights)
-	}
 	out := b.Zeros(compute.F32, N, H)
 	for e := range E {
 		if len(tokens[e]) == 0 {
@@ -905,50 +905,25 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 	return out
 }
 
-// groupedExperts is experts' host path in three launches and a sum on a
-// backend that groups a pass's expert products (compute.ExpertGrouper):
-// the same routes, scales and products, token n's choices in rows n·k …
-// n·k+k−1 in ascending expert order, the order the host path adds them in.
-func (m *Model) groupedExperts(g compute.ExpertGrouper, l *layer, x2 *compute.Tensor, tokens [][]int32, experts []int32, weights []float32) *compute.Tensor {
+// groupedExperts is experts on a backend that groups a pass's expert
+// products (compute.ExpertGrouper): routed on the device as routedExperts
+// routes, each product one launch for every expert, no route read back.
+// Every row's product and the adds in ascending expert order are the host
+// path's, so the bits are too.
+func (m *Model) groupedExperts(g compute.ExpertGrouper, l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
-	N, K, I, H := x2.Rows(), deref(c.TopKExperts), deref(c.MoEIntermediateSize), c.HiddenSize
-	scales := make([]float32, N*K) // by slot, the host path's arithmetic
-	for n := range N {
-		var sum float32
-		for j := range K {
-			sum += weights[n*K+j]
-		}
-		for j := range K {
-			e := experts[n*K+j]
-			scales[n*K+slotOf(experts[n*K:(n+1)*K], e)] = weights[n*K+j] / sum * l.perExpert[e]
-		}
-	}
-	src, dst := make([]int32, 0, N*K), make([]int32, 0, N*K)
-	starts := make([]int, 1, len(tokens)+1)
-	for e, ts := range tokens {
-		for _, n := range ts {
-			src = append(src, n)
-			dst = append(dst, n*int32(K)+int32(slotOf(experts[int(n)*K:(int(n)+1)*K], int32(e))))
-		}
-		starts = append(starts, len(src))
-	}
-	gu := g.MatMulGrouped(x2, l.expGateUp, src, dst, starts, 0, 2*I, N*K) // [N·k, 2I]: gate, then up
+	b := m.b
+	N, E, K, I, H := r.Dim(0), deref(c.NumExperts), deref(c.TopKExperts), deref(c.MoEIntermediateSize), c.HiddenSize
+	vals, idx := m.route(l, r)
+	experts, scales := g.RouteExperts(vals, idx, l.expertScale)
+	x2 := b.RMSNorm(r, l.preFF2, float32(c.RMSNormEps))
+	groups := g.GroupExperts(experts, E)
+	gu := g.MatMulGrouped(x2, l.expGateUp, groups, 0, 2*I) // [N·k, 2I]: gate, then up
 	act := m.gateUp(gu, N*K, I)
-	y := g.MatMulGrouped(act, l.expDown, dst, dst, starts, 0, H, N*K)
-	out := g.SumExperts(y, m.b.FromF32(scales, N, K))
-	compute.Recycle(m.b, gu, act, y)
+	y := g.MatMulGrouped(act, l.expDown, groups, 0, H)
+	out := g.SumExperts(y, scales)
+	compute.Recycle(b, x2, gu, act, y, groups)
 	return out
-}
-
-// slotOf is e's place among a token's experts in ascending order.
-func slotOf(experts []int32, e int32) int {
-	slot := 0
-	for _, o := range experts {
-		if o < e {
-			slot++
-		}
-	}
-	return slot
 }
 
 // route is the router: each token's top-k expert probabilities and ids.

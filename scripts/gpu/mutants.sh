@@ -145,8 +145,12 @@ mutants=(
   'grouped-split|compute/cuda/kernels/matmul.cu|        const int k0 = s * kchunk, k1 = min(K, k0 + kchunk);
         float c[2][2][4];|        const int k0 = (splits - 1 - s) * kchunk, k1 = min(K, k0 + kchunk);
         float c[2][2][4];|^TestGroupedExpertsMatch$'
-  # a grouped expert product writing each entry at its activation row instead of its own
-  'grouped-dst|compute/cuda/kernels/matmul.cu|store_tile(y, acc, N, n0, m0, rows_listed{dst + base, cnt});|store_tile(y, acc, N, n0, m0, rows_listed{src + base, cnt});|^TestGroupedExpertsMatch$'
+  # a grouped expert product writing each choice at its token's row instead of its own
+  'grouped-dst|compute/cuda/kernels/matmul.cu|store_tile(y, acc, N, n0, m0, rows_listed{rows + base, cnt, 1});|store_tile(y, acc, N, n0, m0, rows_listed{rows + base, cnt, xdiv});|^TestGroupedExpertsMatch$'
+  # a grouped tile taking the expert before its own where the tile is its expert's first
+  'grouped-tile|compute/cuda/kernels/matmul.cu|        if (tstarts[mid] <= ty)|        if (tstarts[mid] < ty)|^TestGroupedExpertsMatch$'
+  # moe_group giving an expert's last part-full tile no block
+  'group-tiles|compute/cuda/kernels/ops.cu|ts += (count[e] + 63) / 64;|ts += count[e] / 64;|^TestGroupedExpertsMatch$'
   # sum_experts adding a token'"'"'s choices last first
   'sum-experts-order|compute/cuda/kernels/ops.cu|for (int s = 0; s < k; s++) acc = __fadd_rn(acc, __fmul_rn(scale[n * k + s], y[(n * k + s) * D + j]));|for (int s = k - 1; s >= 0; s--) acc = __fadd_rn(acc, __fmul_rn(scale[n * k + s], y[(n * k + s) * D + j]));|^TestGroupedExpertsMatch$'
 )

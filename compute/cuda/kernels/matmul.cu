@@ -1000,15 +1000,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) matmul_rows_tokens(const un
 
 // rows_in_order and rows_listed map a tile's row r to the activation row
 // it takes (and the output row it writes), −1 past the rows: rows 0 … n − 1
-// in order (matmul_tiled), or the n rows listed at at (matmul_grouped).
+// in order (matmul_tiled), or the n rows listed at at, divided by div
+// (matmul_grouped: a choice's row n·k + j, or its token's n).
 struct rows_in_order {
     int n;
     __device__ __forceinline__ int operator()(int r) const { return r < n ? r : -1; }
 };
 struct rows_listed {
     const int* at;
-    int n;
-    __device__ __forceinline__ int operator()(int r) const { return r < n ? at[r] : -1; }
+    int n, div;
+    __device__ __forceinline__ int operator()(int r) const { return r < n ? at[r] / div : -1; }
 };
 
 // tiled_range runs the block's 64 × 64 tile of the product over K range
@@ -1245,27 +1246,40 @@ extern "C" __global__ void matmul_tiled1(const unsigned short* __restrict__ xs, 
 
 // matmul_grouped (P = 3) and matmul_grouped1 (P = 1, a bf16 pass's): a
 // pass's expert products in one launch (compute.ExpertGrouper), grouped by
-// expert. Entries starts[e] … starts[e+1] − 1 are expert e's: entry i takes
-// activation row src[i] of xs (M rows) to output row dst[i] of y ([rows,
-// N]), with expert e's weights at w + e·stride. Block (x, t) takes columns
-// [64x, 64x + 64) of tile t: rows m0 … m0 + 63 of expert e's entries
-// (tiles[2t], tiles[2t + 1]). Each K split's partial is matmul_tiled's
-// (matmul_tiled1's), and the block adds the splits in order from the
-// first, as split_sum does: each row gets the bits the product kernels give
-// it alone, and a pass's 128 experts take one launch, not four each.
+// expert as moe_group lists them in groups: starts[E + 1], tile starts[E +
+// 1], then the choices' rows (n·k + j), expert e's at starts[e] …
+// starts[e+1] − 1. Choice row i takes activation row i / xdiv of xs (M
+// rows: a token's, or the choice's own) to output row i of y, with expert
+// e's weights at w + e·stride. Block (x, t) takes columns [64x, 64x + 64)
+// of tile t, 64 of its expert's choices from the tile's first; the grid
+// holds the most tiles a pass can have, and blocks past the pass's exit.
+// Each K split's partial is matmul_tiled's (matmul_tiled1's), and the block
+// adds the splits in order from the first, as split_sum does: each row gets
+// the bits the product kernels give it alone, and a pass's 128 experts
+// take one launch, not four each.
 template <int P>
 __device__ __forceinline__ void grouped(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                        float* y, const int* src, const int* dst, const int* starts, const int* tiles,
-                                        int M, int N, int K, int kchunk, int splits, size_t stride,
-                                        unsigned short (*as)[P][TBM][32], unsigned short (*bs)[TBN][32]) {
-    const int e = tiles[2 * blockIdx.y], m0 = tiles[2 * blockIdx.y + 1], n0 = blockIdx.x * TBN;
-    const int base = starts[e], cnt = starts[e + 1] - base;
+                                        float* y, const int* groups, int E, int xdiv, int M, int N, int K, int kchunk,
+                                        int splits, size_t stride, unsigned short (*as)[P][TBM][32],
+                                        unsigned short (*bs)[TBN][32]) {
+    const int *starts = groups, *tstarts = groups + E + 1, *rows = groups + 2 * (E + 1);
+    const int ty = blockIdx.y;
+    if (ty >= tstarts[E]) return; // past the pass's tiles
+    int e = 0;                    // the tile's expert: the last whose tiles start at or before it
+    for (int hi = E - 1; e < hi;) {
+        const int mid = (e + hi + 1) >> 1;
+        if (tstarts[mid] <= ty)
+            e = mid;
+        else
+            hi = mid - 1;
+    }
+    const int m0 = (ty - tstarts[e]) * TBM, n0 = blockIdx.x * TBN, base = starts[e], cnt = starts[e + 1] - base;
     const unsigned short* we = w + (size_t)e * stride;
     float acc[2][2][4];
     for (int s = 0; s < splits; s++) {
         const int k0 = s * kchunk, k1 = min(K, k0 + kchunk);
         float c[2][2][4];
-        tiled_range<P>(xs, we, M, N, K, k0, k1, n0, m0, as, bs, c, rows_listed{src + base, cnt});
+        tiled_range<P>(xs, we, M, N, K, k0, k1, n0, m0, as, bs, c, rows_listed{rows + base, cnt, xdiv});
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -1273,25 +1287,25 @@ __device__ __forceinline__ void grouped(const unsigned short* __restrict__ xs, c
 #pragma unroll
                 for (int q = 0; q < 4; q++) acc[i][j][q] = s == 0 ? c[i][j][q] : __fadd_rn(acc[i][j][q], c[i][j][q]);
     }
-    store_tile(y, acc, N, n0, m0, rows_listed{dst + base, cnt});
+    store_tile(y, acc, N, n0, m0, rows_listed{rows + base, cnt, 1});
 }
 
 extern "C" __global__ void matmul_grouped(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                          float* y, const int* src, const int* dst, const int* starts, const int* tiles,
-                                          int M, int N, int K, int kchunk, int splits, size_t stride) {
+                                          float* y, const int* groups, int E, int xdiv, int M, int N, int K,
+                                          int kchunk, int splits, size_t stride) {
     pdl_start();
     __shared__ __align__(16) unsigned short as[2][3][TBM][32];
     __shared__ __align__(16) unsigned short bs[2][TBN][32];
-    grouped<3>(xs, w, y, src, dst, starts, tiles, M, N, K, kchunk, splits, stride, as, bs);
+    grouped<3>(xs, w, y, groups, E, xdiv, M, N, K, kchunk, splits, stride, as, bs);
 }
 
 extern "C" __global__ void matmul_grouped1(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                           float* y, const int* src, const int* dst, const int* starts, const int* tiles,
-                                           int M, int N, int K, int kchunk, int splits, size_t stride) {
+                                           float* y, const int* groups, int E, int xdiv, int M, int N, int K,
+                                           int kchunk, int splits, size_t stride) {
     pdl_start();
     __shared__ __align__(16) unsigned short as[2][1][TBM][32];
     __shared__ __align__(16) unsigned short bs[2][TBN][32];
-    grouped<1>(xs, w, y, src, dst, starts, tiles, M, N, K, kchunk, splits, stride, as, bs);
+    grouped<1>(xs, w, y, groups, E, xdiv, M, N, K, kchunk, splits, stride, as, bs);
 }
 
 // matmul_tiled1w: matmul_tiled1 in 128 × 128 tiles, each warp 64 × 32 (its

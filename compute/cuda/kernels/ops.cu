@@ -158,6 +158,36 @@ extern "C" __global__ void add_rows(float* dst, const float* src, const int* row
     }
 }
 
+#define MOE_GROUP_MAX 1024 // the most experts moe_group takes (ExpertGrouper's moeGroupMax)
+
+// moe_group lists a pass's nk expert choices (experts: [N, k], each row
+// ascending) by expert, one block: groups gets starts[E + 1] (expert e's
+// choices at starts[e] …), its 64-row tiles' starts[E + 1], and the
+// choices' rows n·k + j grouped by expert. Within an expert the order is
+// the atomics', which no result depends on: each row's product is its own.
+extern "C" __global__ void moe_group(const int* experts, int* groups, int nk, int E) {
+    pdl_start();
+    __shared__ int count[MOE_GROUP_MAX], cursor[MOE_GROUP_MAX];
+    int *starts = groups, *tstarts = groups + E + 1, *rows = groups + 2 * (E + 1);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) atomicAdd(&count[experts[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0, ts = 0;
+        for (int e = 0; e < E; e++) {
+            starts[e] = cursor[e] = s;
+            tstarts[e] = ts;
+            s += count[e];
+            ts += (count[e] + 63) / 64;
+        }
+        starts[E] = s;
+        tstarts[E] = ts;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) rows[atomicAdd(&cursor[experts[i]], 1)] = i;
+}
+
 // sum_experts: out[n][j] = Σ_s scale[n·k + s]·y[n·k + s][j], the k choices
 // of token n added in slot order from +0, as add_rows adds them into a
 // zeroed dst one choice at a time (AddExperts into Zeros), but every
