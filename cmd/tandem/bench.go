@@ -162,8 +162,8 @@ func newBench() *cobra.Command {
 			if adaptive && cmd.Flags().Changed("adaptive-drafts") && (draft == "" || !viaEng && engineBatch == 0) {
 				return errors.New("--adaptive-drafts needs --draft and --engine or --engine-batch")
 			}
-			if psize < 1 {
-				return fmt.Errorf("--prefill-size must be at least 1, got %d", psize)
+			if psize < 0 {
+				return fmt.Errorf("--prefill-size must be at least 1 (or 0: the default), got %d", psize)
 			}
 			if pruns < 1 {
 				return fmt.Errorf("--prefill-runs must be at least 1, got %d", pruns)
@@ -197,6 +197,7 @@ func newBench() *cobra.Command {
 				return err
 			}
 			prec := pprec.on(b)
+			psize = promptChunk(psize, b, prec)
 			g, onGPU := b.(*cuda.Backend)
 			if kernels && !onGPU {
 				return fmt.Errorf("--kernel-profile needs the GPU (--device cuda)")
@@ -476,7 +477,7 @@ func newBench() *cobra.Command {
 	f.StringVar(&device, "device", "auto", "compute device: auto, cpu or cuda")
 	f.StringVar(&contexts, "contexts", "128,1024", "prompt lengths to measure at (e.g. 128,4k,32k)")
 	f.IntVar(&tokens, "tokens", 32, "tokens to decode at each context")
-	f.IntVar(&psize, "prefill-size", generation.DefaultPrefillSize, "prompt tokens per forward pass of the measured prefills (generate's --prefill-size)")
+	f.IntVar(&psize, "prefill-size", 0, "prompt tokens per forward pass of the measured prefills (generate's --prefill-size; 0: 2048 where prompt passes run at bf16 on CUDA, else 512)")
 	f.IntVar(&pruns, "prefill-runs", 3, "prefill each context's prompt this many times and report the median (the first also makes allocations and graphs); once where the first took over 10 s")
 	f.IntVar(&k, "num-draft-tokens", 3, "drafts per round")
 	f.Float64Var(&synthetic, "synthetic-acceptance", -1, "force drafts to be accepted with this probability (0–1; negative: real acceptance)")

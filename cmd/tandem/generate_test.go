@@ -499,3 +499,29 @@ func TestAutoPrecision(t *testing.T) {
 		t.Errorf("fp8: %v, want an error naming auto", err)
 	}
 }
+
+// TestPromptChunk protects --prefill-size's default: 2,048 tokens a pass
+// for bf16 prompt passes on CUDA, generation's 512 elsewhere, and a size
+// given is kept.
+func TestPromptChunk(t *testing.T) {
+	type chunkCase struct {
+		b    compute.Backend
+		n    int
+		p    compute.Precision
+		want int
+	}
+	cases := []chunkCase{
+		{cpu.New(1), 0, compute.PrecisionExact, generation.DefaultPrefillSize},
+		{cpu.New(1), 0, compute.PrecisionBF16, generation.DefaultPrefillSize},
+		{cpu.New(1), 7, compute.PrecisionBF16, 7},
+	}
+	if g, err := cuda.New(0); err == nil {
+		cases = append(cases, chunkCase{g, 0, compute.PrecisionBF16, 2048}, chunkCase{g, 0, compute.PrecisionExact, generation.DefaultPrefillSize},
+			chunkCase{g, 300, compute.PrecisionBF16, 300})
+	}
+	for _, c := range cases {
+		if got := promptChunk(c.n, c.b, c.p); got != c.want {
+			t.Errorf("%d at %v on %s: %d, want %d", c.n, c.p, c.b.Name(), got, c.want)
+		}
+	}
+}

@@ -147,7 +147,7 @@ func TestBench(t *testing.T) {
 	wantError(t, err, "--engine-batch")
 	_, _, err = execute(t, "bench", "--prefill-runs", "0")
 	wantError(t, err, "--prefill-runs")
-	_, _, err = execute(t, "bench", "--prefill-size", "0")
+	_, _, err = execute(t, "bench", "--prefill-size", "-1")
 	wantError(t, err, "--prefill-size")
 	_, _, err = execute(t, "bench", "--bf16-peak", "-1")
 	wantError(t, err, "--bf16-peak")
