@@ -624,8 +624,9 @@ type ExpertGrouper interface {
 	// MatMulGrouped is MatMulExperts for the choices groups lists (row n·k
 	// + j of its result [N·k, cols] is MatMul of row n of x [N, K], or row
 	// n·k + j of x [N·k, K], with rows [off, off+cols) of expert
-	// experts[n, j] of w), each row the bits the backend's product kernels
-	// give it alone at the current precision.
+	// experts[n, j] of w). Each row's bits are its own, whatever else the
+	// pass holds: exact, those MatMul gives it alone; at bf16 those of
+	// the backend's own product kernels on its rounded activations.
 	MatMulGrouped(x, w, groups *Tensor, off, cols int) *Tensor
 	// SumExperts is AddExperts into zeros: row n of its result [N, D] is
 	// rows n·k … n·k+k−1 of y [N·k, D] scaled by scales[n, j] and added

@@ -330,10 +330,10 @@ func newBench() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"model": model, "draft": draft, "device": b.Name(), "device_name": deviceName(b), "copy_bandwidth_bytes_per_s": roof, "bf16_peak_flops_per_s": knownPeak(peak),
-					"prefill_precision": prec.String(), "draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
+					"prefill_precision": prec.String(), "prefill_size": psize, "draft_tokens": k, "synthetic_acceptance": synthetic, "temperature": temperature, "top_k": topK, "top_p": topP, "results": rows, "settings": envSettings(os.Environ()),
 				})
 			}
-			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step; prompts at %s\n", model, deviceName(b), roof/1e9, humanBytes(bytes), prec)
+			fmt.Fprintf(out, "model %s on %s; copy bandwidth %.1f GB/s; %s per decode step; prompts at %s in passes of %d tokens\n", model, deviceName(b), roof/1e9, humanBytes(bytes), prec, psize)
 			if set := envSettings(os.Environ()); len(set) > 0 {
 				fmt.Fprintf(out, "settings from the environment: %s\n", strings.Join(set, " "))
 			}
@@ -833,11 +833,16 @@ func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32
 // plainRun is profileRun's plain decode of prompt, whose profile covers the
 // steps issued after the first token: on the GPU, Generate issues the
 // second token's step before it emits the first (decodeAhead and
-// sampleAhead), and that step is not in the profile.
+// sampleAhead, for a model that takes device tokens), and that step is not
+// in the profile.
 func plainRun(ctx context.Context, m *gemma4.Model, prompt []int32, opt generation.Options) func(func(int32)) (int, error) {
+	steps := opt.MaxTokens - 1
+	if m.DeviceTokens() {
+		steps--
+	}
 	return func(onToken func(int32)) (int, error) {
 		_, err := generation.Generate(ctx, m, prompt, opt, onToken)
-		return max(opt.MaxTokens-2, 0), err
+		return max(steps, 0), err
 	}
 }
 

@@ -40,7 +40,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.model, "model", "", "model directory (Hugging Face layout)")
 	fl.StringVar(&f.device, "device", "auto", "compute device: auto, cpu or cuda")
 	fl.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
-	fl.IntVar(&f.prefill, "prefill-size", 0, "prompt tokens per forward pass (0: 2048 where prompt passes run at bf16 on CUDA, else 512)")
+	fl.IntVar(&f.prefill, "prefill-size", 0, "prompt tokens per forward pass (0: 512, or for generate 2048 where prompt passes run at bf16 on CUDA)")
 	precisionFlag(cmd, &f.precision)
 	fl.StringVar(&f.promptIDs, "prompt-ids", "", "prompt token ids: 1,2,3 or @FILE (ids separated by commas or spaces, or a JSON array)")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object")
@@ -136,7 +136,6 @@ func (f *modelFlags) load() (*gemma4.Model, []int32, time.Duration, error) {
 		m.Close()
 		return nil, nil, 0, err
 	}
-	f.prefill = promptChunk(f.prefill, b, m.PromptPrecision())
 	return m, prompt, time.Since(start), nil
 }
 
@@ -178,14 +177,16 @@ func (pp promptPrecision) on(b compute.Backend) compute.Precision {
 	return compute.PrecisionExact
 }
 
-// promptChunk is --prefill-size n, or its default for n = 0: 2,048 tokens
-// a pass where prompt passes run at bf16 on CUDA, since every pass reads
-// all the weights (a 4k prompt on the H200: 26B-A4B 449 -> 266 ms, 31B
-// 572 -> 548 ms, against 512-token passes), and generation's 512 elsewhere
-// (exact passes on CUDA run slower in larger chunks: the 31B shape's 4k
-// prompt took 48% longer in one pass). serve keeps 512: a step holding a
-// prompt chunk holds up every decoding request, and each request's
-// sliding rings keep a chunk's slots more.
+// promptChunk is generate's and bench's --prefill-size n, or its default
+// for n = 0: 2,048 tokens a pass where prompt passes run at bf16 on CUDA,
+// since every pass reads all the weights (a 4k prompt on the H200: 26B-A4B
+// 449 -> 266 ms, 31B 572 -> 548 ms, against 512-token passes), and
+// generation's 512 elsewhere (exact passes on CUDA run slower in larger
+// chunks: the 31B shape's 4k prompt took 48% longer in one pass). serve
+// keeps 512: a step holding a prompt chunk holds up every decoding
+// request, and each request's sliding rings keep a chunk's slots more. So
+// does score, whose passes keep every position's logits (2 GiB a
+// 2,048-token chunk of a 262,144-token vocabulary).
 func promptChunk(n int, b compute.Backend, p compute.Precision) int {
 	if n != 0 {
 		return n
@@ -272,7 +273,7 @@ func newGenerate() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			opt := generation.Options{MaxTokens: maxTokens, Sample: sp, StopTokens: stops, PrefillSize: f.prefill}
+			opt := generation.Options{MaxTokens: maxTokens, Sample: sp, StopTokens: stops, PrefillSize: promptChunk(f.prefill, m.Backend(), m.PromptPrecision())}
 			if df.dir == "" {
 				res, err := generation.Generate(ctx, m, prompt, opt, nil)
 				if err != nil {

@@ -759,10 +759,11 @@ func (b *Backend) Routes(w *compute.Tensor, tokens int) bool {
 	if tokens != 1 && (!routeRows || tokens < 1 || tokens > maxRouteRows) {
 		return false
 	}
-	// A bf16 prompt pass routes on the host at every token count: its
-	// dense products (an expert's slice among them) take cuBLASLt, whose
-	// bits the routed kernels do not share, and a prompt's chunks must not
-	// change its bits.
+	// A bf16 prompt pass never routes here, at any token count: its
+	// experts take one path for every chunk of a prompt, so that chunking
+	// does not change its bits (the grouped products, or with
+	// TANDEM_CUDA_MOE_GROUPED=0 the host path's cuBLASLt products, whose
+	// bits the routed kernels do not share).
 	if b.bf16() {
 		return false
 	}
@@ -922,12 +923,14 @@ func (b *Backend) GroupExperts(experts *compute.Tensor, E int) *compute.Tensor {
 // MatMulGrouped implements compute.ExpertGrouper with matmul_grouped
 // (matmul_grouped1 at bf16): a block a 64-column tile of 64 of an expert's
 // choices, all K splits of it, the splits added in order; the grid holds
-// the most tiles N·k choices of E experts can make.
+// the most tiles N·k choices of E experts can make. Its weights' rows must
+// be 16-byte aligned (GroupsExperts).
 func (b *Backend) MatMulGrouped(x, w, groups *compute.Tensor, off, cols int) *compute.Tensor {
 	M, K, E := x.Rows(), x.Dim(-1), w.Dim(0)
 	nk := groups.Len() - 2*(E+1)
 	if x.DType() != compute.F32 || w.Rank() != 3 || w.DType() != compute.BF16 || w.Dim(2) != K || K == 0 ||
-		off < 0 || cols < 1 || off+cols > w.Dim(1) || groups.DType() != compute.I32 || nk < 1 || nk%M != 0 {
+		off < 0 || cols < 1 || off+cols > w.Dim(1) || groups.DType() != compute.I32 || M < 1 || nk < 1 || nk%M != 0 ||
+		alignedRows(K, w, w.Dim(1)*K) != 1 {
 		panic(fmt.Sprintf("cuda: MatMulGrouped of %v and rows [%d, %d) of %v, groups %v", x, off, off+cols, w, groups))
 	}
 	y := b.alloc(compute.F32, nk, cols)
@@ -937,7 +940,7 @@ func (b *Backend) MatMulGrouped(x, w, groups *compute.Tensor, off, cols int) *co
 	}
 	splits, chunk := splitK(cols, K)
 	xs := b.splitParts(x, M*K)
-	tiles := (nk+tileRows-1)/tileRows + E // each expert's last tile may be part full
+	tiles := (nk+tileRows-1)/tileRows + min(E, nk) // each chosen expert's last tile may be part full
 	b.launch(name, [3]uint32{uint32((cols + tileRows - 1) / tileRows), uint32(tiles), 1}, 256,
 		ptrOf(xs), ptrOf(b.view(w, []int{cols, K}, off*K)), ptrOf(y), ptrOf(groups), E, nk/M, M, cols, K, chunk,
 		splits, uint64(w.Dim(1)*K))

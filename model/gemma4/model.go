@@ -908,8 +908,10 @@ func (m *Model) experts(l *layer, r *compute.Tensor) *compute.Tensor {
 // groupedExperts is experts on a backend that groups a pass's expert
 // products (compute.ExpertGrouper): routed on the device as routedExperts
 // routes, each product one launch for every expert, no route read back.
-// Every row's product and the adds in ascending expert order are the host
-// path's, so the bits are too.
+// Each row's product is that row's alone and the adds run in ascending
+// expert order, so an exact pass has the host path's bits; a bf16 pass has
+// the product kernels' arithmetic on rounded activations where the host
+// path took cuBLASLt's, the same bits however the prompt is chunked.
 func (m *Model) groupedExperts(g compute.ExpertGrouper, l *layer, r *compute.Tensor) *compute.Tensor {
 	c := &m.Config.Text
 	b := m.b

@@ -1290,23 +1290,17 @@ __device__ __forceinline__ void grouped(const unsigned short* __restrict__ xs, c
     store_tile(y, acc, N, n0, m0, rows_listed{rows + base, cnt, 1});
 }
 
-extern "C" __global__ void matmul_grouped(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                          float* y, const int* groups, int E, int xdiv, int M, int N, int K,
-                                          int kchunk, int splits, size_t stride) {
-    pdl_start();
-    __shared__ __align__(16) unsigned short as[2][3][TBM][32];
-    __shared__ __align__(16) unsigned short bs[2][TBN][32];
-    grouped<3>(xs, w, y, groups, E, xdiv, M, N, K, kchunk, splits, stride, as, bs);
-}
-
-extern "C" __global__ void matmul_grouped1(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
-                                           float* y, const int* groups, int E, int xdiv, int M, int N, int K,
-                                           int kchunk, int splits, size_t stride) {
-    pdl_start();
-    __shared__ __align__(16) unsigned short as[2][1][TBM][32];
-    __shared__ __align__(16) unsigned short bs[2][TBN][32];
-    grouped<1>(xs, w, y, groups, E, xdiv, M, N, K, kchunk, splits, stride, as, bs);
-}
+#define GROUPED_KERNEL(name, P)                                                                                  \
+    extern "C" __global__ void name(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,  \
+                                    float* y, const int* groups, int E, int xdiv, int M, int N, int K, int kchunk, \
+                                    int splits, size_t stride) {                                                 \
+        pdl_start();                                                                                             \
+        __shared__ __align__(16) unsigned short as[2][P][TBM][32];                                               \
+        __shared__ __align__(16) unsigned short bs[2][TBN][32];                                                  \
+        grouped<P>(xs, w, y, groups, E, xdiv, M, N, K, kchunk, splits, stride, as, bs);                          \
+    }
+GROUPED_KERNEL(matmul_grouped, 3)
+GROUPED_KERNEL(matmul_grouped1, 1)
 
 // matmul_tiled1w: matmul_tiled1 in 128 × 128 tiles, each warp 64 × 32 (its
 // one part leaves the registers for them): each shared tile feeds twice the
