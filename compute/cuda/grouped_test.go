@@ -13,15 +13,16 @@ import (
 // expert products in one launch: every choice's row is the bits MatMul
 // gives its token (or the choice's own input) alone on its expert's rows,
 // K splits included, exact and at bf16 (matmul_tiled1's arithmetic there),
-// for experts with no choice, with one, and with more than a 64-row tile;
-// SumExperts is AddExperts into zeros.
+// for experts with no choice, with one, and with more than a 64-row tile,
+// and passes of more choices than moe_group has threads; SumExperts is
+// AddExperts into zeros.
 func TestGroupedExpertsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	prevBLAS := promptBLAS
 	t.Cleanup(func() { promptBLAS = prevBLAS; g.SetPrecision(compute.PrecisionExact) })
 	promptBLAS = false // a bf16 product alone then takes matmul_tiled1, the grouped kernel's arithmetic
 	for _, p := range []compute.Precision{compute.PrecisionExact, compute.PrecisionBF16} {
-		for _, N := range []int{1, 9, 150} {
+		for _, N := range []int{1, 9, 150, 400} { // 400 tokens: 1,200 choices, more than moe_group's 1,024 threads
 			t.Run(fmt.Sprintf("%v/tokens=%d", p, N), func(t *testing.T) {
 				g.SetPrecision(p)
 				defer g.SetPrecision(compute.PrecisionExact)
