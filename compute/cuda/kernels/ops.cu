@@ -162,7 +162,8 @@ extern "C" __global__ void add_rows(float* dst, const float* src, const int* row
 
 // moe_group lists a pass's nk expert choices (experts: [N, k], each row
 // ascending) by expert, one block: groups gets starts[E + 1] (expert e's
-// choices at starts[e] …), its 64-row tiles' starts[E + 1], and the
+// choices at starts[e] …), its 64-row tiles' starts[E + 1] (matmul.cu's
+// TBM, tileRows in backend.go: the grouped products' tile), and the
 // choices' rows n·k + j grouped by expert. Within an expert the order is
 // the atomics', which no result depends on: each row's product is its own.
 extern "C" __global__ void moe_group(const int* experts, int* groups, int nk, int E) {
