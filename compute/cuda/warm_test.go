@@ -62,7 +62,7 @@ func TestWarmShares(t *testing.T) {
 	defer func(mib int, side bool) { warmL2MiB, warmSide = mib, side }(warmL2MiB, warmSide)
 	warmSide = false
 	big := weight(g, compute.BF16, make([]float32, 1<<20), 1024, 1024) // 2 MiB
-	tiny := weight(g, compute.BF16, make([]float32, 256), 1, 256)     // 512 bytes
+	tiny := weight(g, compute.BF16, make([]float32, 256), 1, 256)      // 512 bytes
 	act := g.Zeros(compute.F32, 1024, 1024)
 	for _, c := range []struct {
 		mib  int
