@@ -212,21 +212,6 @@ func Recycle(b Backend, ts ...*Tensor) {
 	}
 }
 
-// An L2Warmer can ask its device's cache for model weights ahead of the
-// products that stream them, while the ops issued in between (norms,
-// attention) leave the memory bus idle. It changes no result.
-type L2Warmer interface {
-	WarmL2(ws ...*Tensor)
-}
-
-// WarmL2 asks b to warm ws, in order of need, where b can (a no-op
-// otherwise).
-func WarmL2(b Backend, ws ...*Tensor) {
-	if w, ok := b.(L2Warmer); ok {
-		w.WarmL2(ws...)
-	}
-}
-
 // Prefetcher is implemented by backends whose ops run asynchronously
 // (CUDA). Prefetch queues a copy of t (a small F32 or I32 tensor) to the
 // host behind the work issued so far and returns the function that waits

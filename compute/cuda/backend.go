@@ -72,7 +72,6 @@ type Backend struct {
 	attnClN   int                               // attn_cluster launches, likewise
 	roundsN   int                               // attn_cluster_rounds launches, likewise
 	earlyN    int                               // products run by an _early kernel (earlyWeights), likewise
-	warmN     int                               // l2_warm launches (WarmL2), likewise
 	tiled1N   int                               // products run by matmul_tiled1 or matmul_tiled1w (PrecisionBF16), likewise
 	tiled1wN  int                               // those by matmul_tiled1w, likewise
 	tilesN    int                               // products run by a multi-tile rows kernel (tilesFor), likewise
@@ -110,7 +109,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "qkv_norms_warp", "attn_fused",
-		"attn_cluster", "attn_cluster_rounds", "random_uniform", "attn_flash", "attn_kv_bf16", "sum_experts", "moe_group", "l2_warm"},
+		"attn_cluster", "attn_cluster_rounds", "random_uniform", "attn_flash", "attn_kv_bf16", "sum_experts", "moe_group"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",

@@ -31,7 +31,6 @@ type Device struct {
 	prof          *profiler    // non-nil while profiling; device thread only
 	pdlRec        bool         // the recording in progress launches with PDL (pdlDecode); device thread only
 	stream        uintptr      // the stream all work goes to: 0 (legacy) unless graphs are on
-	side          sideStream   // a second stream for work nothing waits on (L2 warming); device thread only
 	graphs        graphState   // device thread only
 	profiling     atomic.Bool  // a kernel profile runs (prof != nil, not graphs), for the host side
 	callNames     atomic.Bool  // a profile of either kind runs: name the device thread's synchronous calls
@@ -355,7 +354,7 @@ func (dev *Device) load(cubin []byte, name string, kernels []string) (map[string
 // Launch runs k over grid × block threads. Arguments may be Buffers,
 // int (passed as int32), int32, uint32, float32 or float64 (as float32).
 func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
-	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, false, args)
+	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, args)
 	if err != nil {
 		return err
 	}
@@ -366,7 +365,7 @@ func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ..
 // it; a failure is reported by the next Sync. Launches and copies run in
 // the order they are issued.
 func (dev *Device) LaunchAsync(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
-	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, false, args)
+	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, args)
 	if err != nil {
 		return err
 	}
@@ -380,7 +379,7 @@ func (dev *Device) LaunchClusterAsync(k Kernel, grid, block, cluster [3]uint32, 
 	if !dev.Clusters() {
 		return fmt.Errorf("cuda: %s: this device cannot launch thread block clusters", k.name)
 	}
-	f, err := dev.launcher(k, grid, block, shmem, cluster, false, args)
+	f, err := dev.launcher(k, grid, block, shmem, cluster, args)
 	if err != nil {
 		return err
 	}
@@ -531,9 +530,8 @@ func clusterAttr(c [3]uint32) launchAttr {
 }
 
 // launcher returns the call that launches k; a cluster of zeros launches
-// plain blocks. A side launch goes to the side stream, behind the work
-// issued so far (sideStream.fork), without PDL or profiling.
-func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, cluster [3]uint32, side bool, args []any) (func() error, error) {
+// plain blocks.
+func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, cluster [3]uint32, args []any) (func() error, error) {
 	// One 8-byte slot per argument and one array of pointers to the slots,
 	// two allocations per launch, both made here so that the closure holds
 	// them on the heap: Go's collector does not move heap objects, and the
@@ -601,30 +599,19 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 	}
 	return func() error {
 		withPDL := pdl || dev.pdlRec
-		stream := dev.stream
-		if side {
-			s, err := dev.fork()
-			if err != nil {
-				return err
-			}
-			stream, withPDL = s, false
-		}
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
 			rec.shape = mixSig(mixSig(rec.shape, uint64(k.fn)), launchShape(cluster, withPDL))
-			if side {
-				rec.shape, rec.side = mixSig(rec.shape, 1), true
-			}
 		}
 		var pp uintptr // the heap array's address: stable, unlike a stack slot's
 		if len(params) > 0 {
 			pp = uintptr(unsafe.Pointer(&params[0]))
 		}
-		if dev.prof != nil && !dev.prof.graphs && !side {
+		if dev.prof != nil && !dev.prof.graphs {
 			defer dev.prof.around(dev.d, dev.stream, k.name)()
 		}
 		if clustered || withPDL && dev.d.launchExFn != 0 {
-			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: stream, attrs: &pdlAttr, nattrs: 1}
+			cfg := &launchConfig{grid: grid, block: block, shmem: shmem, stream: dev.stream, attrs: &pdlAttr, nattrs: 1}
 			switch {
 			case clustered && withPDL:
 				cfg.attrs, cfg.nattrs = &clAttrs[0], 2
@@ -639,7 +626,7 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 			return dev.d.check("cuLaunchKernelEx", result(int32(r)))
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
-			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), stream, pp, 0)
+			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), dev.stream, pp, 0)
 		runtime.KeepAlive(vals)
 		runtime.KeepAlive(params)
 		return dev.d.check("cuLaunchKernel", result(int32(r)))

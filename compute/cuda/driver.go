@@ -49,7 +49,6 @@ type driverAPI struct {
 	cuEventSynchronize           func(ev uintptr) result
 	// Graphs (optional: nil when the driver lacks them).
 	cuStreamCreate              func(s *uintptr, flags uint32) result
-	cuStreamWaitEvent           func(s, ev uintptr, flags uint32) result
 	cuStreamBeginCapture        func(s uintptr, mode int32) result
 	cuStreamEndCapture          func(s uintptr, g *uintptr) result
 	cuGraphInstantiateWithFlags func(exec *uintptr, g uintptr, flags uint64) result
@@ -110,7 +109,7 @@ func loadDriver() (*driverAPI, error) {
 		}
 		d.graphs = true
 		for name, fn := range map[string]any{
-			"cuStreamCreate": &d.cuStreamCreate, "cuStreamWaitEvent": &d.cuStreamWaitEvent, "cuStreamBeginCapture_v2": &d.cuStreamBeginCapture,
+			"cuStreamCreate": &d.cuStreamCreate, "cuStreamBeginCapture_v2": &d.cuStreamBeginCapture,
 			"cuStreamEndCapture": &d.cuStreamEndCapture, "cuGraphInstantiateWithFlags": &d.cuGraphInstantiateWithFlags,
 			"cuGraphExecUpdate_v2": &d.cuGraphExecUpdate, "cuGraphLaunch": &d.cuGraphLaunch,
 			"cuGraphDestroy": &d.cuGraphDestroy, "cuGraphExecDestroy": &d.cuGraphExecDestroy,

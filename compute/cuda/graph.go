@@ -112,9 +112,6 @@ type recording struct {
 	// launch: what an executable graph is updated in place only if it
 	// matches (see launchGraph).
 	shape uint64
-	// side: launches went to the side stream, which must join the
-	// captured stream before the capture ends (sideStream.join).
-	side bool
 }
 
 // launchShape is the part of a launch's configuration that an executable
@@ -195,11 +192,6 @@ func (dev *Device) endCapture() {
 	var gated time.Duration // waiting for late uploads' values is not building
 	defer func() { dev.graphs.stats.Build += time.Since(start) - gated }()
 	dev.graphs.compare(rec)
-	if rec.side {
-		if err := dev.join(); err != nil && rec.err == nil {
-			rec.err = err
-		}
-	}
 	var g uintptr
 	ok := dev.d.cuStreamEndCapture(dev.stream, &g) == 0 && rec.err == nil
 	if ok && g != 0 {

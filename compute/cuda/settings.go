@@ -70,8 +70,6 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_PROMPT_BLAS", func(v string) { promptBLAS = v != "0" }},
 	{"TANDEM_CUDA_PROMPT_FLASH", func(v string) { promptFlash = v != "0" }},
 	{"TANDEM_CUDA_FLASH_GROUPS", func(string) { flashMaxGroups = envInt("TANDEM_CUDA_FLASH_GROUPS", 2, 1, 2) }},
-	{"TANDEM_CUDA_WARM_L2", func(string) { warmL2MiB = envInt("TANDEM_CUDA_WARM_L2", 0, 0, 1024) }},
-	{"TANDEM_CUDA_WARM_SIDE", func(v string) { warmSide = v != "0" }},
 }
 
 // dropped names kernels that launch and launchCluster skip

@@ -50,8 +50,6 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_PROMPT_BLAS", "0", func() bool { return !promptBLAS }, func() bool { return promptBLAS }},
 		{"TANDEM_CUDA_PROMPT_FLASH", "0", func() bool { return !promptFlash }, func() bool { return promptFlash }},
 		{"TANDEM_CUDA_FLASH_GROUPS", "1", func() bool { return flashMaxGroups == 1 }, func() bool { return flashMaxGroups == 2 }},
-		{"TANDEM_CUDA_WARM_L2", "16", func() bool { return warmL2MiB == 16 }, func() bool { return warmL2MiB == 0 }},
-		{"TANDEM_CUDA_WARM_SIDE", "0", func() bool { return !warmSide }, func() bool { return warmSide }},
 		{"TANDEM_CUDA_POOL_GC", "0", func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 },
 			func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 }},
 		{"TANDEM_CUDA_DROP", "rmsnorm2+ attn_cluster", func() bool { return len(dropped) == 2 && dropped["rmsnorm2"] && dropped["attn_cluster"] },

@@ -626,9 +626,6 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		compute.Recycle(b, a, x0, h0)
 		f, fNorm := m.feedForward(l, x, h), l.postFFNorm
 		compute.Recycle(b, h)
-		if i+1 < len(m.layers) { // during the norms (and the per-layer input's small products)
-			m.warm(len(ids), append([]*compute.Tensor{l.pleGate, l.pleProj}, m.layers[i+1].projections()...)...)
-		}
 		if ple != nil {
 			x0 = x
 			x = compute.AddRMSNorm(b, x, f, fNorm, eps)
@@ -691,19 +688,6 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 	return out, nil
 }
 
-// warmTokens is the most tokens a pass may have for its products' weights
-// to be warmed into the device's cache ahead of them (compute.WarmL2):
-// products of more rows are bound by compute, not by streaming weights.
-const warmTokens = 16
-
-// warm asks the backend to warm ws (nil ones skipped) for a pass of n
-// tokens.
-func (m *Model) warm(n int, ws ...*compute.Tensor) {
-	if n <= warmTokens {
-		compute.WarmL2(m.b, ws...)
-	}
-}
-
 // Logits applies the LM head (the tied embedding and the final softcap) to
 // post-norm hidden states [n, H]. Row for row, it gives the bits a forward
 // pass with logits would have given, so callers may defer the head to the
@@ -763,7 +747,6 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	} else if proj = compute.MatMuls(b, h, l.projections()...); l.KEqV {
 		proj = append(proj, proj[1]) // values are the raw key projection
 	}
-	m.warm(N, l.o, l.gate, l.up) // during the norms and attention
 	var q, kNew, vNew *compute.Tensor
 	var dst []compute.KVRun // the rows' cache slots, where each row's run is contiguous
 	if l.Shared {
@@ -800,7 +783,6 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	}
 	out := attendRuns(b, q, pos, offsets, views[i], opt)
 	y := b.MatMul(out.Reshape(N, nH*d), l.o)
-	m.warm(N, l.gate, l.up) // during the norms between
 	// The projections (views of one product where stacked), the normed
 	// queries, keys and values (written into the caches by now) and the
 	// attention's output are all read.

@@ -2391,26 +2391,3 @@ extern "C" __global__ void attn_kv_bf16(const float* k, const float* v, const in
         }
     }
 }
-
-// l2_warm asks L2 for pieces of a model weight of n bytes at p (128-byte
-// aligned): 8 lines (1,024 bytes) every stride bytes, lines of them in
-// all, so each of a product's blocks finds the same share of its bytes
-// there (cuda/warm.go). It reads nothing into registers and writes
-// nothing; a prefetch is a hint the memory system may drop. In the main
-// stream under programmatic launch it lets the next kernel be scheduled,
-// then waits for the kernel before (the product whose streaming it must
-// not compete with) before asking; the kernel after still waits for this
-// one, which ends after everything before it. On the side stream both are
-// no-ops.
-extern "C" __global__ void l2_warm(const char* p, unsigned long long n, unsigned long long stride,
-                                   unsigned long long lines) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long l = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; l < lines; l += step) {
-        const unsigned long long off = (l >> 3) * stride + (l & 7) * 128;
-        if (off < n) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-    }
-}
