@@ -50,10 +50,6 @@ type Backend struct {
 	stage *staging
 	late  lateRead // ReadLate's pinned memory
 	k     map[string]Kernel
-	// gluWeights holds the stacked gate|up weights GeluMatMuls has seen,
-	// by their first element's address ([2]int{N, K}): their K split is
-	// the GLU kernel's (splitOf).
-	gluWeights sync.Map
 	// precision is the products' (compute.Precisioner): a prompt pass's
 	// products at PrecisionBF16 take matmul_tiled1.
 	precision atomic.Uint32
@@ -1057,18 +1053,11 @@ var _ compute.GeluGater = (*Backend)(nil)
 // the stacked product's, so each output's sums are the ones GeluMul reads
 // after MatMuls.
 func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, bool) {
-	if gate.Rank() != 2 || up.Rank() != 2 || gate.Dim(0) != up.Dim(0) {
+	if !gluFused || b.bf16() || gate.Rank() != 2 || up.Rank() != 2 || gate.Dim(0) != up.Dim(0) {
 		return nil, false
 	}
 	whole := b.stacked([]*compute.Tensor{gate, up})
 	if whole == nil {
-		return nil, false
-	}
-	// Remembered before any product of it runs, on every path: the
-	// unfused MatMuls of more rows, of a bf16 pass, or with the GLU kernel
-	// off take the same split (splitOf).
-	b.gluWeights.LoadOrStore(memOf(whole).ptr, [2]int{whole.Dim(0), whole.Dim(1)})
-	if !gluFused || b.bf16() {
 		return nil, false
 	}
 	return b.rowsGLU(x, whole, gate.Dim(0), nil)
@@ -1095,7 +1084,7 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	if M < 1 || M > min(rowsMaxM, 5) || K == 0 || I == 0 || w.Dim(1) != K {
 		return nil, false
 	}
-	splits, chunk := b.splitOf(w, N, K) // the unfused product's split
+	splits, chunk := splitK(N, K) // the unfused product's split
 	grid := [3]uint32{uint32((I + 63) / 64), uint32(splits), 1}
 	if splits > 1 && (int(grid[0]) > splitCounters || sumSplitsOnly) {
 		return nil, false
@@ -1333,38 +1322,8 @@ func splitK(N, K int) (splits, chunk int) {
 		groups := (N + 7) / 8
 		splits = max(1, min((splitWarps+groups-1)/groups, K/splitMinK))
 	}
-	return splitChunks(K, splits)
-}
-
-// splitChunks is K in at most splits chunks of a multiple of 32 elements:
-// how many it takes, and their length.
-func splitChunks(K, splits int) (n, chunk int) {
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
-}
-
-// gluSplit gives a stacked gate|up weight the K split that fits the GLU
-// kernel (on; TANDEM_CUDA_GLU_SPLIT=0 takes splitK's, for comparisons: a
-// live switch that changes those products' bits). splitK's cost model
-// counts the warps of the rows kernel the shape takes, 64 columns a block
-// for the narrow one, but matmul_rows_glu's block covers 64 gate and 64 up
-// columns: on the E2B shape (12288 × 1536) the model's two splits left
-// the GLU kernel's 192 blocks a third of a wave, and it streamed 37.8 MB
-// at 1.5-1.7 TB/s (Nsight Compute, twenty-fifth session).
-var gluSplit = true // read by liveSettings
-
-// splitOf is the K split of the product with weight w (N × K): splitK's,
-// except for a stacked gate|up weight GeluMatMuls has seen, which takes
-// fillSplit's count for 128 columns a block. Every path that multiplies
-// by w takes it (the GLU kernel, and MatMuls of more rows), so a row's
-// bits do not depend on the path.
-func (b *Backend) splitOf(w *compute.Tensor, N, K int) (splits, chunk int) {
-	if gluSplit && splitFixed == 0 && splitMode == "fill" && waveWarps > 0 {
-		if v, ok := b.gluWeights.Load(memOf(w).ptr); ok && v == [2]int{N, K} {
-			return splitChunks(K, fillSplit(N, K, waveWarps, 128))
-		}
-	}
-	return splitK(N, K)
 }
 
 // splitMode is TANDEM_CUDA_SPLIT: "fill" (the default) takes fillSplit's
@@ -1454,9 +1413,6 @@ func alignedRows(K int, w *compute.Tensor, stride int) int {
 // it reports whether it did (other kernels write the plain [M, N]).
 func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, segs *[2]int) bool {
 	splits, chunk := splitK(N, K)
-	if at == nil {
-		splits, chunk = b.splitOf(w, N, K)
-	}
 	R := M // output rows
 	if at != nil {
 		R = at.rows
