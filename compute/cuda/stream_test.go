@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -245,6 +246,188 @@ func TestClusterSplitSpeed(t *testing.T) {
 			line += fmt.Sprintf("  %d: %v, cluster %v (%d of %d fit)", n, counted.Round(100*time.Nanosecond),
 				cl.Round(100*time.Nanosecond), g.clusterFit["matmul_rows_wide_cl"][n], (s.N+127)/128)
 		}
+		t.Log(line)
+	}
+}
+
+// bulkSource: stream_bulk reads what stream_rows reads on its grid (a
+// block 128 rows of one K split), but through the tensor memory
+// accelerator: warp 0 copies each row's next 128 elements into a ring of
+// `stages` 32 KB shared-memory buffers (cp.async.bulk, one copy a row, an
+// mbarrier a buffer counting the bytes in), and every thread reads each
+// buffer once it is full. Bytes in flight then cost no registers: up to
+// stages × 32 KB a block.
+const bulkSource = `
+extern "C" __global__ void __launch_bounds__(256, 1) stream_bulk(const unsigned short* w, unsigned* sink, int N, int K,
+                                                               int kchunk, int stages) {
+    extern __shared__ __align__(128) unsigned char ring[];
+    __shared__ __align__(8) unsigned long long full[8];
+    const int n0 = blockIdx.x * 128, rows = min(128, N - n0);
+    const int k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk), steps = (k1 - k0 + 127) / 128;
+    if (rows <= 0 || steps <= 0) return;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[s])));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int i) { // warp 0
+        const int s = i % stages, kb = k0 + 128 * i;
+        const unsigned len = 2u * (unsigned)min(128, k1 - kb), bar = smem_addr(&full[s]);
+        if (threadIdx.x == 0) {
+            unsigned long long st;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(st) : "r"(bar), "r"(len * rows) : "memory");
+        }
+        __syncwarp();
+        for (int r = threadIdx.x; r < rows; r += 32)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         ::"r"(smem_addr(ring + (size_t)s * 32768 + r * 256)), "l"(w + (size_t)(n0 + r) * K + kb), "r"(len),
+                         "r"(bar) : "memory");
+    };
+    if (threadIdx.x < 32)
+        for (int i = 0; i < min(stages, steps); i++) issue(i);
+    unsigned acc = 0;
+    for (int i = 0; i < steps; i++) {
+        const int s = i % stages;
+        const unsigned par = (unsigned)(i / stages) & 1u, bar = smem_addr(&full[s]);
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                         : "=r"(done) : "r"(bar), "r"(par) : "memory");
+        const uint4* p = (const uint4*)(ring + (size_t)s * 32768);
+        for (int j = threadIdx.x; j < 2048; j += 256) {
+            const uint4 q = p[j];
+            acc ^= q.x ^ q.y ^ q.z ^ q.w;
+        }
+        __syncthreads(); // every thread is done with buffer s
+        if (threadIdx.x < 32 && i + stages < steps) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(i + stages);
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+// stream_tma: stream_bulk with one copy a buffer, of a box of 128 rows ×
+// bk elements, through a tensor map in global memory (tmap) instead of a
+// copy a row: the accelerator walks the rows itself.
+extern "C" __global__ void __launch_bounds__(256, 1) stream_tma(const unsigned long long* tmap, unsigned* sink, int N,
+                                                                 int K, int kchunk, int stages, int bk) {
+    extern __shared__ __align__(1024) unsigned char ring[];
+    __shared__ __align__(8) unsigned long long full[8];
+    const int n0 = blockIdx.x * 128, k0 = blockIdx.y * kchunk, k1 = min(K, k0 + kchunk), steps = (k1 - k0 + bk - 1) / bk;
+    const unsigned sbytes = 256u * (unsigned)bk;
+    if (n0 >= N || steps <= 0) return;
+    if (threadIdx.x == 0) {
+        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap) : "memory");
+        for (int s = 0; s < stages; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[s])));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int i) { // thread 0
+        const int s = i % stages, kb = k0 + bk * i;
+        const unsigned bar = smem_addr(&full[s]);
+        unsigned long long st;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(st) : "r"(bar), "r"(sbytes) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                     ::"r"(smem_addr(ring + (size_t)s * sbytes)), "l"(tmap), "r"(kb), "r"(n0), "r"(bar) : "memory");
+    };
+    if (threadIdx.x == 0)
+        for (int i = 0; i < min(stages, steps); i++) issue(i);
+    unsigned acc = 0;
+    for (int i = 0; i < steps; i++) {
+        const int s = i % stages;
+        const unsigned par = (unsigned)(i / stages) & 1u, bar = smem_addr(&full[s]);
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                         : "=r"(done) : "r"(bar), "r"(par) : "memory");
+        const uint4* p = (const uint4*)(ring + (size_t)s * sbytes);
+        for (int j = threadIdx.x; j < (int)(sbytes / 16); j += 256) {
+            const uint4 q = p[j];
+            acc ^= q.x ^ q.y ^ q.z ^ q.w;
+        }
+        __syncthreads(); // every thread is done with buffer s
+        if (threadIdx.x == 0 && i + stages < steps) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(i + stages);
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+`
+
+// TestBulkStreamSpeed says whether a decode product's weights would stream
+// faster through the tensor memory accelerator than by the rows kernels'
+// register loads: stream_bulk on the rows kernels' grid with rings of 2 to
+// 6 buffers, beside matmul_rows_wide's loads alone (stream_rows) and a flat
+// read, on the published shapes. Asserts nothing.
+func TestBulkStreamSpeed(t *testing.T) {
+	g := backendOrSkip(t)
+	if testing.Short() {
+		t.Skip("timing")
+	}
+	ks, err := g.dev.Compile(MatMulSource+streamSource+bulkSource, "bulk.cu", "stream_rows", "stream_flat", "stream_bulk", "stream_tma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	for _, k := range []string{"stream_bulk", "stream_tma"} {
+		if err := g.dev.SetFuncAttribute(ks[k], maxDynamicShared, 6*32768); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmap := g.alloc(compute.F32, 32) // a CUtensorMap: 128 bytes
+	defer restoreMatMul()()
+	rowsKernel = "matmul_rows_wide"
+	sink := g.alloc(compute.F32, 1)
+	r := rand.New(rand.NewPCG(13, 14))
+	launch := func(k Kernel, grid [3]uint32, shmem uint32, args ...any) {
+		if err := g.dev.LaunchAsync(k, grid, [3]uint32{256, 1, 1}, shmem, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []struct {
+		name string
+		N, K int
+	}{{"31B MLP down", 5376, 21504}, {"31B MLP gate", 21504, 5376}, {"31B LM head", 262144, 5376},
+		{"E2B MLP down", 1536, 6144}, {"E2B MLP gate", 6144, 1536}} {
+		splits, chunk := splitK(s.N, s.K)
+		bytes := float64(2 * s.N * s.K)
+		rate := func(d time.Duration) string {
+			return fmt.Sprintf("%v %.0f GB/s", d.Round(100*time.Nanosecond), bytes/d.Seconds()/1e9)
+		}
+		w := weight(g, compute.BF16, randF32(r, s.N*s.K), s.N, s.K)
+		grid := [3]uint32{uint32((s.N + 127) / 128), uint32(splits), 1}
+		line := fmt.Sprintf("%s (N=%d K=%d, %d splits of %d):  its loads %s", s.name, s.N, s.K, splits, chunk,
+			rate(deviceTime(t, g, 20, func() { launch(ks["stream_rows"], grid, 48<<10, ptrOf(w), ptrOf(sink), s.N, s.K, chunk) })))
+		for _, stages := range []int{2} {
+			line += fmt.Sprintf("  bulk ×%d %s", stages, rate(deviceTime(t, g, 20, func() {
+				launch(ks["stream_bulk"], grid, uint32(stages*32768), ptrOf(w), ptrOf(sink), s.N, s.K, chunk, stages)
+			})))
+		}
+		for _, c := range []struct{ bk, stages int }{{64, 2}, {64, 4}, {64, 6}, {128, 2}, {128, 3}, {128, 6}, {256, 3}} {
+			m, err := g.dev.TileMap2D(ptrOf(w), s.N, s.K, 2*s.K, 128, c.bk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := make([]byte, 128)
+			for i, v := range m {
+				binary.LittleEndian.PutUint64(raw[8*i:], v)
+			}
+			if err := g.dev.Upload(ptrOf(tmap), raw); err != nil {
+				t.Fatal(err)
+			}
+			shmem := uint32(c.stages * 256 * c.bk)
+			if shmem > 6*32768 {
+				continue
+			}
+			line += fmt.Sprintf("  tma %d×%d %s", c.bk, c.stages, rate(deviceTime(t, g, 20, func() {
+				launch(ks["stream_tma"], grid, shmem, ptrOf(tmap), ptrOf(sink), s.N, s.K, chunk, c.stages, c.bk)
+			})))
+		}
+		line += "  flat " + rate(deviceTime(t, g, 20, func() {
+			launch(ks["stream_flat"], [3]uint32{uint32(8 * g.dev.SMs), 1, 1}, 0, ptrOf(w), ptrOf(sink), s.N*s.K/8)
+		}))
 		t.Log(line)
 	}
 }
