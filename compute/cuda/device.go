@@ -649,31 +649,3 @@ func (dev *Device) Sync() error {
 		return dev.d.check("cuCtxSynchronize", dev.block(dev.d.cuCtxSynchronize))
 	})
 }
-
-// TensorMap is a CUtensorMap: the 128 bytes that describe a tiled view of
-// a tensor in device memory to the tensor memory accelerator.
-type TensorMap [16]uint64
-
-// TileMap2D describes the rows × cols matrix of 2-byte elements at b (rows
-// of cols elements, stride bytes apart) in boxes of boxRows × boxCols, with
-// no swizzle and 256-byte L2 promotion. It needs CUDA 12's driver.
-func (dev *Device) TileMap2D(b Buffer, rows, cols, stride, boxRows, boxCols int) (TensorMap, error) {
-	var m TensorMap
-	// The driver writes the map at a 64-byte aligned address.
-	buf := make([]uint64, 24)
-	at := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 8
-	if dev.d.cuTensorMapEncodeTiled == nil {
-		return m, errors.New("cuda: the driver library lacks cuTensorMapEncodeTiled")
-	}
-	dims := [2]uint64{uint64(cols), uint64(rows)}
-	strides := [1]uint64{uint64(stride)}
-	box := [2]uint32{uint32(boxCols), uint32(boxRows)}
-	es := [2]uint32{1, 1}
-	const u16, none, l2x256 = 1, 0, 3 // CU_TENSOR_MAP_DATA_TYPE_UINT16, …_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-	err := dev.do(func() error { // on the device thread: the call checks its context
-		return dev.d.check("cuTensorMapEncodeTiled", dev.d.cuTensorMapEncodeTiled(unsafe.Pointer(&buf[at]), u16, 2, b.ptr,
-			unsafe.Pointer(&dims), unsafe.Pointer(&strides), unsafe.Pointer(&box), unsafe.Pointer(&es), none, none, l2x256, none))
-	})
-	copy(m[:], buf[at:at+16])
-	return m, err
-}

@@ -42,10 +42,6 @@ type driverAPI struct {
 	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result // optional: nil where the driver lacks it
 	// optional: nil where the driver lacks it (CUDA 12+)
 	cuOccupancyMaxActiveClusters func(n *int32, fn uintptr, cfg unsafe.Pointer) result
-	// cuTensorMapEncodeTiled describes a tiled view of a tensor for the
-	// tensor memory accelerator (CUDA 12+; optional).
-	cuTensorMapEncodeTiled func(m unsafe.Pointer, dtype, rank uint32, addr uintptr, dims, strides, box, estrides unsafe.Pointer,
-		interleave, swizzle, l2, oob uint32) result
 	cuEventCreate                func(ev *uintptr, flags uint32) result
 	cuEventRecord                func(ev, stream uintptr) result
 	cuEventElapsedTime           func(ms *float32, start, end uintptr) result
@@ -125,7 +121,7 @@ func loadDriver() (*driverAPI, error) {
 			purego.RegisterLibFunc(fn, h, name)
 		}
 		for name, fn := range map[string]any{"cuFuncSetAttribute": &d.cuFuncSetAttribute,
-			"cuOccupancyMaxActiveClusters": &d.cuOccupancyMaxActiveClusters, "cuTensorMapEncodeTiled": &d.cuTensorMapEncodeTiled} {
+			"cuOccupancyMaxActiveClusters": &d.cuOccupancyMaxActiveClusters} {
 			if _, err := purego.Dlsym(h, name); err == nil {
 				purego.RegisterLibFunc(fn, h, name)
 			}
