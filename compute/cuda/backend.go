@@ -114,8 +114,7 @@ var kernelNames = map[string][]string{
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
 		"matmul_rows_early_cl", "matmul_rows_wide_early_cl", "matmul_rows_glu_early", "matmul_rows_glu_by_early",
-		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl", "matmul_grouped", "matmul_grouped1",
-		"matmul_rows_wide_pre", "matmul_rows_wide_pre_cl"},
+		"matmul_rows_glu_early_cl", "matmul_rows_glu_by_early_cl", "matmul_grouped", "matmul_grouped1"},
 }
 
 // New opens GPU ordinal and compiles the kernels for it.
@@ -1207,8 +1206,8 @@ func rowsFor(N, K int) string {
 // kernel covers (64 when absent).
 var (
 	rowsArithmetic = map[string]bool{"auto": true, "matmul_rows": true, "matmul_rows_plain": true, "matmul_rows_wide": true,
-		"matmul_rows_early": true, "matmul_rows_wide_early": true, "matmul_rows_wide_pre": true}
-	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128, "matmul_rows_wide_pre": 128}
+		"matmul_rows_early": true, "matmul_rows_wide_early": true}
+	blockCols = map[string]int{"matmul_rows_wide": 128, "matmul_rows_wide_early": 128}
 )
 
 // tileKernels are the multi-tile rows kernels (TILES_KERNELS in
@@ -1281,19 +1280,8 @@ func (b *Backend) early(name string, w *compute.Tensor) string {
 		return name
 	}
 	b.earlyN++
-	if preWeights && e == "matmul_rows_wide_early" {
-		e = "matmul_rows_wide_pre"
-	}
 	return e
 }
-
-// preWeights has the wide rows kernel's early variant copy two more K
-// steps of its weights into shared memory before it waits for the kernel
-// before (matmul_rows_wide_pre; TANDEM_CUDA_PRE_WEIGHTS=1, live, off by
-// default): a 31B step spends about 1.2 ms in attention, during which the
-// next product could stream three steps of its weights instead of one.
-// The same bits.
-var preWeights bool // read by liveSettings
 
 // envInt reads a whole number in [lo, hi] from the environment variable
 // name: def when it is unset, and def with a warning when it is not such a
@@ -1547,8 +1535,7 @@ var clusterFinish = true // TANDEM_CUDA_CLUSTER, read by liveSettings
 var clusterOf = map[string]string{"matmul_rows": "matmul_rows_cl", "matmul_rows_wide": "matmul_rows_wide_cl",
 	"matmul_rows_glu": "matmul_rows_glu_cl", "matmul_rows_glu_by": "matmul_rows_glu_by_cl",
 	"matmul_rows_early": "matmul_rows_early_cl", "matmul_rows_wide_early": "matmul_rows_wide_early_cl",
-	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl",
-	"matmul_rows_wide_pre": "matmul_rows_wide_pre_cl"}
+	"matmul_rows_glu_early": "matmul_rows_glu_early_cl", "matmul_rows_glu_by_early": "matmul_rows_glu_by_early_cl"}
 
 // clusterKernel is the cluster-finish variant of kernel name for a product
 // of groups column groups in splits K splits, or "" where it takes none:

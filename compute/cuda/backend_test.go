@@ -766,8 +766,7 @@ func deviceTime(t *testing.T, g *Backend, reps int, f func()) time.Duration {
 
 var (
 	mma1Variants = []string{"matmul_mma1", "matmul_mma1n"}
-	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early",
-		"matmul_rows_wide_pre"}
+	rowsVariants = []string{"matmul_rows", "matmul_rows_plain", "matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early"}
 )
 
 // restoreMatMul returns a function that puts the matmul variant switches

@@ -313,9 +313,8 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 		}
 		wantGLU := product("matmul_rows_glu", false)
 		kernels := []string{"matmul_rows_wide_early", "matmul_rows_early", "matmul_rows_glu_early"}
-		kernels = append(kernels, "matmul_rows_wide_pre")
 		if splits > 1 && splits <= b.maxCluster {
-			kernels = append(kernels, "matmul_rows_wide_early_cl", "matmul_rows_early_cl", "matmul_rows_glu_early_cl", "matmul_rows_wide_pre_cl")
+			kernels = append(kernels, "matmul_rows_wide_early_cl", "matmul_rows_early_cl", "matmul_rows_glu_early_cl")
 		}
 		for _, kernel := range kernels {
 			want := want

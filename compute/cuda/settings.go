@@ -29,7 +29,6 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_MATMUL", func(v string) { warpMatMul, tiledMatMul = v == "warp", v != "mma8" }},
 	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
 	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v != "0" }},
-	{"TANDEM_CUDA_PRE_WEIGHTS", func(v string) { preWeights = v == "1" }},
 	{"TANDEM_CUDA_SPLIT", setSplitMode},
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},

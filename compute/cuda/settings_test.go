@@ -27,7 +27,6 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_MATMUL", "warp", func() bool { return warpMatMul && tiledMatMul }, func() bool { return !warpMatMul && tiledMatMul }},
 		{"TANDEM_CUDA_ROWS", "wide", func() bool { return rowsKernel == "matmul_rows_wide" }, func() bool { return rowsKernel == "auto" }},
 		{"TANDEM_CUDA_EARLY_WEIGHTS", "0", func() bool { return !earlyWeights }, func() bool { return earlyWeights }},
-		{"TANDEM_CUDA_PRE_WEIGHTS", "1", func() bool { return preWeights }, func() bool { return !preWeights }},
 		{"TANDEM_CUDA_SPLIT", "warps", func() bool { return splitMode == "warps" }, func() bool { return splitMode == "fill" }},
 		{"TANDEM_CUDA_FUSE", "0", func() bool { return !fusedOps }, func() bool { return fusedOps }},
 		{"TANDEM_CUDA_NORM2", "0", func() bool { return !fusedNorm2 }, func() bool { return fusedNorm2 }},

@@ -689,32 +689,7 @@ ROWS_CL_KERNEL(matmul_rows_early_cl, true)
 // Its K step is matmul_rows' (wide_mma); matmul_rows keeps a body of its
 // own for the token-routed variant (Tok) and its one column group, at 64
 // registers, the most its four blocks a multiprocessor allow.
-// wpre_step queues the copies of the K step at kb that wload_step would
-// load into q (the aligned, in-range chunks; the others are loaded at
-// their turn) into the lane's slots of slot ([G][U][32] chunks), by
-// cp.async through L2 with its 256-byte prefetch: bytes in flight that
-// hold no register.
-template <int G, int U>
-__device__ __forceinline__ void wpre_step(uint4* slot, const unsigned short* const wr[G], const bool ok[G], int kb,
-                                          int t, int lane, int k1, bool al) {
-#pragma unroll
-    for (int i = 0; i < G; i++)
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k = kb + 32 * u + 8 * t;
-            if (ok[i] && al && k + 8 <= k1)
-                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(smem_addr(slot + (i * U + u) * 32 + lane)),
-                             "l"(wr[i] + k) : "memory");
-        }
-}
-
-// With Pre > 0 (the _pre kernels, TANDEM_CUDA_PRE_WEIGHTS=1, early weights
-// only) the Pre K steps after the first are copied into shared memory
-// before the wait as well, so a product launched under programmatic launch
-// streams Pre + 1 steps of its weights while the kernel before it (its
-// attention, its norm) still runs. Each lane later reads back the chunks it
-// copied itself: the same values into the same mmas, the same bits.
-template <int G, int U, bool NC, bool Early, bool Local = false, int T = 1, int Pre = 0>
+template <int G, int U, bool NC, bool Early, bool Local = false, int T = 1>
 __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const unsigned short* __restrict__ w,
                                  float* __restrict__ out, int M, int N, int K, int kchunk, int aligned, int b1,
                                  int b2) {
@@ -747,31 +722,9 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         uint4 q[G][U];
 #pragma unroll
         for (int i = 0; i < G; i++) wload_step<U, NC>(q[i], wr[i], kb, t, k1, ok[i], al);
-        __shared__ uint4 pre[Pre > 0 ? 8 : 1][Pre > 0 ? Pre : 1][G * U * 32];
-        if (Pre > 0) {
-#pragma unroll
-            for (int j = 0; j < Pre; j++) wpre_step<G, U>(pre[wid][j], wr, ok, kb + 32 * U * (j + 1), t, lane, k1, al);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        }
         pdl_start_for(xs, out);
         tiles_mma<T, G, U>(c, q, x, kb, k1, t, al);
         kb += 32 * U;
-        if (Pre > 0) {
-            asm volatile("cp.async.wait_all;" ::: "memory"); // the lane's own copies
-#pragma unroll
-            for (int j = 0; j < Pre; j++, kb += 32 * U) {
-                if (kb >= k1) break;
-#pragma unroll
-                for (int i = 0; i < G; i++)
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const int k = kb + 32 * u + 8 * t;
-                        q[i][u] = ok[i] && al && k + 8 <= k1 ? pre[wid][j][(i * U + u) * 32 + lane]
-                                                             : wchunk<NC>(wr[i], k, k1, ok[i] && k < k1, al);
-                    }
-                tiles_mma<T, G, U>(c, q, x, kb, k1, t, al);
-            }
-        }
     }
     for (; kb < k1; kb += 32 * U) {
         uint4 q[G][U];
@@ -794,33 +747,29 @@ __device__ void matmul_rows_wide(const unsigned short* __restrict__ xs, const un
         }
 }
 
-#define WIDE_PRE 2 // the _pre kernels' steps in shared memory: 32 KB a block
-
-#define WIDE_KERNEL(name, G, U, MINB, EARLY, PRE)                                                              \
+#define WIDE_KERNEL(name, G, U, MINB, EARLY)                                                                   \
     extern "C" __global__ void __launch_bounds__(256, MINB) name(const unsigned short* xs, const unsigned short* w, \
                                     float* y, float* part, int* counters, int M, int N, int K, int kchunk,     \
                                     int aligned, int b1, int b2) {                                             \
         if (!EARLY) pdl_start();                                                                               \
-        matmul_rows_wide<G, U, true, EARLY, false, 1, PRE>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);     \
+        matmul_rows_wide<G, U, true, EARLY>(xs, w, part, M, N, K, kchunk, aligned, b1, b2);                    \
         finish_group<64 * G>(y, part, counters, blockIdx.x, M, N, 0, M, b1, b2);                               \
     }
-WIDE_KERNEL(matmul_rows_wide, 2, 2, 4, false, 0)
-WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true, 0)
-WIDE_KERNEL(matmul_rows_wide_pre, 2, 2, 4, true, WIDE_PRE)
+WIDE_KERNEL(matmul_rows_wide, 2, 2, 4, false)
+WIDE_KERNEL(matmul_rows_wide_early, 2, 2, 4, true)
 
 // matmul_rows_wide_cl: matmul_rows_wide with the cluster finish;
 // matmul_rows_wide_early_cl with early weights too.
-#define WIDE_CL_KERNEL(name, EARLY, PRE)                                                                         \
+#define WIDE_CL_KERNEL(name, EARLY)                                                                              \
     extern "C" __global__ void __launch_bounds__(256, 4) name(const unsigned short* xs, const unsigned short* w,   \
             float* y, float* part, int* counters, int M, int N, int K, int kchunk, int aligned, int b1, int b2) {  \
         __shared__ float ct[CL_ROWS * 128];                                                                      \
         if (!EARLY) pdl_start();                                                                                 \
-        matmul_rows_wide<2, 2, true, EARLY, true, 1, PRE>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);          \
+        matmul_rows_wide<2, 2, true, EARLY, true>(xs, w, ct, M, N, K, kchunk, aligned, b1, b2);                  \
         cluster_finish<128>(y, ct, M, N, b1, b2);                                                                \
     }
-WIDE_CL_KERNEL(matmul_rows_wide_cl, false, 0)
-WIDE_CL_KERNEL(matmul_rows_wide_early_cl, true, 0)
-WIDE_CL_KERNEL(matmul_rows_wide_pre_cl, true, WIDE_PRE)
+WIDE_CL_KERNEL(matmul_rows_wide_cl, false)
+WIDE_CL_KERNEL(matmul_rows_wide_early_cl, true)
 
 // matmul_rows_wideT (T = 2, 3, 4): matmul_rows_wide for up to 5·T rows
 // (batched decode, a verify of more than four drafts, several requests'
