@@ -65,6 +65,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v != "0" }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
 	{"TANDEM_CUDA_DROP", setDropped},
+	{"TANDEM_CUDA_DROP_ZERO", func(v string) { dropZero = v == "1" }},
 	{"TANDEM_CUDA_ROWS_TILES", func(string) { rowsTiles = envInt("TANDEM_CUDA_ROWS_TILES", 4, 1, 4) }},
 	{"TANDEM_CUDA_TILED1_WIDE", func(v string) { tiled1Wide = v != "0" }},
 	{"TANDEM_CUDA_PROMPT_BLAS", func(v string) { promptBLAS = v != "0" }},
@@ -81,6 +82,13 @@ var liveSettings = []struct {
 // back-to-back times do not show. Dropping a kernel whose output picks
 // tokens (argmax, top-k) can feed garbage ids to a gather.
 var dropped map[string]bool
+
+// dropZero has a dropped attention kernel's output and its split written
+// as zeros (TANDEM_CUDA_DROP_ZERO=1, with TANDEM_CUDA_DROP=attn_cluster or
+// attn_fused): what follows then runs on finite values. Left as they were,
+// the pool's stale bytes made NaN logits, and the host's fallback for NaN
+// steps (9-10 ms a step) hid what the attention had cost.
+var dropZero bool
 
 func setDropped(v string) {
 	var d map[string]bool

@@ -52,6 +52,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_FLASH_GROUPS", "1", func() bool { return flashMaxGroups == 1 }, func() bool { return flashMaxGroups == 2 }},
 		{"TANDEM_CUDA_POOL_GC", "0", func() bool { return poolGCEvery == 0 && b.pool.bgEvery == 0 },
 			func() bool { return poolGCEvery == 2048 && b.pool.bgEvery == 2048 }},
+		{"TANDEM_CUDA_DROP_ZERO", "1", func() bool { return dropZero }, func() bool { return !dropZero }},
 		{"TANDEM_CUDA_DROP", "rmsnorm2+ attn_cluster", func() bool { return len(dropped) == 2 && dropped["rmsnorm2"] && dropped["attn_cluster"] },
 			func() bool { return dropped == nil }},
 	}
