@@ -51,8 +51,6 @@ mutants=(
   'tiles-store|compute/cuda/kernels/matmul.cu|rows_store(&tile[wid][0][0], c[s][i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 5 * s,|rows_store(&tile[wid][0][0], c[s][i], g, t, lane, o, M, ldo, n0 + 8 * i - c0, b1, b2, 0,|^TestMatMulVariantsMatch$'
   # matmul_rows_glu's up columns read from the gate rows
   'glu-up-row|compute/cuda/kernels/matmul.cu|wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;|wr[i] = w + (size_t)(ok ? n0 + g : 0) * K;|^TestGeluMatMulsMatch$'
-  # attn_cluster'"'"'s division-free key copies putting each chunk one column over
-  'cluster-copy-col|compute/cuda/kernels/ops.cu|            const int j = threadIdx.x % D4;|            const int j = (threadIdx.x + 1) % D4;|^TestFusedAttentionMatches$'
   # matmul_rows_glu'"'"'s finish summing the gate partials for the up values too
   'glu-finish-up|compute/cuda/kernels/matmul.cu|split_sum(part, MN, i + I, gridDim.y)|split_sum(part, MN, i, gridDim.y)|^TestGeluMatMulsMatch$'
   # matmul_rows_glu_by reading the first row'"'"'s up values for every row

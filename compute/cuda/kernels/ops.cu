@@ -1514,34 +1514,14 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
     const float* vb = kv_base(v, kvp, b, 1, (size_t)S * vstride) + (size_t)kvh * Dv + c0;
     const float* kbase = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
     // copy_keys queues keys [a, z) of the block's into rows from kb; copy_values
-    // the block's columns of keys [a, z) of the row into rows from vd. Thread
-    // t copies chunks t + u·RBLOCK of the rows' 16-byte chunks; where a row's
-    // chunks divide RBLOCK it keeps one column chunk and steps over rows,
-    // the same copies without an integer division each (which made 39% of
-    // the kernel's instructions on the 31B shape, twenty-fifth session).
+    // the block's columns of keys [a, z) of the row into rows from vd.
     auto copy_keys = [&](int a, int z, float* kb) {
-        if (RBLOCK % D4 == 0) {
-            const int j = threadIdx.x % D4;
-            for (int kr = threadIdx.x / D4; kr < z - a; kr += RBLOCK / D4) {
-                const int s = sslot[a + kr];
-                if (s >= 0) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, kbase + (size_t)s * Hkv * D + 4 * j);
-            }
-            return;
-        }
         for (int i = threadIdx.x; i < (z - a) * D4; i += RBLOCK) {
             const int kr = i / D4, j = i - kr * D4, s = sslot[a + kr];
             if (s >= 0) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, kbase + (size_t)s * Hkv * D + 4 * j);
         }
     };
     auto copy_values = [&](int a, int z, float* vd) {
-        if (W4 > 0 && RBLOCK % W4 == 0) {
-            const int j = threadIdx.x % W4;
-            for (int r = threadIdx.x / W4; r < z - a; r += RBLOCK / W4) {
-                const int s = sslot[a + r];
-                if (s >= 0) cp_async16(vd + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
-            }
-            return;
-        }
         for (int i = threadIdx.x; i < (z - a) * W4; i += RBLOCK) {
             const int r = i / W4, j = i - r * W4, s = sslot[a + r];
             if (s >= 0) cp_async16(vd + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
@@ -1679,12 +1659,10 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
                 const int p0 = ((mp >> 10) + i) << 10;
                 const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);
                 float a = 0.0f;
-                // A key out of sight has es[r] = 0 (set with its Σ e), so
-                // ef != 0 alone skips every key the slot test would.
 #pragma unroll 8
                 for (int r = r0; r < r1; r++) {
                     const float ef = es[r];
-                    if (ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
+                    if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
                 }
                 acc = __fadd_rn(acc, a);
             }
