@@ -139,19 +139,6 @@ func New(ordinal int) (*Backend, error) {
 		}
 	}
 	b.counters = b.Zeros(compute.I32, splitCounters)
-	if pct := envInt("TANDEM_CUDA_CARVEOUT", -1, -1, 100); pct >= 0 {
-		// Every kernel asks for the same split of a multiprocessor's
-		// L1 and shared memory, so that no kernel boundary waits for the
-		// split to change (attention asks for most of it, the products
-		// for little). Read once, at start-up.
-		const funcAttrCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
-		for name, k := range b.k {
-			if err := dev.SetFuncAttribute(k, funcAttrCarveout, int32(pct)); err != nil {
-				slog.Warn("cuda: TANDEM_CUDA_CARVEOUT", "kernel", name, "err", err)
-				break
-			}
-		}
-	}
 	for _, n := range []int{flashSmemMax, flashSmemSmall} {
 		if err := dev.SetFuncAttribute(b.k["attn_flash"], funcAttrMaxDynamicShared, int32(n)); err != nil {
 			slog.Debug("cuda: attn_flash's shared memory", "bytes", n, "err", err)
