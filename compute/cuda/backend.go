@@ -1316,6 +1316,8 @@ func splitK(N, K int) (splits, chunk int) {
 	switch {
 	case splitFixed > 0:
 		splits = max(1, min(splitFixed, K/32))
+	case splitsFor[[2]int{N, K}] > 0:
+		splits = max(1, min(splitsFor[[2]int{N, K}], K/32))
 	case splitMode == "fill" && waveWarps > 0:
 		splits = fillSplit(N, K, waveWarps, blockColsOf(rowsFor(N, K)))
 	default:
@@ -1344,6 +1346,34 @@ const splitCost = 128
 // four blocks of eight warps a multiprocessor (256 threads of 64 registers
 // fill the 64K registers four times). Set when a backend opens its device.
 var waveWarps int
+
+// splitsFor puts the products of the named weight shapes in the given
+// numbers of K splits (TANDEM_CUDA_SPLITS_FOR=NxK=S+NxK=S, live; for
+// measuring). The split is part of the arithmetic, so a product's bits
+// change with it, on every path alike: a row still has the same bits
+// alone or beside others. The twenty-fifth session found the 31B step's
+// attention costing it more than its kernels take, and the o product
+// after it launching more blocks than fit beside attention's: its split
+// count is what to sweep.
+var splitsFor map[[2]int]int
+
+// parseSplitsFor reads TANDEM_CUDA_SPLITS_FOR's value: shapes NxK=S
+// joined by '+', ' ' or ';', S from 1 to 64.
+func parseSplitsFor(v string) (map[[2]int]int, error) {
+	var m map[[2]int]int
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == '+' || r == ' ' || r == ';' }) {
+		var n, k, s int
+		if _, err := fmt.Sscanf(f, "%dx%d=%d", &n, &k, &s); err != nil || n < 1 || k < 1 || s < 1 || s > 64 ||
+			f != fmt.Sprintf("%dx%d=%d", n, k, s) {
+			return nil, fmt.Errorf("TANDEM_CUDA_SPLITS_FOR: %q is not NxK=S (S from 1 to 64)", f)
+		}
+		if m == nil {
+			m = map[[2]int]int{}
+		}
+		m[[2]int{n, k}] = s
+	}
+	return m, nil
+}
 
 // splitFixed, when positive, puts every product in that many K splits (at
 // most one a 32 elements): TestMatMulSpeed's sweep.

@@ -30,6 +30,13 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
 	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v != "0" }},
 	{"TANDEM_CUDA_SPLIT", setSplitMode},
+	{"TANDEM_CUDA_SPLITS_FOR", func(v string) {
+		m, err := parseSplitsFor(v)
+		if err != nil {
+			slog.Warn("cuda: ignored", "err", err)
+		}
+		splitsFor = m
+	}},
 	{"TANDEM_CUDA_FUSE", func(v string) { fusedOps = v != "0" }},
 	{"TANDEM_CUDA_NORM2", func(v string) { fusedNorm2 = v != "0" }},
 	{"TANDEM_CUDA_NORM_WARPS", func(v string) {

@@ -28,6 +28,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ROWS", "wide", func() bool { return rowsKernel == "matmul_rows_wide" }, func() bool { return rowsKernel == "auto" }},
 		{"TANDEM_CUDA_EARLY_WEIGHTS", "0", func() bool { return !earlyWeights }, func() bool { return earlyWeights }},
 		{"TANDEM_CUDA_SPLIT", "warps", func() bool { return splitMode == "warps" }, func() bool { return splitMode == "fill" }},
+		{"TANDEM_CUDA_SPLITS_FOR", "5376x8192=9", func() bool { return splitsFor[[2]int{5376, 8192}] == 9 }, func() bool { return splitsFor == nil }},
 		{"TANDEM_CUDA_FUSE", "0", func() bool { return !fusedOps }, func() bool { return fusedOps }},
 		{"TANDEM_CUDA_NORM2", "0", func() bool { return !fusedNorm2 }, func() bool { return fusedNorm2 }},
 		{"TANDEM_CUDA_NORM_WARPS", "0", func() bool { return normWarpTokens == math.MaxInt }, func() bool { return normWarpTokens == normWarpDefault }},

@@ -73,6 +73,33 @@ func TestSplitK(t *testing.T) {
 	}
 }
 
+// TestSplitsFor protects TANDEM_CUDA_SPLITS_FOR: a named shape takes its
+// count (capped at one split a 32 elements) and every other shape keeps
+// its own, and a malformed value is refused whole.
+func TestSplitsFor(t *testing.T) {
+	defer func(m map[[2]int]int, w int) { splitsFor, waveWarps = m, w }(splitsFor, waveWarps)
+	defer restoreMatMul()()
+	splitFixed, splitMode, waveWarps = 0, "fill", 4224
+	plain, _ := splitK(5376, 21504)
+	m, err := parseSplitsFor("5376x8192=9+64x64=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	splitsFor = m
+	for _, tc := range []struct {
+		N, K, splits int
+	}{{5376, 8192, 9}, {64, 64, 2}, {5376, 21504, plain}} {
+		if s, chunk := splitK(tc.N, tc.K); s != tc.splits || s*chunk < tc.K || chunk%32 != 0 {
+			t.Errorf("splitK(%d, %d) = %d × %d, want %d splits covering K", tc.N, tc.K, s, chunk, tc.splits)
+		}
+	}
+	for _, bad := range []string{"5376x8192", "5376x8192=0", "5376x8192=65", "5376*8192=9", "5376x8192=9x"} {
+		if m, err := parseSplitsFor(bad); err == nil || m != nil {
+			t.Errorf("parseSplitsFor(%q) = %v, %v; want an error", bad, m, err)
+		}
+	}
+}
+
 // TestFillSplit protects the default K split (fillSplit) on the H200's 4,224-warp
 // waves: products that fill a fraction of a wave split until they fill one
 // (at most 16 splits of at least 128), those that fill several take the
