@@ -3,7 +3,10 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|ncu-source|checkpoint|sampled|sampled-spec]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|ncu-source|checkpoint|sampled|sampled-spec|attention]...   (default: e2b 31b)
+# attention: what attention costs a decode step and why (docs/gpu.md, next
+# steps): the 31B and E2B steps with attention zeroed, the o product's split
+# and attention's blocks a cluster swept, in one process a shape.
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
@@ -55,6 +58,15 @@ for w in "${want[@]}"; do
       args=(--preset "gemma4-$w" --draft auto --synthetic-acceptance 0.8 --contexts 128 --tokens 96 --kernel-profile)
       bench "$w-default" -- "${args[@]}"
       bench "$w-off" "${off[@]}" -- "${args[@]}"
+      ;;
+    attention)
+      zero='TANDEM_CUDA_DROP=attn_cluster+attn_fused,TANDEM_CUDA_DROP_ZERO=1'
+      bench attention-31b -- --preset gemma4-31b --contexts 128 --tokens 32 --prefill-runs 1 --sweep \
+        "none;$zero;TANDEM_CUDA_SPLITS_FOR=5376x8192=6;TANDEM_CUDA_SPLITS_FOR=5376x8192=8;TANDEM_CUDA_SPLITS_FOR=5376x8192=9;TANDEM_CUDA_SPLITS_FOR=5376x8192=10;TANDEM_CUDA_ATTN_CLUSTER=2;TANDEM_CUDA_ATTN_CLUSTER=8;TANDEM_CUDA_ATTN_CLUSTER=0;none"
+      grep 'plain steps' "$out/attention-31b.txt"
+      bench attention-e2b -- --preset gemma4-e2b --contexts 128 --tokens 64 --prefill-runs 1 --sweep \
+        "none;${zero/+attn_fused/};TANDEM_CUDA_SPLITS_FOR=1536x2048=8;TANDEM_CUDA_SPLITS_FOR=1536x2048=12;TANDEM_CUDA_ATTN_CLUSTER=4;TANDEM_CUDA_ATTN_CLUSTER=16;none"
+      grep 'plain steps' "$out/attention-e2b.txt"
       ;;
     prefill) # a long prompt on the 31B shape: prefill, and decode after it
       args=(--preset gemma4-31b --contexts 4k --tokens 16)
