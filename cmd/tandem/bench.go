@@ -122,6 +122,10 @@ type benchRow struct {
 	GraphSpec   *cuda.Profile `json:"speculative_graph_timeline,omitempty"`
 	GraphSteps  int           `json:"graph_steps,omitempty"`
 	GraphRounds int           `json:"graph_rounds,omitempty"`
+	// --step-stamps: a plain decode's launches, each with its share of
+	// the run (cuda.StepStamp), over StampSteps steps.
+	Stamps     []cuda.StepStamp `json:"-"`
+	StampSteps int              `json:"-"`
 }
 
 func newBench() *cobra.Command {
@@ -131,6 +135,7 @@ func newBench() *cobra.Command {
 		synthetic, temperature, topP                  float64
 		topK                                          int
 		asJSON, kernels, graphProfile, viaEng         bool
+		stepStamps                                    bool
 		adaptive                                      bool
 		precision                                     string
 		cpuProfile, sweep                             string
@@ -205,6 +210,9 @@ func newBench() *cobra.Command {
 			if graphProfile && (!onGPU || !g.Device().Graphs()) {
 				return fmt.Errorf("--graph-profile needs the GPU with CUDA graphs (--device cuda, TANDEM_CUDA_GRAPHS not 0)")
 			}
+			if stepStamps && (!onGPU || !cuda.StampsBuilt()) {
+				return fmt.Errorf("--step-stamps needs the GPU (--device cuda) and TANDEM_CUDA_STAMPS=1")
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -261,7 +269,7 @@ func newBench() *cobra.Command {
 			bytes := m.DecodeBytes()
 			var rows []benchRow
 			ctx := context.Background()
-			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, peak: peak, bytes: bytes, prefillRuns: pruns, prefillSize: psize, graphs: graphProfile, engine: viaEng, engineBatch: engineBatch,
+			run := &benchRun{m: m, a: a, g: g, tokens: tokens, k: k, synthetic: synthetic, roof: roof, peak: peak, bytes: bytes, prefillRuns: pruns, prefillSize: psize, graphs: graphProfile, stamps: stepStamps, engine: viaEng, engineBatch: engineBatch,
 				adaptive: adaptive, sample: sp}
 			for _, grp := range groups {
 				err := func() error {
@@ -438,6 +446,9 @@ func newBench() *cobra.Command {
 				}
 			}
 			for _, r := range rows {
+				if r.Stamps != nil {
+					printStamps(out, r.label(), r.Stamps, r.StampSteps)
+				}
 				if r.GraphPlain != nil {
 					printGraphs(out, r.label(), "plain step", r.GraphPlain, r.GraphSteps)
 				}
@@ -491,6 +502,7 @@ func newBench() *cobra.Command {
 	f.BoolVar(&adaptive, "adaptive-drafts", true, "the engine runs' greedy requests stop drafting while steps without drafts are faster, as tandem serve's do by default (engine.Config.AdaptiveDrafts); =false measures drafting in every step")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
+	f.BoolVar(&stepStamps, "step-stamps", false, "also decode plainly with every kernel stamped as it starts (kernels built with TANDEM_CUDA_STAMPS=1): each kernel's share of a real step, PDL and graphs as they run, and one layer's kernels in order")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of the prompt's prefill and of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round; with --engine-batch, a step of the N requests through the engine)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
@@ -575,6 +587,7 @@ type benchRun struct {
 	prefillRuns int           // --prefill-runs
 	prefillSize int           // --prefill-size
 	graphs      bool          // --graph-profile
+	stamps      bool          // --step-stamps
 	engine      bool          // --engine
 	engineBatch int           // --engine-batch
 	adaptive    bool          // --adaptive-drafts
@@ -819,6 +832,12 @@ func batchRate(times []tokenTimes) float64 {
 // with a drafter d, the speculative one again, after the measured runs so
 // that they do not change them.
 func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32, opt generation.Options, d spec.Drafter, so spec.Options) error {
+	if br.stamps {
+		var err error
+		if row.Stamps, row.StampSteps, err = stampRun(br.g, plainRun(ctx, br.m, prompt, opt)); err != nil {
+			return err
+		}
+	}
 	if !br.graphs {
 		return nil
 	}
@@ -828,6 +847,29 @@ func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32
 	}
 	row.GraphSpec, row.GraphRounds, err = profileRun(br.g, graphsAsIssued, specRun(ctx, br.m, d, prompt, so))
 	return err
+}
+
+// stampRun is profileRun for --step-stamps: run with every launch stamped
+// from its first token on.
+func stampRun(g *cuda.Backend, run func(onToken func(int32)) (int, error)) ([]cuda.StepStamp, int, error) {
+	started := false
+	var err error
+	units, rerr := run(func(int32) {
+		if !started && err == nil {
+			err = g.StartStamps(1 << 20)
+			started = err == nil
+		}
+	})
+	var st []cuda.StepStamp
+	if started {
+		var serr error
+		st, serr = g.StopStamps()
+		err = errors.Join(err, serr)
+	}
+	if err = errors.Join(err, rerr); err != nil {
+		return nil, 0, fmt.Errorf("step stamps: %w", err)
+	}
+	return st, units, nil
 }
 
 // plainRun is profileRun's plain decode of prompt, whose profile covers the
@@ -1147,6 +1189,65 @@ func printGaps(w io.Writer, gaps []cuda.Gap) {
 // printGraphs prints a --graph-profile timeline: the device time of each
 // recording site's graphs and the idle time between graphs, per unit (a
 // plain step or a speculative round).
+// printStamps prints --step-stamps: each kernel's share of a real plain
+// step, summed by kernel, then one layer's launches in order from the
+// middle of the run (a layer being the launches from one rmsnorm2 to the
+// second after it).
+func printStamps(w io.Writer, label string, st []cuda.StepStamp, steps int) {
+	n := float64(max(steps, 1))
+	by := map[string]*cuda.KernelTime{}
+	var names []string
+	var total time.Duration
+	for _, s := range st {
+		k := by[s.Name]
+		if k == nil {
+			k = &cuda.KernelTime{Name: s.Name}
+			by[s.Name] = k
+			names = append(names, s.Name)
+		}
+		k.Calls++
+		k.Time += s.Share
+		total += s.Share
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if a, b := by[names[i]].Time, by[names[j]].Time; a != b {
+			return a > b
+		}
+		return names[i] < names[j]
+	})
+	fmt.Fprintf(w, "%s: step stamps, %d launches over %d plain steps: %.2f ms a step from the first stamp to the last; each kernel's share of a step (from its start to the next kernel's, PDL and graphs as they run):\n",
+		label, len(st), steps, ms(total)/n)
+	fmt.Fprintf(w, "  %28s %11s %9s %9s %6s\n", "kernel", "calls/step", "ms/step", "µs/call", "share")
+	for _, name := range names {
+		k := by[name]
+		fmt.Fprintf(w, "  %28s %11.1f %9.3f %9.2f %5.1f%%\n", name, float64(k.Calls)/n, ms(k.Time)/n,
+			float64(k.Time)/float64(time.Microsecond)/float64(k.Calls), 100*float64(k.Time)/float64(max(total, 1)))
+	}
+	// One layer from the middle of the run: from an rmsnorm2 to the second
+	// one after it (a layer's two boundaries), or 16 launches.
+	i0 := len(st) / 2
+	for i0 < len(st) && st[i0].Name != "rmsnorm2" {
+		i0++
+	}
+	if i0 == len(st) {
+		i0 = len(st) / 2
+	}
+	i1, seen := i0+1, 0
+	for ; i1 < len(st) && i1-i0 < 24; i1++ {
+		if st[i1].Name == "rmsnorm2" {
+			if seen++; seen == 2 {
+				i1++
+				break
+			}
+		}
+	}
+	var parts []string
+	for _, s := range st[i0:min(i1, len(st))] {
+		parts = append(parts, fmt.Sprintf("%s %.1f", s.Name, float64(s.Share)/float64(time.Microsecond)))
+	}
+	fmt.Fprintf(w, "%s: one layer's launches in order, µs each: %s\n", label, strings.Join(parts, ", "))
+}
+
 func printGraphs(w io.Writer, label, unit string, p *cuda.Profile, units int) {
 	fmt.Fprintf(w, "%s: graphs of real %ss, %s\n", label, unit, graphSummary(unit, p, units))
 	printGaps(w, p.Gaps)

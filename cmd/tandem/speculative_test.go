@@ -321,6 +321,41 @@ func TestPrintSiteKernels(t *testing.T) {
 	}
 }
 
+// TestPrintStamps protects --step-stamps' report: each kernel's shares
+// summed per step, longest first, and one layer's launches in order from
+// an rmsnorm2 in the middle of the run to the second one after it (or the
+// run's end).
+func TestPrintStamps(t *testing.T) {
+	us := func(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
+	var st []cuda.StepStamp
+	at := time.Duration(0)
+	for range 2 { // two steps of one layer each
+		for _, k := range []struct {
+			name  string
+			share float64
+		}{{"rmsnorm2", 5}, {"matmul_rows", 10}, {"attn_cluster", 20}, {"matmul_rows", 10}, {"rmsnorm2", 5}, {"argmax_part", 2}} {
+			st = append(st, cuda.StepStamp{Name: k.name, At: at, Share: us(k.share)})
+			at += us(k.share)
+		}
+	}
+	var b strings.Builder
+	printStamps(&b, "context 128", st, 2)
+	got := b.String()
+	for _, want := range []string{
+		"12 launches over 2 plain steps: 0.05 ms a step",
+		"  attn_cluster         1.0     0.020     20.00  38.5%",
+		"  matmul_rows         2.0     0.020     10.00  38.5%",
+		"one layer's launches in order, µs each: rmsnorm2 5.0, matmul_rows 10.0, attn_cluster 20.0, matmul_rows 10.0, rmsnorm2 5.0, argmax_part 2.0\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("printStamps lacks %q:\n%s", want, got)
+		}
+	}
+	if i, j := strings.Index(got, " attn_cluster "), strings.Index(got, " rmsnorm2 "); i > j {
+		t.Errorf("kernels not longest first:\n%s", got)
+	}
+}
+
 // TestPeakByName protects bench's share of the bf16 peak: a GPU's
 // datasheet peak by its reported name, the PCIe and NVL H100s before the
 // plain name that is in theirs too, and none for a GPU it does not know.

@@ -129,6 +129,9 @@ func New(ordinal int) (*Backend, error) {
 		waveWarps = 32 * dev.SMs // the rows kernels: four blocks of eight warps a multiprocessor
 	}
 	for name, src := range map[string]string{"ops.cu": opsSource, "matmul.cu": MatMulSource} {
+		if stampsBuild {
+			src = "#define TANDEM_STAMPS 1\n" + src
+		}
 		ks, err := dev.Compile(src, name, kernelNames[name]...)
 		if err != nil {
 			dev.Close()

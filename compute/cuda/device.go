@@ -32,6 +32,7 @@ type Device struct {
 	pdlRec        bool         // the recording in progress launches with PDL (pdlDecode); device thread only
 	stream        uintptr      // the stream all work goes to: 0 (legacy) unless graphs are on
 	graphs        graphState   // device thread only
+	stamps        stampState   // step stamps (stamps.go); device thread only
 	profiling     atomic.Bool  // a kernel profile runs (prof != nil, not graphs), for the host side
 	callNames     atomic.Bool  // a profile of either kind runs: name the device thread's synchronous calls
 	busy, blocked atomic.Int64 // nanoseconds the device thread spent in calls, and of that in waits for the device (HostTime)
@@ -249,6 +250,7 @@ func (dev *Device) Download(dst []byte, b Buffer) error {
 type Kernel struct {
 	fn   uintptr
 	name string
+	mod  uintptr // its module: where its step stamps' globals are (stamps.go)
 }
 
 // funcAttrNumRegs is CU_FUNC_ATTRIBUTE_NUM_REGS, for FuncAttribute.
@@ -344,7 +346,7 @@ func (dev *Device) load(cubin []byte, name string, kernels []string) (map[string
 			if err := dev.d.check("cuModuleGetFunction "+k, dev.d.cuModuleGetFunction(&fn, mod, k)); err != nil {
 				return err
 			}
-			out[k] = Kernel{fn, k}
+			out[k] = Kernel{fn, k, mod}
 		}
 		return nil
 	})
@@ -599,6 +601,9 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 	}
 	return func() error {
 		withPDL := pdl || dev.pdlRec
+		if dev.stamps.on {
+			dev.stamps.logLaunch(k)
+		}
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
 			rec.shape = mixSig(mixSig(rec.shape, uint64(k.fn)), launchShape(cluster, withPDL))

@@ -42,6 +42,7 @@ type driverAPI struct {
 	cuFuncSetAttribute       func(fn uintptr, attrib int32, v int32) result // optional: nil where the driver lacks it
 	// optional: nil where the driver lacks it (CUDA 12+)
 	cuOccupancyMaxActiveClusters func(n *int32, fn uintptr, cfg unsafe.Pointer) result
+	cuModuleGetGlobal            func(ptr *uintptr, bytes *uint64, mod uintptr, name string) result
 	cuEventCreate                func(ev *uintptr, flags uint32) result
 	cuEventRecord                func(ev, stream uintptr) result
 	cuEventElapsedTime           func(ms *float32, start, end uintptr) result
@@ -121,7 +122,7 @@ func loadDriver() (*driverAPI, error) {
 			purego.RegisterLibFunc(fn, h, name)
 		}
 		for name, fn := range map[string]any{"cuFuncSetAttribute": &d.cuFuncSetAttribute,
-			"cuOccupancyMaxActiveClusters": &d.cuOccupancyMaxActiveClusters} {
+			"cuOccupancyMaxActiveClusters": &d.cuOccupancyMaxActiveClusters, "cuModuleGetGlobal_v2": &d.cuModuleGetGlobal} {
 			if _, err := purego.Dlsym(h, name); err == nil {
 				purego.RegisterLibFunc(fn, h, name)
 			}

@@ -5,8 +5,10 @@
 # ./gpu-logs), one file per run.
 # Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|ncu-source|checkpoint|sampled|sampled-spec|attention]...   (default: e2b 31b)
 # attention: what attention costs a decode step and why (docs/gpu.md, next
-# steps): the 31B and E2B steps with attention zeroed, the o product's split
-# and attention's blocks a cluster swept, in one process a shape.
+# steps): each kernel's share of a real 31B and E2B step (the stamped build,
+# bench --step-stamps), then the steps with attention zeroed, the o
+# product's split and attention's blocks a cluster swept, in one process a
+# shape.
 # pending: E2B, 26B-A4B and 31B decode with the switches in $PENDING (written
 # without a GPU, docs/gpu.md) on, against the defaults; pending-each: one
 # shape ($SHAPE, default 31b) with each alone (commas join switches that go
@@ -60,6 +62,13 @@ for w in "${want[@]}"; do
       bench "$w-off" "${off[@]}" -- "${args[@]}"
       ;;
     attention)
+      # The stamped build first: its test, then each kernel's share of a real step.
+      (cd compute/cuda && TANDEM_CUDA_STAMPS=1 ../../bin/gpu/cuda.test -test.run 'TestStepStamps|TestAttributeStamps' -test.v) >"$out/stamps-test.txt" 2>&1
+      grep -E '^(--- |ok|FAIL|PASS)' "$out/stamps-test.txt"
+      for shape in 31b e2b; do
+        bench "stamps-$shape" TANDEM_CUDA_STAMPS=1 -- --preset "gemma4-$shape" --contexts 128 --tokens 16 --prefill-runs 1 --step-stamps
+        grep -A16 'step stamps' "$out/stamps-$shape.txt"
+      done
       zero='TANDEM_CUDA_DROP=attn_cluster+attn_fused,TANDEM_CUDA_DROP_ZERO=1'
       bench attention-31b -- --preset gemma4-31b --contexts 128 --tokens 32 --prefill-runs 1 --sweep \
         "none;$zero;TANDEM_CUDA_SPLITS_FOR=5376x8192=6;TANDEM_CUDA_SPLITS_FOR=5376x8192=8;TANDEM_CUDA_SPLITS_FOR=5376x8192=9;TANDEM_CUDA_SPLITS_FOR=5376x8192=10;TANDEM_CUDA_ATTN_CLUSTER=2;TANDEM_CUDA_ATTN_CLUSTER=8;TANDEM_CUDA_ATTN_CLUSTER=0;none"

@@ -35,6 +35,32 @@ __device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, 
     split3(v, parts[i], parts[n + i], parts[2 * n + i]);
 }
 
+// Step stamps (TANDEM_CUDA_STAMPS=1 compiles them in; cuda/stamps.go):
+// while tandem_stamps is set, thread 0 of block (0, 0, 0) of every kernel
+// writes the global timer into the next slot as it passes its wait for
+// the kernel before (pdl_start), so that a real step's kernels, run under
+// programmatic launch and in graphs, can be told apart: the time from one
+// kernel's release to the next one's is the first kernel's share of the
+// step. Without TANDEM_STAMPS, stamp() is empty.
+#ifdef TANDEM_STAMPS
+extern "C" {
+__device__ unsigned long long* tandem_stamps = 0;
+__device__ int tandem_stamp_n = 0;
+__device__ int tandem_stamp_cap = 0;
+}
+__device__ __forceinline__ void stamp() {
+    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+    unsigned long long* s = *(unsigned long long* volatile*)&tandem_stamps;
+    if (!s) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const int i = atomicAdd(&tandem_stamp_n, 1);
+    if (i < tandem_stamp_cap) s[i] = t;
+}
+#else
+__device__ __forceinline__ void stamp() {}
+#endif
+
 #define SQRT_2_OVER_PI 0.7978845608028654
 
 __device__ __forceinline__ float gelu(float v) {

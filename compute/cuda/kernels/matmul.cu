@@ -22,6 +22,7 @@ __device__ __forceinline__ void pdl_start() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+    stamp();
 }
 
 // pdl_start_for is pdl_start inside a function whose pointers a and b are
@@ -33,6 +34,7 @@ __device__ __forceinline__ void pdl_start_for(const void* a, const void* b) {
     asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b) : "memory");
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+    stamp();
 }
 
 __device__ __forceinline__ float bf16(unsigned short h) {

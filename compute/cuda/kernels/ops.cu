@@ -23,6 +23,7 @@ __device__ __forceinline__ void pdl_start() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+    stamp();
 }
 
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {

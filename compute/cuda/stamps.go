@@ -1,0 +1,212 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+)
+
+// Step stamps: where a real step's time goes, kernel by kernel, with
+// programmatic launch and graphs as they run. A kernel profile times each
+// kernel back to back, without the overlap PDL gives, and a graph profile
+// times whole graphs; neither says what one kernel costs the step. With
+// TANDEM_CUDA_STAMPS=1 (read at start-up) the kernels are compiled with
+// stamp() in pdl_start (kernels/common.cuh): thread 0 of block (0, 0, 0)
+// writes the global timer as it passes its wait for the kernel before,
+// one slot a launch. That moment is when the kernel before has finished,
+// so the time from one kernel's stamp to the next one's is the first
+// kernel's share of the step: its work on the critical path, with whatever
+// of it PDL hid left out. Without the build flag the kernels have no
+// stamp code at all, so the default build pays nothing.
+var stampsBuild = os.Getenv("TANDEM_CUDA_STAMPS") == "1"
+
+// StampsBuilt reports whether the kernels are built with step stamps
+// (TANDEM_CUDA_STAMPS=1 at start-up).
+func StampsBuilt() bool { return stampsBuild }
+
+// ErrNoStamps is StartStamps' error where the kernels were built without
+// stamps.
+var ErrNoStamps = errors.New("cuda: the kernels were built without step stamps: set TANDEM_CUDA_STAMPS=1 before the backend starts")
+
+// StepStamp is one launch of a stamped run: its kernel, when it passed its
+// wait (from the first launch's), and its share of the run (until the
+// next launch passed its own; the last launch's is zero).
+type StepStamp struct {
+	Name      string
+	At, Share time.Duration
+}
+
+// stampLaunch is a launch logged while stamping, in issue order.
+type stampLaunch struct {
+	name string
+	mod  uintptr
+}
+
+// stampState is the device thread's stamping: the launches logged and
+// each module's globals and buffer.
+type stampState struct {
+	on   bool
+	log  []stampLaunch
+	mods []stampModule
+}
+
+type stampModule struct {
+	mod            uintptr
+	buf, ptr, n, c uintptr // the buffer; tandem_stamps, tandem_stamp_n, tandem_stamp_cap
+	size           int     // the buffer's slots
+}
+
+// logLaunch logs a launch of k where its module stamps.
+func (s *stampState) logLaunch(k Kernel) {
+	for _, m := range s.mods {
+		if m.mod == k.mod {
+			s.log = append(s.log, stampLaunch{k.name, k.mod})
+			return
+		}
+	}
+}
+
+// StartStamps starts stamping every launch of the backend's kernels, with
+// room for capacity stamps in each of its two modules. StopStamps ends it.
+func (b *Backend) StartStamps(capacity int) error {
+	if !stampsBuild {
+		return ErrNoStamps
+	}
+	dev := b.dev
+	if dev.d.cuModuleGetGlobal == nil {
+		return errors.New("cuda: the driver lacks cuModuleGetGlobal; no step stamps")
+	}
+	mods := map[uintptr]bool{}
+	for _, names := range kernelNames {
+		for _, n := range names {
+			if k, ok := b.k[n]; ok {
+				mods[k.mod] = true
+			}
+		}
+	}
+	var sm []stampModule
+	for mod := range mods {
+		buf, err := dev.Alloc(8 * capacity)
+		if err != nil {
+			return fmt.Errorf("step stamps: %w", err)
+		}
+		sm = append(sm, stampModule{mod: mod, buf: buf.ptr, size: capacity})
+	}
+	return dev.do(func() error {
+		d := dev.d
+		for i := range sm {
+			m := &sm[i]
+			for _, g := range []struct {
+				name string
+				at   *uintptr
+			}{{"tandem_stamps", &m.ptr}, {"tandem_stamp_n", &m.n}, {"tandem_stamp_cap", &m.c}} {
+				var bytes uint64
+				if err := d.check("cuModuleGetGlobal "+g.name, d.cuModuleGetGlobal(g.at, &bytes, m.mod, g.name)); err != nil {
+					return err
+				}
+			}
+			var v [8]byte
+			binary.LittleEndian.PutUint32(v[:], uint32(m.size))
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.c, unsafe.Pointer(&v[0]), 4)); err != nil {
+				return err
+			}
+			binary.LittleEndian.PutUint32(v[:], 0)
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.n, unsafe.Pointer(&v[0]), 4)); err != nil {
+				return err
+			}
+			binary.LittleEndian.PutUint64(v[:], uint64(m.buf)) // last: the kernels stamp from here on
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&v[0]), 8)); err != nil {
+				return err
+			}
+		}
+		dev.stamps = stampState{on: true, mods: sm}
+		return nil
+	})
+}
+
+// StopStamps waits for the device, ends stamping and returns the stamped
+// launches in issue order.
+func (b *Backend) StopStamps() ([]StepStamp, error) {
+	dev := b.dev
+	stamps := map[uintptr][]uint64{}
+	var log []stampLaunch
+	var bufs []Buffer
+	err := dev.do(func() error {
+		d := dev.d
+		st := dev.stamps
+		dev.stamps = stampState{}
+		log = st.log
+		for _, m := range st.mods {
+			bufs = append(bufs, Buffer{ptr: m.buf, Size: 8 * m.size})
+		}
+		if err := d.check("cuCtxSynchronize", dev.block(d.cuCtxSynchronize)); err != nil {
+			return err
+		}
+		for _, m := range st.mods {
+			var zero [8]byte
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&zero[0]), 8)); err != nil {
+				return err
+			}
+			var nb [4]byte
+			if err := d.check("cuMemcpyDtoH", d.cuMemcpyDtoH(unsafe.Pointer(&nb[0]), m.n, 4)); err != nil {
+				return err
+			}
+			n := int(int32(binary.LittleEndian.Uint32(nb[:])))
+			if n > m.size {
+				return fmt.Errorf("step stamps: %d launches overflowed the %d slots", n, m.size)
+			}
+			if n == 0 {
+				stamps[m.mod] = nil
+				continue
+			}
+			raw := make([]byte, 8*n)
+			if err := d.check("cuMemcpyDtoH", d.cuMemcpyDtoH(unsafe.Pointer(&raw[0]), m.buf, uint64(len(raw)))); err != nil {
+				return err
+			}
+			s := make([]uint64, n)
+			for i := range s {
+				s[i] = binary.LittleEndian.Uint64(raw[8*i:])
+			}
+			stamps[m.mod] = s
+		}
+		return nil
+	})
+	for _, buf := range bufs {
+		dev.Free(buf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return attributeStamps(log, stamps)
+}
+
+// attributeStamps pairs the launches with their modules' stamps, in order
+// (a module's kernels stamp in the order they were issued: each waits for
+// the one before), and gives each launch its share.
+func attributeStamps(log []stampLaunch, stamps map[uintptr][]uint64) ([]StepStamp, error) {
+	next := map[uintptr]int{}
+	at := make([]uint64, len(log))
+	for i, l := range log {
+		s, j := stamps[l.mod], next[l.mod]
+		if j >= len(s) {
+			return nil, fmt.Errorf("step stamps: %d launches of one module but %d stamps (a kernel without pdl_start, or a call run twice)", j+1, len(s))
+		}
+		at[i], next[l.mod] = s[j], j+1
+	}
+	for mod, s := range stamps {
+		if next[mod] != len(s) {
+			return nil, fmt.Errorf("step stamps: %d launches of one module but %d stamps", next[mod], len(s))
+		}
+	}
+	out := make([]StepStamp, len(log))
+	for i, l := range log {
+		out[i] = StepStamp{Name: l.name, At: time.Duration(int64(at[i]) - int64(at[0]))}
+		if i+1 < len(log) {
+			out[i].Share = time.Duration(int64(at[i+1]) - int64(at[i]))
+		}
+	}
+	return out, nil
+}
