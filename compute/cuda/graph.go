@@ -112,6 +112,10 @@ type recording struct {
 	// launch: what an executable graph is updated in place only if it
 	// matches (see launchGraph).
 	shape uint64
+	// stampMark is how many launches step stamps had logged when the
+	// recording began: a recording that falls back runs its calls again,
+	// and the captured launches, never run, come off the log.
+	stampMark int
 }
 
 // launchShape is the part of a launch's configuration that an executable
@@ -142,7 +146,7 @@ func (dev *Device) beginRecord(site string) {
 			dev.graphs.stats.Fallbacks++
 			return
 		}
-		dev.graphs.rec = &recording{site: site}
+		dev.graphs.rec = &recording{site: site, stampMark: len(dev.stamps.log)}
 		dev.pdlRec = pdlDecode && pdlFor(site)
 	})
 }
@@ -217,6 +221,9 @@ func (dev *Device) endCapture() {
 		return
 	}
 	dev.graphs.stats.Fallbacks++
+	if dev.stamps.on && rec.stampMark <= len(dev.stamps.log) {
+		dev.stamps.log = dev.stamps.log[:rec.stampMark]
+	}
 	for _, f := range rec.calls {
 		if err := f(); err != nil && dev.asyncErr == nil {
 			dev.asyncErr = err

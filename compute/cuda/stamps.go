@@ -48,9 +48,10 @@ type stampLaunch struct {
 // stampState is the device thread's stamping: the launches logged and
 // each module's globals and buffer.
 type stampState struct {
-	on   bool
-	log  []stampLaunch
-	mods []stampModule
+	on     bool
+	log    []stampLaunch
+	mods   []stampModule
+	logged bool // the launch in progress was logged
 }
 
 type stampModule struct {
@@ -64,9 +65,21 @@ func (s *stampState) logLaunch(k Kernel) {
 	for _, m := range s.mods {
 		if m.mod == k.mod {
 			s.log = append(s.log, stampLaunch{k.name, k.mod})
+			s.logged = true
 			return
 		}
 	}
+	s.logged = false
+}
+
+// refused takes the launch just logged off the log where the driver
+// refused it (err not nil): it never runs, so it never stamps.
+func (s *stampState) refused(err error) error {
+	if err != nil && s.on && s.logged && len(s.log) > 0 {
+		s.log = s.log[:len(s.log)-1]
+	}
+	s.logged = false
+	return err
 }
 
 // StartStamps starts stamping every launch of the backend's kernels, with
@@ -88,26 +101,39 @@ func (b *Backend) StartStamps(capacity int) error {
 		}
 	}
 	var sm []stampModule
+	free := func() {
+		for _, m := range sm {
+			dev.Free(Buffer{ptr: m.buf, Size: 8 * m.size})
+		}
+	}
 	for mod := range mods {
 		buf, err := dev.Alloc(8 * capacity)
 		if err != nil {
+			free()
 			return fmt.Errorf("step stamps: %w", err)
 		}
 		sm = append(sm, stampModule{mod: mod, buf: buf.ptr, size: capacity})
 	}
-	return dev.do(func() error {
+	err := dev.do(func() error {
 		d := dev.d
 		for i := range sm {
 			m := &sm[i]
 			for _, g := range []struct {
-				name string
-				at   *uintptr
-			}{{"tandem_stamps", &m.ptr}, {"tandem_stamp_n", &m.n}, {"tandem_stamp_cap", &m.c}} {
+				name  string
+				at    *uintptr
+				bytes uint64
+			}{{"tandem_stamps", &m.ptr, 8}, {"tandem_stamp_n", &m.n, 4}, {"tandem_stamp_cap", &m.c, 4}} {
 				var bytes uint64
 				if err := d.check("cuModuleGetGlobal "+g.name, d.cuModuleGetGlobal(g.at, &bytes, m.mod, g.name)); err != nil {
 					return err
 				}
+				if bytes != g.bytes {
+					return fmt.Errorf("step stamps: %s is %d bytes, want %d", g.name, bytes, g.bytes)
+				}
 			}
+		}
+		for i := range sm {
+			m := &sm[i]
 			var v [8]byte
 			binary.LittleEndian.PutUint32(v[:], uint32(m.size))
 			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.c, unsafe.Pointer(&v[0]), 4)); err != nil {
@@ -117,14 +143,26 @@ func (b *Backend) StartStamps(capacity int) error {
 			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.n, unsafe.Pointer(&v[0]), 4)); err != nil {
 				return err
 			}
-			binary.LittleEndian.PutUint64(v[:], uint64(m.buf)) // last: the kernels stamp from here on
-			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&v[0]), 8)); err != nil {
+		}
+		// The pointers last, every module's or none: the kernels stamp from here on.
+		for i := range sm {
+			var v [8]byte
+			binary.LittleEndian.PutUint64(v[:], uint64(sm[i].buf))
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(sm[i].ptr, unsafe.Pointer(&v[0]), 8)); err != nil {
+				var zero [8]byte
+				for _, m := range sm[:i] {
+					d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&zero[0]), 8)
+				}
 				return err
 			}
 		}
 		dev.stamps = stampState{on: true, mods: sm}
 		return nil
 	})
+	if err != nil {
+		free()
+	}
+	return err
 }
 
 // StopStamps waits for the device, ends stamping and returns the stamped
@@ -187,18 +225,29 @@ func (b *Backend) StopStamps() ([]StepStamp, error) {
 // (a module's kernels stamp in the order they were issued: each waits for
 // the one before), and gives each launch its share.
 func attributeStamps(log []stampLaunch, stamps map[uintptr][]uint64) ([]StepStamp, error) {
+	// A module by a kernel of it, for the errors.
+	label := func(mod uintptr) string {
+		for _, l := range log {
+			if l.mod == mod {
+				return "the module of " + l.name
+			}
+		}
+		return "a module without launches"
+	}
 	next := map[uintptr]int{}
 	at := make([]uint64, len(log))
 	for i, l := range log {
 		s, j := stamps[l.mod], next[l.mod]
 		if j >= len(s) {
-			return nil, fmt.Errorf("step stamps: %d launches of one module but %d stamps (a kernel without pdl_start, or a call run twice)", j+1, len(s))
+			return nil, fmt.Errorf("step stamps: launch %d (%s) is launch %d of %s, which stamped %d times (a kernel that skips pdl_start, or a launch logged that never ran)",
+				i, l.name, j+1, label(l.mod), len(s))
 		}
 		at[i], next[l.mod] = s[j], j+1
 	}
 	for mod, s := range stamps {
 		if next[mod] != len(s) {
-			return nil, fmt.Errorf("step stamps: %d launches of one module but %d stamps", next[mod], len(s))
+			return nil, fmt.Errorf("step stamps: %s stamped %d times for %d launches logged (a kernel that stamps twice, or one run that was not logged)",
+				label(mod), len(s), next[mod])
 		}
 	}
 	out := make([]StepStamp, len(log))

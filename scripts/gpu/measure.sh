@@ -63,11 +63,15 @@ for w in "${want[@]}"; do
       ;;
     attention)
       # The stamped build first: its test, then each kernel's share of a real step.
-      (cd compute/cuda && TANDEM_CUDA_STAMPS=1 ../../bin/gpu/cuda.test -test.run 'TestStepStamps|TestAttributeStamps' -test.v) >"$out/stamps-test.txt" 2>&1
-      grep -E '^(--- |ok|FAIL|PASS)' "$out/stamps-test.txt"
+      # (The stamped build's steps may differ from the default's: compare its
+      # plain steps with the sweep's "none" below before trusting the shares.)
+      (cd compute/cuda && TANDEM_CUDA_STAMPS=1 timeout 300 ../../bin/gpu/cuda.test -test.run 'TestStepStamps|TestAttributeStamps' -test.v -test.timeout 3m) >"$out/stamps-test.txt" 2>&1
+      grep -E '^(--- |ok|FAIL|PASS)|stamps_test' "$out/stamps-test.txt"
       for shape in 31b e2b; do
         bench "stamps-$shape" TANDEM_CUDA_STAMPS=1 -- --preset "gemma4-$shape" --contexts 128 --tokens 16 --prefill-runs 1 --step-stamps
-        grep -A16 'step stamps' "$out/stamps-$shape.txt"
+        grep -E 'plain steps|one layer' "$out/stamps-$shape.txt"
+        grep -A40 'step stamps' "$out/stamps-$shape.txt" | head -41
+        grep 'step-stamps' "$out/stamps-$shape.err"
       done
       zero='TANDEM_CUDA_DROP=attn_cluster+attn_fused,TANDEM_CUDA_DROP_ZERO=1'
       bench attention-31b -- --preset gemma4-31b --contexts 128 --tokens 32 --prefill-runs 1 --sweep \
