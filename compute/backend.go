@@ -603,10 +603,10 @@ type ExpertBatcher interface {
 	// (experts [N, k]): row n of x when x is [N, K], row n·k + j when x is
 	// [N·k, K] (an input a choice).
 	MatMulExperts(x, w, experts *Tensor, off, cols int) *Tensor
-	// AddExperts adds to each row n of dst [N, D] the rows n·k … n·k+k−1
-	// of src [N·k, D] scaled by scales[n, j], in j order: AddRows(dst, src,
-	// {0 (k times), 1 (k times), …}, scales).
-	AddExperts(dst, src, scales *Tensor)
+	// SumExperts gives row n of its result [N, D] as rows n·k … n·k+k−1
+	// of y [N·k, D] scaled by scales[n, j] and added in j order from zero:
+	// AddRows into Zeros(N, D) with rows {0 (k times), 1 (k times), …}.
+	SumExperts(y, scales *Tensor) *Tensor
 }
 
 // ExpertGrouper is an ExpertBatcher that also runs a long pass's expert
@@ -628,10 +628,6 @@ type ExpertGrouper interface {
 	// pass holds: exact, those MatMul gives it alone; at bf16 those of
 	// the backend's own product kernels on its rounded activations.
 	MatMulGrouped(x, w, groups *Tensor, off, cols int) *Tensor
-	// SumExperts is AddExperts into zeros: row n of its result [N, D] is
-	// rows n·k … n·k+k−1 of y [N·k, D] scaled by scales[n, j] and added
-	// in j order from zero.
-	SumExperts(y, scales *Tensor) *Tensor
 }
 
 // Precision is what a product does with its f32 activations.

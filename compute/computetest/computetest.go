@@ -294,14 +294,16 @@ func (b *Routing) MatMulExperts(x, w, experts *compute.Tensor, off, cols int) *c
 	return y
 }
 
-// AddExperts implements compute.ExpertBatcher.
-func (b *Routing) AddExperts(dst, src, scales *compute.Tensor) {
-	N, k := dst.Rows(), scales.Dim(-1)
+// SumExperts implements compute.ExpertBatcher.
+func (b *Routing) SumExperts(y, scales *compute.Tensor) *compute.Tensor {
+	N, k := scales.Rows(), scales.Dim(-1)
 	rows := make([]int32, N*k)
 	for i := range rows {
 		rows[i] = int32(i / k)
 	}
-	b.AddRows(dst, src, rows, b.ToF32(scales))
+	out := b.Zeros(compute.F32, N, y.Dim(-1))
+	b.AddRows(out, y, rows, b.ToF32(scales))
+	return out
 }
 
 // Routes implements compute.Router, for any number of tokens.

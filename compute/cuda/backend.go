@@ -862,22 +862,6 @@ func (b *Backend) MatMulExperts(x, w, experts *compute.Tensor, off, cols int) *c
 	return b.expertMatMul("MatMulExperts", x, w, experts, off, cols, expertAt{step: 1, xdiv: xdiv, rows: N * k})
 }
 
-// AddExperts implements compute.ExpertBatcher: add_rows over every choice
-// in order, its row table memoised.
-func (b *Backend) AddExperts(dst, src, scales *compute.Tensor) {
-	b.forgetWrites(dst)
-	D, N, k := dst.Dim(-1), dst.Rows(), scales.Dim(-1)
-	if dst.DType() != compute.F32 || src.DType() != compute.F32 || src.Rows() != N*k || src.Dim(-1) != D ||
-		scales.DType() != compute.F32 || scales.Len() != N*k || k == 0 {
-		panic(fmt.Sprintf("cuda: AddExperts of %v into %v scaled by %v", src, dst, scales))
-	}
-	rows := make([]int32, N*k)
-	for i := range rows {
-		rows[i] = int32(i / k)
-	}
-	b.addRows(dst, src, b.table(rows), ptrOf(scales), 1, N*k)
-}
-
 // tokenRows is the index table 0, 1, …, n−1.
 func tokenRows(n int) []int32 {
 	rows := make([]int32, n)
@@ -953,7 +937,8 @@ func (b *Backend) MatMulGrouped(x, w, groups *compute.Tensor, off, cols int) *co
 // tileRows is the tiled kernels' tile height (and width): TBM in matmul.cu.
 const tileRows = 64
 
-// SumExperts implements compute.ExpertGrouper with sum_experts.
+// SumExperts implements compute.ExpertBatcher with sum_experts: every
+// (token, column) at once, each token's choices added in order.
 func (b *Backend) SumExperts(y, scales *compute.Tensor) *compute.Tensor {
 	N, k := scales.Rows(), scales.Dim(-1)
 	if y.DType() != compute.F32 || scales.DType() != compute.F32 || k == 0 || y.Rows() != N*k {

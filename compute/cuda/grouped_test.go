@@ -15,7 +15,7 @@ import (
 // K splits included, exact and at bf16 (matmul_tiled1's arithmetic there),
 // for experts with no choice, with one, and with more than a 64-row tile,
 // and passes of more choices than moe_group has threads; SumExperts is
-// AddExperts into zeros.
+// add_rows over each token's choices into zeros.
 func TestGroupedExpertsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	prevBLAS := promptBLAS
@@ -89,9 +89,14 @@ func groupedMatches(t *testing.T, g *Backend, N int) {
 			t.Fatalf("down: token %d choice %d (expert %d): %v", i/k, i%k, e, err)
 		}
 	}
-	scales := g.FromF32(randF32(r, N*k), N, k)
-	ref := g.Zeros(compute.F32, N, H)
-	g.AddExperts(ref, y, scales)
+	hostScales := randF32(r, N*k)
+	scales := g.FromF32(hostScales, N, k)
+	ref := g.Zeros(compute.F32, N, H) // each token's choices added in order into zeros, by add_rows
+	rows := make([]int32, N*k)
+	for i := range rows {
+		rows[i] = int32(i / k)
+	}
+	g.AddRows(ref, y, rows, hostScales)
 	if err := sameBits(g.ToF32(g.SumExperts(y, scales)), g.ToF32(ref)); err != nil {
 		t.Fatalf("SumExperts: %v", err)
 	}

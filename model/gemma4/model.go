@@ -948,13 +948,7 @@ func (m *Model) routedExperts(rt compute.Router, l *layer, r *compute.Tensor) *c
 	x2 := b.RMSNorm(r, l.preFF2, float32(c.RMSNormEps))
 	if eb, ok := rt.(compute.ExpertBatcher); ok && eb.BatchesExperts() {
 		gu := eb.MatMulExperts(x2, l.expGateUp, experts, 0, 2*I)
-		y := eb.MatMulExperts(m.gateUp(gu, N*K, I), l.expDown, experts, 0, H)
-		if g, ok := rt.(compute.ExpertGrouper); ok { // AddExperts' sums into zeros, every (token, column) at once
-			return g.SumExperts(y, scales)
-		}
-		out := b.Zeros(compute.F32, N, H)
-		eb.AddExperts(out, y, scales)
-		return out
+		return eb.SumExperts(eb.MatMulExperts(m.gateUp(gu, N*K, I), l.expDown, experts, 0, H), scales)
 	}
 	out := b.Zeros(compute.F32, N, H)
 	for j := range K {
