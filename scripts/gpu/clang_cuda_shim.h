@@ -63,8 +63,3 @@ __device__ static inline double __dadd_rn(double a, double b) { return a + b; }
 __device__ static inline double __dsub_rn(double a, double b) { return a - b; }
 __device__ static inline double __dmul_rn(double a, double b) { return a * b; }
 __device__ static inline float fmaxf(float a, float b) { return __builtin_fmaxf(a, b); }
-__device__ static inline float2 make_float2(float x, float y) {
-    float2 v;
-    v.x = x, v.y = y;
-    return v;
-}

@@ -42,6 +42,13 @@ __device__ __forceinline__ void emit(unsigned short* parts, size_t n, size_t i, 
 // programmatic launch and in graphs, can be told apart: the time from one
 // kernel's release to the next one's is the first kernel's share of the
 // step. Without TANDEM_STAMPS, stamp() is empty.
+// globaltimer is the GPU's global nanosecond timer.
+__device__ __forceinline__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 #ifdef TANDEM_STAMPS
 extern "C" {
 __device__ unsigned long long* tandem_stamps = 0;
@@ -52,14 +59,40 @@ __device__ __forceinline__ void stamp() {
     if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
     unsigned long long* s = *(unsigned long long* volatile*)&tandem_stamps;
     if (!s) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned long long t = globaltimer();
     const int i = atomicAdd(&tandem_stamp_n, 1);
     if (i < tandem_stamp_cap) s[i] = t;
 }
 #else
 __device__ __forceinline__ void stamp() {}
 #endif
+
+// pdl_start begins every kernel. A kernel launched with programmatic
+// stream serialization (TANDEM_CUDA_PDL) may be scheduled while the kernel
+// before it in the stream still runs; griddepcontrol.wait holds each thread
+// until that kernel has finished and its writes are visible, so nothing is
+// read or written before it. launch_dependents then lets the next kernel be
+// scheduled early in turn. Without the launch attribute (or below sm_90)
+// both are no-ops.
+__device__ __forceinline__ void pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+    stamp();
+}
+
+// pdl_start_for is pdl_start inside a function whose pointers a and b are
+// __restrict__: passing them to the wait keeps the compiler from moving
+// their loads and stores above it (a restrict pointer the asm does not
+// take might be assumed untouched by its memory clobber).
+__device__ __forceinline__ void pdl_start_for(const void* a, const void* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b) : "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+    stamp();
+}
 
 #define SQRT_2_OVER_PI 0.7978845608028654
 

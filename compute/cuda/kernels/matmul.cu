@@ -10,33 +10,6 @@
 
 #define ROWS 8 // rows per pass; M may be larger (the passes are independent)
 
-// pdl_start begins every kernel. A kernel launched with programmatic
-// stream serialization (TANDEM_CUDA_PDL) may be scheduled while the kernel
-// before it in the stream still runs; griddepcontrol.wait holds each thread
-// until that kernel has finished and its writes are visible, so nothing is
-// read or written before it. launch_dependents then lets the next kernel be
-// scheduled early in turn. Without the launch attribute (or below sm_90)
-// both are no-ops.
-__device__ __forceinline__ void pdl_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-    stamp();
-}
-
-// pdl_start_for is pdl_start inside a function whose pointers a and b are
-// __restrict__: passing them to the wait keeps the compiler from moving
-// their loads and stores above it (a restrict pointer the asm does not
-// take might be assumed untouched by its memory clobber).
-__device__ __forceinline__ void pdl_start_for(const void* a, const void* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b) : "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-    stamp();
-}
-
 __device__ __forceinline__ float bf16(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }

@@ -11,21 +11,6 @@
 #define DT_BF16 1
 #define DT_F16 2
 
-// pdl_start begins every kernel. A kernel launched with programmatic
-// stream serialization (TANDEM_CUDA_PDL) may be scheduled while the kernel
-// before it in the stream still runs; griddepcontrol.wait holds each thread
-// until that kernel has finished and its writes are visible, so nothing is
-// read or written before it. launch_dependents then lets the next kernel be
-// scheduled early in turn. Without the launch attribute (or below sm_90)
-// both are no-ops.
-__device__ __forceinline__ void pdl_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-    stamp();
-}
-
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
     unsigned s = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
     if (e == 0) {
@@ -319,6 +304,12 @@ __device__ __forceinline__ bool chunked(int D) { return (D & 3) == 0 && D >= 4 *
 __device__ __forceinline__ float4 f4(float x, float y, float z, float w) {
     float4 v;
     v.x = x, v.y = y, v.z = z, v.w = w;
+    return v;
+}
+
+__device__ __forceinline__ float2 f2(float x, float y) {
+    float2 v;
+    v.x = x, v.y = y;
     return v;
 }
 
@@ -665,14 +656,7 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm_rope(float* out, c
     for (int j = 2 * half + threadIdx.x; j < d; j += blockDim.x) yr[j] = normed(xr, j, r, w, wt);
 }
 
-// qkv_norms: a layer's per-head norms in one launch, one block per
-// (token, head row): the query heads (qw, then RoPE), the key heads (kw,
-// then RoPE) and the value heads (no weight, no rotation; v may be k).
-// Each row is rmsnorm_rope's or rmsnorm's arithmetic, so the bits are those
-// of the three kernels. With kvp (a key and a value cache a run of tokens:
-// a batch's rows each write a cache of their own) token t's key and value
-// heads go to slot tslot[2t + 1] of run tslot[2t]'s caches instead of to
-// ko and vo.
+// qkv_args are qkv_norms' and qkv_norms_warp's arguments.
 struct qkv_args {
     float *qo, *ko, *vo;
     const float *q, *k, *v;
@@ -735,6 +719,14 @@ __device__ __forceinline__ void qkv_store(const qkv_args& a, int t, const float*
         const unsigned long long *kvp, const int *tslot
 #define QKV_ARGS {qo, ko, vo, q, k, v, qw, kw, qwt, kwt, eps, pos, freq, Hq, Hk, d, half, kvp, tslot}
 
+// qkv_norms: a layer's per-head norms in one launch, one block per
+// (token, head row): the query heads (qw, then RoPE), the key heads (kw,
+// then RoPE) and the value heads (no weight, no rotation; v may be k).
+// Each row is rmsnorm_rope's or rmsnorm's arithmetic, so the bits are those
+// of the three kernels. With kvp (a key and a value cache a run of tokens:
+// a batch's rows each write a cache of their own) token t's key and value
+// heads go to slot tslot[2t + 1] of run tslot[2t]'s caches instead of to
+// ko and vo.
 extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(QKV_PARAMS) {
     pdl_start();
     const qkv_args a = QKV_ARGS;
@@ -747,12 +739,6 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(QKV_PARAMS) {
     qkv_store(a, t, xr, yr, w, wt, value, row_rscale(xr, a.d, a.eps, sh), threadIdx.x, blockDim.x, 0);
 }
 
-// warp_rscale is row_rscale for a row that a block of 256 threads
-// (rowThreads(D) = 256: D ≤ 1536) would normalise, computed by one warp:
-// lane l stands in for threads l + 32j, j < 8, summing each one's elements
-// in its order, then warp_sum256. The same additions of the same operands,
-// so the same bits, without a block's barriers: a prompt pass's head rows
-// are many and short.
 // warp_sum256 is block_sum_d's sum of a 256-thread block's values, thread
 // l + 32j's in lane l's v[j], run by one warp: block_tree0's levels of
 // 128, 64 and 32 threads down each lane's column, then its shuffles. Every
@@ -767,6 +753,12 @@ __device__ __forceinline__ double warp_sum256(double v[8]) {
     return __shfl_sync(0xffffffffu, r, 0);
 }
 
+// warp_rscale is row_rscale for a row that a block of 256 threads
+// (rowThreads(D) = 256: D ≤ 1536) would normalise, computed by one warp:
+// lane l stands in for threads l + 32j, j < 8, summing each one's elements
+// in its order, then warp_sum256. The same additions of the same operands,
+// so the same bits, without a block's barriers: a prompt pass's head rows
+// are many and short.
 __device__ __forceinline__ float warp_rscale(const float* xr, int D, float eps) {
     const int lane = threadIdx.x & 31, T = 256;
     const bool ch = (D & 3) == 0 && D >= 4 * T, al = ((size_t)xr & 15) == 0;
@@ -1980,11 +1972,9 @@ extern "C" __global__ void random_uniform(void* dst, int dt, u64 off, u64 n, u64
 // runs back to back, however slowly the host issues it (for measurements).
 extern "C" __global__ void spin(int ns) {
     pdl_start();
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < (unsigned long long)ns);
+    const unsigned long long t0 = globaltimer();
+    while (globaltimer() - t0 < (unsigned long long)ns) {
+    }
 }
 
 // attn_flash is Attention for a bf16 prompt pass (PrecisionBF16): scores
@@ -2325,8 +2315,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     for (int q0 = 0; q0 < FW / 8; q0 += 8) { // n tiles q0 … q0 + 7: columns 8·q0 … 8·q0 + 63
 #pragma unroll
         for (int c = 0; c < 8; c++) {
-            *(float2*)(ws + g * FO + c * 8 + 2 * t) = make_float2(__fmul_rn(o[q0 + c][0], i0), __fmul_rn(o[q0 + c][1], i0));
-            *(float2*)(ws + (g + 8) * FO + c * 8 + 2 * t) = make_float2(__fmul_rn(o[q0 + c][2], i1), __fmul_rn(o[q0 + c][3], i1));
+            *(float2*)(ws + g * FO + c * 8 + 2 * t) = f2(__fmul_rn(o[q0 + c][0], i0), __fmul_rn(o[q0 + c][1], i0));
+            *(float2*)(ws + (g + 8) * FO + c * 8 + 2 * t) = f2(__fmul_rn(o[q0 + c][2], i1), __fmul_rn(o[q0 + c][3], i1));
         }
         __syncwarp();
         const int col = 8 * q0 + c4;
