@@ -829,9 +829,9 @@ func batchRate(times []tokenTimes) float64 {
 	return float64(count) / end.Sub(start).Seconds()
 }
 
-// graphRuns adds --graph-profile's timelines to row: the plain decode and,
-// with a drafter d, the speculative one again, after the measured runs so
-// that they do not change them.
+// graphRuns adds --step-stamps' plain decode and --graph-profile's
+// timelines to row: the plain decode and, with a drafter d, the speculative
+// one again, after the measured runs so that they do not change them.
 func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32, opt generation.Options, d spec.Drafter, so spec.Options) error {
 	if br.stamps {
 		// A diagnostic: its failure is said, and the row's measurements kept.
@@ -854,24 +854,36 @@ func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32
 // stampRun is profileRun for --step-stamps: run with every launch stamped
 // from its first token on.
 func stampRun(g *cuda.Backend, run func(onToken func(int32)) (int, error)) ([]cuda.StepStamp, int, error) {
-	started := false
-	var err error
-	units, rerr := run(func(int32) {
-		if !started && err == nil {
-			err = g.StartStamps(1 << 20)
-			started = err == nil
-		}
-	})
+	units, started, err := fromFirstToken(run, func() error { return g.StartStamps(1 << 20) }, nil)
 	var st []cuda.StepStamp
 	if started {
 		var serr error
 		st, serr = g.StopStamps()
 		err = errors.Join(err, serr)
 	}
-	if err = errors.Join(err, rerr); err != nil {
+	if err != nil {
 		return nil, 0, fmt.Errorf("step stamps: %w", err)
 	}
 	return st, units, nil
+}
+
+// fromFirstToken runs run, calling start at its first token and then,
+// once start has succeeded, each (when given) at every token. It reports
+// run's steps, whether start succeeded, and start's error, else run's.
+func fromFirstToken(run func(onToken func(int32)) (int, error), start, each func() error) (units int, started bool, err error) {
+	units, rerr := run(func(int32) {
+		if !started && err == nil {
+			err = start()
+			started = err == nil
+		}
+		if started && each != nil {
+			each()
+		}
+	})
+	if err == nil {
+		err = rerr
+	}
+	return units, started, err
 }
 
 // plainRun is profileRun's plain decode of prompt, whose profile covers the
@@ -1040,24 +1052,15 @@ const (
 // (or rounds) the profile covers.
 
 func profileRun(g *cuda.Backend, kind profileKind, run func(onToken func(int32)) (int, error)) (*cuda.Profile, int, error) {
-	started := false
-	var err error
-	units, rerr := run(func(int32) {
-		if !started && err == nil {
-			if kind == graphsAsIssued {
-				err = g.Device().StartGraphProfile()
-			} else {
-				err = g.Device().StartProfile()
-			}
-			started = err == nil
-		}
-		if started && kind == kernelsBackToBack {
-			g.Spin(100 * time.Millisecond)
-		}
-	})
-	if err == nil {
-		err = rerr
+	start := g.Device().StartProfile
+	if kind == graphsAsIssued {
+		start = g.Device().StartGraphProfile
 	}
+	var each func() error
+	if kind == kernelsBackToBack {
+		each = func() error { g.Spin(100 * time.Millisecond); return nil }
+	}
+	units, started, err := fromFirstToken(run, start, each)
 	issue := g.IssueTimes()
 	var prof cuda.Profile
 	if started {
@@ -1195,32 +1198,16 @@ func printGaps(w io.Writer, gaps []cuda.Gap) {
 // kernel of a step also carries the gap to the next step's graph.
 func printStamps(w io.Writer, label string, st []cuda.StepStamp, steps int) {
 	n := float64(max(steps, 1))
-	by := map[string]*cuda.KernelTime{}
-	var names []string
+	kernels := cuda.StampKernels(st)
 	var total time.Duration
-	for _, s := range st {
-		k := by[s.Name]
-		if k == nil {
-			k = &cuda.KernelTime{Name: s.Name}
-			by[s.Name] = k
-			names = append(names, s.Name)
-		}
-		k.Calls++
-		k.Time += s.Share
-		total += s.Share
+	for _, k := range kernels {
+		total += k.Time
 	}
-	sort.Slice(names, func(i, j int) bool {
-		if a, b := by[names[i]].Time, by[names[j]].Time; a != b {
-			return a > b
-		}
-		return names[i] < names[j]
-	})
 	fmt.Fprintf(w, "%s: step stamps, %d launches over %d plain steps: %.2f ms a step from the first stamp to the last; each kernel's share of a step (from its start to the next kernel's, PDL and graphs as they run):\n",
 		label, len(st), steps, ms(total)/n)
 	fmt.Fprintf(w, "  %28s %11s %9s %9s %6s\n", "kernel", "calls/step", "ms/step", "µs/call", "share")
-	for _, name := range names {
-		k := by[name]
-		fmt.Fprintf(w, "  %28s %11.1f %9.3f %9.2f %5.1f%%\n", name, float64(k.Calls)/n, ms(k.Time)/n,
+	for _, k := range kernels {
+		fmt.Fprintf(w, "  %28s %11.1f %9.3f %9.2f %5.1f%%\n", k.Name, float64(k.Calls)/n, ms(k.Time)/n,
 			float64(k.Time)/float64(time.Microsecond)/float64(k.Calls), 100*float64(k.Time)/float64(max(total, 1)))
 	}
 	// One layer from the middle of the run: from an rmsnorm2 to the second

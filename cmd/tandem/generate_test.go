@@ -468,15 +468,11 @@ func TestPrefillPrecisionFlag(t *testing.T) {
 
 // TestAutoPrecision protects --prefill-precision auto, every command's
 // default: bf16 prompt passes on CUDA (7-11x faster prefill there), exact
-// ones on the CPU; exact and bf16 are what they say on either.
+// ones on the CPU; exact and bf16 are what they say on either. The choice
+// goes by the backend's type, so an unopened CUDA backend stands for the
+// GPU without one.
 func TestAutoPrecision(t *testing.T) {
-	backends := []compute.Backend{cpu.New(1)}
-	if g, err := cuda.New(0); err == nil {
-		backends = append(backends, g)
-	} else {
-		t.Logf("no GPU (%v): the CPU alone", err)
-	}
-	for _, b := range backends {
+	for _, b := range []compute.Backend{cpu.New(1), new(cuda.Backend)} {
 		_, gpu := b.(*cuda.Backend)
 		for _, c := range []struct {
 			flag string
@@ -514,10 +510,11 @@ func TestPromptChunk(t *testing.T) {
 		{cpu.New(1), 0, compute.PrecisionExact, generation.DefaultPrefillSize},
 		{cpu.New(1), 0, compute.PrecisionBF16, generation.DefaultPrefillSize},
 		{cpu.New(1), 7, compute.PrecisionBF16, 7},
-	}
-	if g, err := cuda.New(0); err == nil {
-		cases = append(cases, chunkCase{g, 0, compute.PrecisionBF16, 2048}, chunkCase{g, 0, compute.PrecisionExact, generation.DefaultPrefillSize},
-			chunkCase{g, 300, compute.PrecisionBF16, 300})
+		// The choice goes by the backend's type: an unopened CUDA backend
+		// stands for the GPU.
+		{new(cuda.Backend), 0, compute.PrecisionBF16, 2048},
+		{new(cuda.Backend), 0, compute.PrecisionExact, generation.DefaultPrefillSize},
+		{new(cuda.Backend), 300, compute.PrecisionBF16, 300},
 	}
 	for _, c := range cases {
 		if got := promptChunk(c.n, c.b, c.p); got != c.want {

@@ -630,6 +630,23 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		pvArg, peArg = ptrOf(pv), ptrOf(pe)
 	}
 	parts, pp := b.emitParts(out) // the o projection's split, written as the output is
+	if dropZero {
+		// A dropped kernel leaves the output and its split as zeros
+		// (TANDEM_CUDA_DROP_ZERO): the whole of both, once for every group.
+		name := "attn_fused"
+		if useCl {
+			name = "attn_cluster"
+			if cl.KG > 0 {
+				name = "attn_cluster_rounds"
+			}
+		}
+		if dropped[name] {
+			b.zero(memOf(out).ptr, 4*out.Len())
+			if parts != nil {
+				b.zero(memOf(parts).ptr, 2*parts.Len())
+			}
+		}
+	}
 	qv, ov := q, out
 	if G < L {
 		qv, ov = q.Reshape(L, Hq, D), out.Reshape(L, Hq, Dv)
@@ -661,7 +678,6 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 			args = append(args, kvp)
 			k, run := b.kernel(kernel)
 			if !run {
-				b.zeroDropped(og, pg)
 				continue
 			}
 			err := b.dev.LaunchClusterAsync(k, [3]uint32{uint32(Hq * cl.C), uint32(B * n), 1},
@@ -673,9 +689,6 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		}
 		if fused {
 			b.fusedN++
-			if dropped["attn_fused"] {
-				b.zeroDropped(og, pg)
-			}
 			b.launch("attn_fused", [3]uint32{uint32(Hq), uint32(B * n), 1}, 256, ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp,
 				n, Hq, Hkv, S, D, Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), flags, kvp)
 			continue
@@ -721,22 +734,4 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		b.recycle(pv, pe)
 	}
 	return out
-}
-
-// zeroDropped zeroes a dropped attention launch's output og and, where
-// given, its split's three planes at parts (a decode pass: og is the whole
-// output), where dropZero asks for it.
-func (b *Backend) zeroDropped(og *compute.Tensor, parts any) {
-	if !dropZero {
-		return
-	}
-	zero := func(ptr uintptr, n int) {
-		b.dev.post(func() error {
-			return b.dev.d.check("cuMemsetD8Async", b.dev.d.cuMemsetD8Async(ptr, 0, uint64(n), b.dev.stream))
-		})
-	}
-	zero(memOf(og).ptr, og.Len()*4)
-	if buf, ok := parts.(Buffer); ok {
-		zero(buf.ptr, min(buf.Size, 3*og.Len()*2))
-	}
 }

@@ -458,13 +458,17 @@ func (b *Backend) floats(xs []float32) *compute.Tensor {
 // Zeros implements compute.Backend.
 func (b *Backend) Zeros(dt compute.DType, shape ...int) *compute.Tensor {
 	t := b.alloc(dt, shape...)
-	if n := t.Len() * dt.Size(); n > 0 {
-		ptr := memOf(t).ptr
+	b.zero(memOf(t).ptr, t.Len()*dt.Size())
+	return t
+}
+
+// zero queues n zero bytes at ptr on the device's stream.
+func (b *Backend) zero(ptr uintptr, n int) {
+	if n > 0 {
 		b.dev.post(func() error {
 			return b.dev.d.check("cuMemsetD8Async", b.dev.d.cuMemsetD8Async(ptr, 0, uint64(n), b.dev.stream))
 		})
 	}
-	return t
 }
 
 // FromF32 implements compute.Backend.
@@ -1301,11 +1305,13 @@ const splitMinK = 512
 // TANDEM_CUDA_SPLIT=warps (and on no device) by the older rule of enough
 // warps to keep every SM streaming, at least 512 elements of K a split.
 func splitK(N, K int) (splits, chunk int) {
+	fixed := splitFixed
+	if fixed == 0 {
+		fixed = splitsFor[[2]int{N, K}]
+	}
 	switch {
-	case splitFixed > 0:
-		splits = max(1, min(splitFixed, K/32))
-	case splitsFor[[2]int{N, K}] > 0:
-		splits = max(1, min(splitsFor[[2]int{N, K}], K/32))
+	case fixed > 0:
+		splits = max(1, min(fixed, K/32))
 	case splitMode == "fill" && waveWarps > 0:
 		splits = fillSplit(N, K, waveWarps, blockColsOf(rowsFor(N, K)))
 	default:
@@ -1500,14 +1506,14 @@ func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, 
 	case at != nil: // a block of the third dimension an output row
 		grid[2], tail = uint32(R), append(tail, at.sel, at.step, at.off, at.stride, at.xdiv)
 	case one:
-		name, grid[2], tail = "matmul_tiled1", uint32((M+63)/64), tail[:4]
+		name, grid[2], tail = "matmul_tiled1", uint32((M+tileRows-1)/tileRows), tail[:4]
 		if tiled1Wide && M > 64 {
 			name, grid[0], grid[2] = "matmul_tiled1w", uint32((N+127)/128), uint32((M+127)/128)
 			b.tiled1wN++
 		}
 		b.tiled1N++
 	case tiled:
-		name, grid[2], tail = "matmul_tiled", uint32((M+63)/64), tail[:4]
+		name, grid[2], tail = "matmul_tiled", uint32((M+tileRows-1)/tileRows), tail[:4]
 	}
 	var yArg, counters any = ptrOf(y), ptrOf(b.counters)
 	separate := splits > 1 && cluster == "" && (int(grid[0]*grid[2]) > splitCounters || sumSplitsOnly)
@@ -1966,8 +1972,9 @@ var normWarpTokens = normWarpDefault // TANDEM_CUDA_NORM_WARPS, read by liveSett
 
 const normWarpDefault = 64
 
-// QKVNorms implements compute.FusedQKV with qkv_norms (off, like rmsnorm2,
-// with TANDEM_CUDA_NORM2=0). Its rows take rmsnorm_rope's two-pass scale
+// QKVNorms implements compute.FusedQKV with qkv_norms, or qkv_norms_warp
+// for passes of normWarpTokens tokens or more (off, like rmsnorm2, with
+// TANDEM_CUDA_NORM2=0). Its rows take rmsnorm_rope's two-pass scale
 // rather than rmsnorm's register cache: the same bits, and heads of at most
 // 512 elements gain little from the cache.
 func (b *Backend) QKVNorms(q, k, v, qw, kw *compute.Tensor, eps float32, pos []int32, r *compute.RoPE, dst []compute.KVRun) (qo, ko, vo *compute.Tensor) {

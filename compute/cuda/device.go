@@ -601,9 +601,6 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 	}
 	return func() error {
 		withPDL := pdl || dev.pdlRec
-		if dev.stamps.on { // a launch the driver refuses is taken off again below
-			dev.stamps.logLaunch(k)
-		}
 		if rec := dev.graphs.rec; rec != nil {
 			rec.sigs = append(rec.sigs, sig)
 			rec.shape = mixSig(mixSig(rec.shape, uint64(k.fn)), launchShape(cluster, withPDL))
@@ -628,13 +625,13 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 			runtime.KeepAlive(clAttrs)
 			runtime.KeepAlive(vals)
 			runtime.KeepAlive(params)
-			return dev.stamps.refused(dev.d.check("cuLaunchKernelEx", result(int32(r))))
+			return dev.stamps.launched(k, dev.d.check("cuLaunchKernelEx", result(int32(r))))
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), dev.stream, pp, 0)
 		runtime.KeepAlive(vals)
 		runtime.KeepAlive(params)
-		return dev.stamps.refused(dev.d.check("cuLaunchKernel", result(int32(r))))
+		return dev.stamps.launched(k, dev.d.check("cuLaunchKernel", result(int32(r))))
 	}, nil
 }
 

@@ -221,7 +221,7 @@ func (dev *Device) endCapture() {
 		return
 	}
 	dev.graphs.stats.Fallbacks++
-	if dev.stamps.on && rec.stampMark <= len(dev.stamps.log) {
+	if rec.stampMark <= len(dev.stamps.log) {
 		dev.stamps.log = dev.stamps.log[:rec.stampMark]
 	}
 	for _, f := range rec.calls {

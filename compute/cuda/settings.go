@@ -91,8 +91,9 @@ var liveSettings = []struct {
 var dropped map[string]bool
 
 // dropZero has a dropped attention kernel's output and its split written
-// as zeros (TANDEM_CUDA_DROP_ZERO=1, with TANDEM_CUDA_DROP=attn_cluster or
-// attn_fused): what follows then runs on finite values. Left as they were,
+// as zeros (TANDEM_CUDA_DROP_ZERO=1, with TANDEM_CUDA_DROP=attn_cluster,
+// attn_cluster_rounds or attn_fused): what follows then runs on finite
+// values. Left as they were,
 // the pool's stale bytes made NaN logits, and the host's fallback for NaN
 // steps (9-10 ms a step) hid what the attention had cost.
 var dropZero bool

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -27,9 +26,9 @@ var stampsBuild = os.Getenv("TANDEM_CUDA_STAMPS") == "1"
 // (TANDEM_CUDA_STAMPS=1 at start-up).
 func StampsBuilt() bool { return stampsBuild }
 
-// ErrNoStamps is StartStamps' error where the kernels were built without
+// errNoStamps is StartStamps' error where the kernels were built without
 // stamps.
-var ErrNoStamps = errors.New("cuda: the kernels were built without step stamps: set TANDEM_CUDA_STAMPS=1 before the backend starts")
+var errNoStamps = errors.New("cuda: the kernels were built without step stamps: set TANDEM_CUDA_STAMPS=1 before the backend starts")
 
 // StepStamp is one launch of a stamped run: its kernel, when it passed its
 // wait (from the first launch's), and its share of the run (until the
@@ -39,19 +38,26 @@ type StepStamp struct {
 	At, Share time.Duration
 }
 
+// StampKernels sums a stamped run's shares by kernel, longest first.
+func StampKernels(st []StepStamp) []KernelTime {
+	names, shares := make([]string, len(st)), make([]time.Duration, len(st))
+	for i, s := range st {
+		names[i], shares[i] = s.Name, s.Share
+	}
+	return sumBy(names, shares)
+}
+
 // stampLaunch is a launch logged while stamping, in issue order.
 type stampLaunch struct {
 	name string
 	mod  uintptr
 }
 
-// stampState is the device thread's stamping: the launches logged and
-// each module's globals and buffer.
+// stampState is the device thread's stamping: each module's globals and
+// buffer, and the launches logged (stamping is on while mods is set).
 type stampState struct {
-	on     bool
-	log    []stampLaunch
-	mods   []stampModule
-	logged bool // the launch in progress was logged
+	mods []stampModule
+	log  []stampLaunch
 }
 
 type stampModule struct {
@@ -60,45 +66,34 @@ type stampModule struct {
 	size           int     // the buffer's slots
 }
 
-// logLaunch logs a launch of k where its module stamps.
-func (s *stampState) logLaunch(k Kernel) {
+// launched logs a launch of k the driver took (err nil) where stamping is
+// on and k's module stamps: a launch refused never runs, so never stamps.
+func (s *stampState) launched(k Kernel, err error) error {
+	if err != nil || s.mods == nil {
+		return err
+	}
 	for _, m := range s.mods {
 		if m.mod == k.mod {
 			s.log = append(s.log, stampLaunch{k.name, k.mod})
-			s.logged = true
-			return
+			break
 		}
 	}
-	s.logged = false
-}
-
-// refused takes the launch just logged off the log where the driver
-// refused it (err not nil): it never runs, so it never stamps.
-func (s *stampState) refused(err error) error {
-	if err != nil && s.on && s.logged && len(s.log) > 0 {
-		s.log = s.log[:len(s.log)-1]
-	}
-	s.logged = false
-	return err
+	return nil
 }
 
 // StartStamps starts stamping every launch of the backend's kernels, with
 // room for capacity stamps in each of its two modules. StopStamps ends it.
 func (b *Backend) StartStamps(capacity int) error {
 	if !stampsBuild {
-		return ErrNoStamps
+		return errNoStamps
 	}
 	dev := b.dev
 	if dev.d.cuModuleGetGlobal == nil {
 		return errors.New("cuda: the driver lacks cuModuleGetGlobal; no step stamps")
 	}
 	mods := map[uintptr]bool{}
-	for _, names := range kernelNames {
-		for _, n := range names {
-			if k, ok := b.k[n]; ok {
-				mods[k.mod] = true
-			}
-		}
+	for _, k := range b.k {
+		mods[k.mod] = true
 	}
 	var sm []stampModule
 	free := func() {
@@ -131,32 +126,26 @@ func (b *Backend) StartStamps(capacity int) error {
 					return fmt.Errorf("step stamps: %s is %d bytes, want %d", g.name, bytes, g.bytes)
 				}
 			}
-		}
-		for i := range sm {
-			m := &sm[i]
-			var v [8]byte
-			binary.LittleEndian.PutUint32(v[:], uint32(m.size))
-			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.c, unsafe.Pointer(&v[0]), 4)); err != nil {
+			size, zero := int32(m.size), int32(0)
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.c, unsafe.Pointer(&size), 4)); err != nil {
 				return err
 			}
-			binary.LittleEndian.PutUint32(v[:], 0)
-			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.n, unsafe.Pointer(&v[0]), 4)); err != nil {
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.n, unsafe.Pointer(&zero), 4)); err != nil {
 				return err
 			}
 		}
 		// The pointers last, every module's or none: the kernels stamp from here on.
-		for i := range sm {
-			var v [8]byte
-			binary.LittleEndian.PutUint64(v[:], uint64(sm[i].buf))
-			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(sm[i].ptr, unsafe.Pointer(&v[0]), 8)); err != nil {
-				var zero [8]byte
+		for i, m := range sm {
+			buf := uint64(m.buf)
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&buf), 8)); err != nil {
+				var null uint64
 				for _, m := range sm[:i] {
-					d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&zero[0]), 8)
+					d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&null), 8)
 				}
 				return err
 			}
 		}
-		dev.stamps = stampState{on: true, mods: sm}
+		dev.stamps = stampState{mods: sm}
 		return nil
 	})
 	if err != nil {
@@ -171,49 +160,38 @@ func (b *Backend) StopStamps() ([]StepStamp, error) {
 	dev := b.dev
 	stamps := map[uintptr][]uint64{}
 	var log []stampLaunch
-	var bufs []Buffer
+	var mods []stampModule
 	err := dev.do(func() error {
 		d := dev.d
-		st := dev.stamps
+		mods, log = dev.stamps.mods, dev.stamps.log
 		dev.stamps = stampState{}
-		log = st.log
-		for _, m := range st.mods {
-			bufs = append(bufs, Buffer{ptr: m.buf, Size: 8 * m.size})
-		}
 		if err := d.check("cuCtxSynchronize", dev.block(d.cuCtxSynchronize)); err != nil {
 			return err
 		}
-		for _, m := range st.mods {
-			var zero [8]byte
-			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&zero[0]), 8)); err != nil {
+		for _, m := range mods {
+			var null uint64
+			if err := d.check("cuMemcpyHtoD", d.cuMemcpyHtoD(m.ptr, unsafe.Pointer(&null), 8)); err != nil {
 				return err
 			}
-			var nb [4]byte
-			if err := d.check("cuMemcpyDtoH", d.cuMemcpyDtoH(unsafe.Pointer(&nb[0]), m.n, 4)); err != nil {
+			var n int32
+			if err := d.check("cuMemcpyDtoH", d.cuMemcpyDtoH(unsafe.Pointer(&n), m.n, 4)); err != nil {
 				return err
 			}
-			n := int(int32(binary.LittleEndian.Uint32(nb[:])))
-			if n > m.size {
+			if int(n) > m.size {
 				return fmt.Errorf("step stamps: %d launches overflowed the %d slots", n, m.size)
 			}
-			if n == 0 {
-				stamps[m.mod] = nil
-				continue
-			}
-			raw := make([]byte, 8*n)
-			if err := d.check("cuMemcpyDtoH", d.cuMemcpyDtoH(unsafe.Pointer(&raw[0]), m.buf, uint64(len(raw)))); err != nil {
-				return err
-			}
 			s := make([]uint64, n)
-			for i := range s {
-				s[i] = binary.LittleEndian.Uint64(raw[8*i:])
+			if n > 0 {
+				if err := d.check("cuMemcpyDtoH", d.cuMemcpyDtoH(unsafe.Pointer(&s[0]), m.buf, uint64(8*n))); err != nil {
+					return err
+				}
 			}
 			stamps[m.mod] = s
 		}
 		return nil
 	})
-	for _, buf := range bufs {
-		dev.Free(buf)
+	for _, m := range mods {
+		dev.Free(Buffer{ptr: m.buf, Size: 8 * m.size})
 	}
 	if err != nil {
 		return nil, err
