@@ -114,6 +114,15 @@ func tiledCols(v *compute.Tensor, Dv int) int {
 // cluster, and its step moved within the noise (19.9-20.0 ms either way).
 var attnClusterBlocks = 8 // read by liveSettings
 
+// attnClusterShare is the percentage of the multiprocessors a pass's
+// clusters may take together (TANDEM_CUDA_ATTN_SHARE; live): the rest
+// are left to the o product's first blocks, which load their weights
+// early while attention runs. On the H200 (twenty-sixth session) 75 took
+// the 31B shape's sliding layers from 4 blocks a cluster to 3 and its step
+// from 19.20-19.23 to 18.72 ms; E2B (8 a cluster either way) and 26B-A4B
+// (8 → 6) stayed within the noise.
+var attnClusterShare = 75 // read by liveSettings
+
 // attnClusterSplits lets attn_cluster take rows whose keys straddle
 // position chunks, up to a chunk's span (TANDEM_CUDA_ATTN_CLUSTER_SPLITS=0
 // turns it off; live): a sliding window past a multiple of 1,024
@@ -169,7 +178,7 @@ type clusterAttn struct{ C, nk, kpb, W, smem, KG, VG int }
 // blocks a cluster (142 KiB each) 93-230 µs against 78-80.
 func (b *Backend) attnClusterPlan(aligned bool, D, Dv, keys, clusters int) (p clusterAttn, ok bool) {
 	most := min(attnClusterBlocks, b.attnClusterMax)
-	C := min(most, b.dev.SMs/max(1, clusters))
+	C := min(most, b.dev.SMs*attnClusterShare/100/max(1, clusters))
 	if C < 2 || keys == 0 || D%4 != 0 || Dv%4 != 0 || !aligned {
 		return p, false
 	}

@@ -1854,7 +1854,7 @@ func (b *Backend) RMSNorm(x, w *compute.Tensor, eps float32) *compute.Tensor {
 	f32(x, "RMSNorm")
 	D := x.Dim(-1)
 	wp, wt := normWeight(x, w, D, "RMSNorm")
-	return b.rmsnorm(x, wp, wt, D, eps, nil)
+	return b.rmsnorm(x, wp, wt, D, eps, nil, earlyNorm(w))
 }
 
 // rowCache lets rmsnorm hold rows of up to 6144 elements in registers
@@ -1876,13 +1876,36 @@ func rowThreads(D int) int {
 	return n
 }
 
+// earlyNorms lets the norm kernels load their weights before
+// griddepcontrol.wait where every weight is a model weight (or none),
+// as the products' _early variants do (TANDEM_CUDA_EARLY_NORMS=0 turns it
+// off; live). A step's norms read their weights from memory the products
+// have swept out of L2, and Nsight Compute had those loads as a fifth of an
+// E2B rmsnorm2 and a tenth of a 31B one. The same bits.
+var earlyNorms = true // TANDEM_CUDA_EARLY_NORMS, read by liveSettings
+
+// earlyNorm is rmsnorm's and rmsnorm2's early argument for weights ws (nil:
+// none): 1 where earlyNorms asks for it and each is a model weight.
+func earlyNorm(ws ...*compute.Tensor) int {
+	if !earlyNorms {
+		return 0
+	}
+	for _, w := range ws {
+		if w != nil && !isWeight(w) {
+			return 0
+		}
+	}
+	return 1
+}
+
 // rmsnorm launches the norm of x's rows of D, plus res when given, and
-// with fused kernels on writes the result's split too.
-func (b *Backend) rmsnorm(x *compute.Tensor, wp any, wt, D int, eps float32, res any) *compute.Tensor {
+// with fused kernels on writes the result's split too; early is
+// earlyNorm's for its weight.
+func (b *Backend) rmsnorm(x *compute.Tensor, wp any, wt, D int, eps float32, res any, early int) *compute.Tensor {
 	out := b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
 		parts, pp := b.emitParts(out)
-		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, rowThreads(D), ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len(), rowCache)
+		b.launch("rmsnorm", [3]uint32{uint32(R), 1, 1}, rowThreads(D), ptrOf(out), ptrOf(x), wp, wt, D, eps, res, pp, out.Len(), rowCache, early)
 		if parts != nil {
 			b.remember(out, parts)
 		}
@@ -1920,7 +1943,7 @@ func (b *Backend) AddRMSNorm(r, x, w *compute.Tensor, eps float32) *compute.Tens
 	}
 	D := x.Dim(-1)
 	wp, wt := normWeight(x, w, D, "AddRMSNorm")
-	return b.rmsnorm(x, wp, wt, D, eps, ptrOf(r))
+	return b.rmsnorm(x, wp, wt, D, eps, ptrOf(r), earlyNorm(w))
 }
 
 // rcacheElems is the longest row rmsnorm2 takes (RCACHE·NMAX in ops.cu).
@@ -1953,7 +1976,8 @@ func (b *Backend) AddRMSNormNorm(r, x, w1, s, w2 *compute.Tensor, eps float32) (
 	y, h = b.alloc(compute.F32, x.Shape()...), b.alloc(compute.F32, x.Shape()...)
 	if R := x.Rows(); R > 0 && D > 0 {
 		parts, pp := b.emitParts(h)
-		b.launch("rmsnorm2", [3]uint32{uint32(R), 1, 1}, rowThreads(D), ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(r), w1p, w1t, sp, st, w2p, w2t, D, eps, pp, h.Len())
+		b.launch("rmsnorm2", [3]uint32{uint32(R), 1, 1}, rowThreads(D), ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(r), w1p, w1t, sp, st, w2p, w2t, D, eps, pp, h.Len(),
+			earlyNorm(w1, s, w2))
 		if parts != nil {
 			b.remember(h, parts)
 		}

@@ -725,10 +725,10 @@ func TestNormSpeed(t *testing.T) {
 				}
 				two := deviceTime(t, g, 100, func() {
 					launch("rmsnorm2", ptrOf(y), ptrOf(h), ptrOf(x), ptrOf(res), ptrOf(w1), dtCode(compute.BF16), nil, 0,
-						ptrOf(w2), dtCode(compute.BF16), D, float32(1e-6), c.split, D)
+						ptrOf(w2), dtCode(compute.BF16), D, float32(1e-6), c.split, D, 0)
 				})
 				single := deviceTime(t, g, 100, func() {
-					launch("rmsnorm", ptrOf(h), ptrOf(x), ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), nil, c.split, D, 1)
+					launch("rmsnorm", ptrOf(h), ptrOf(x), ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), nil, c.split, D, 1, 0)
 				})
 				line += fmt.Sprintf("  D=%d %s%s: rmsnorm2 %v, rmsnorm %v;", D, c.name, map[bool]string{true: ", L2 flushed"}[cold],
 					two.Round(100*time.Nanosecond), single.Round(100*time.Nanosecond))

@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -325,6 +326,85 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 				if err := sameBits(product(kernel, true), want); err != nil {
 					t.Fatalf("%s, N=%d K=%d, trial %d: the product differs from the one computed after a sync (it read its activations before they were written): %v",
 						kernel, N, K, trial, err)
+				}
+			}
+		}
+	}
+}
+
+// TestEarlyNormsWaitForActivations protects earlyNorms: rmsnorm and
+// rmsnorm2 launched with PDL right behind a 256 MB copy that writes their
+// row and residual last, with early weights, must give the bits of the
+// same launch after a sync, at the 31B and E2B widths (both chunked rows,
+// the path that loads early).
+func TestEarlyNormsWaitForActivations(t *testing.T) {
+	b := backendOrSkip(t)
+	if b.dev.d.launchExFn == 0 {
+		t.Skip("the driver lacks cuLaunchKernelEx")
+	}
+	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
+	const n = 64 << 20
+	dev := b.dev
+	s, err := dev.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(s)
+	d, err := dev.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(d)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, D := range []int{5376, 1536} {
+		src := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(src[4*i:], math.Float32bits(1))
+		}
+		tail := 4*n - 8*D // the row, then the residual: the copy's last words
+		for i, v := range randF32(r, 2*D) {
+			binary.LittleEndian.PutUint32(src[tail+4*i:], math.Float32bits(v))
+		}
+		if err := dev.Upload(s, src); err != nil {
+			t.Fatal(err)
+		}
+		x, res := Buffer{ptr: d.ptr + uintptr(tail), Size: 4 * D}, Buffer{ptr: d.ptr + uintptr(tail+4*D), Size: 4 * D}
+		w1, w2 := weight(b, compute.BF16, randF32(r, D), D), weight(b, compute.BF16, randF32(r, D), D)
+		y, h := b.alloc(compute.F32, D), b.alloc(compute.F32, D)
+		parts := b.alloc(compute.BF16, 3, D)
+		norm := func(kernel string, pdl bool) []float32 {
+			t.Helper()
+			for _, buf := range []Buffer{d, ptrOf(h)} {
+				if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			programmaticLaunch = pdl
+			if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+				t.Fatal(err)
+			}
+			if !pdl { // the reference: the row is written before the norm starts
+				if err := dev.wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := []any{ptrOf(h), x, ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), res, ptrOf(parts), D, 1, 1}
+			if kernel == "rmsnorm2" {
+				args = []any{ptrOf(y), ptrOf(h), x, res, ptrOf(w1), dtCode(compute.BF16), nil, 0, ptrOf(w2), dtCode(compute.BF16),
+					D, float32(1e-6), ptrOf(parts), D, 1}
+			}
+			if err := dev.LaunchAsync(b.k[kernel], [3]uint32{1, 1, 1}, [3]uint32{uint32(rowThreads(D)), 1, 1}, 0, args...); err != nil {
+				t.Fatal(err)
+			}
+			programmaticLaunch = false
+			return b.ToF32(h)
+		}
+		for _, kernel := range []string{"rmsnorm", "rmsnorm2"} {
+			want := norm(kernel, false)
+			for trial := range 4 {
+				if err := sameBits(norm(kernel, true), want); err != nil {
+					t.Fatalf("%s, D=%d, trial %d: the norm differs from the one computed after a sync (it read its row before it was written): %v",
+						kernel, D, trial, err)
 				}
 			}
 		}

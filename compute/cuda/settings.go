@@ -29,6 +29,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_MATMUL", func(v string) { warpMatMul, tiledMatMul = v == "warp", v != "mma8" }},
 	{"TANDEM_CUDA_ROWS", func(string) { rowsKernel = rowsDefault() }},
 	{"TANDEM_CUDA_EARLY_WEIGHTS", func(v string) { earlyWeights = v != "0" }},
+	{"TANDEM_CUDA_EARLY_NORMS", func(v string) { earlyNorms = v != "0" }},
 	{"TANDEM_CUDA_SPLIT", setSplitMode},
 	{"TANDEM_CUDA_SPLITS_FOR", func(v string) {
 		m, err := parseSplitsFor(v)
@@ -60,6 +61,7 @@ var liveSettings = []struct {
 		}
 	}},
 	{"TANDEM_CUDA_ATTN_CLUSTER", func(string) { attnClusterBlocks = envInt("TANDEM_CUDA_ATTN_CLUSTER", 8, 0, 16) }},
+	{"TANDEM_CUDA_ATTN_SHARE", func(string) { attnClusterShare = envInt("TANDEM_CUDA_ATTN_SHARE", 75, 1, 100) }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", func(v string) { attnClusterSplits = v != "0" }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", func(v string) { attnClusterRounds = v == "1" }},
 	{"TANDEM_CUDA_ATTN_SCORE_CHUNK", func(string) {

@@ -29,7 +29,7 @@
 # and attention kernels of a 31B decode step. ncu-source: Nsight Compute's
 # source view of the kernels matching $NCU_KERNEL (default attn_flash) in a
 # bench run ($NCU_BENCH, default a 31B 4k bf16 prefill), launches
-# $NCU_SKIP on, $NCU_COUNT of them (the defaults: the 31B's layers 4 and 5,
+# $NCU_SKIP on, $NCU_COUNT of them ($NCU_FLAGS: more ncu flags, e.g. --warp-sampling-interval 0) (the defaults: the 31B's layers 4 and 5,
 # a sliding and a global one): each SASS instruction's executions and
 # stall samples (ncu-source.csv), summarised by scripts/gpu/sass_summary.py.
 set -uo pipefail
@@ -143,7 +143,7 @@ for w in "${want[@]}"; do
     ncu-source) # SASS-level counts of $NCU_KERNEL in a bench run: where its instructions and stalls are
       echo "== ncu-source ${NCU_KERNEL:-attn_flash}"
       read -r -a bargs <<<"${NCU_BENCH:---preset gemma4-31b --contexts 4096 --tokens 2 --prefill-runs 1 --prefill-size 4096 --prefill-precision bf16}"
-      ncu --clock-control none -k regex:"${NCU_KERNEL:-attn_flash}" --launch-skip "${NCU_SKIP:-4}" -c "${NCU_COUNT:-2}" \
+      ncu --clock-control none ${NCU_FLAGS:-} -k regex:"${NCU_KERNEL:-attn_flash}" --launch-skip "${NCU_SKIP:-4}" -c "${NCU_COUNT:-2}" \
         --section SourceCounters --section WarpStateStats --section InstructionStats --section SpeedOfLight -f -o "$out/ncu-source" \
         "$bin" bench --device cuda "${bargs[@]}" >"$out/ncu-source.txt" 2>&1
       ncu -i "$out/ncu-source.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source.csv" 2>"$out/ncu-source.err"

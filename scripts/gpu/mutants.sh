@@ -37,10 +37,14 @@ mutants=(
   'finish-order|compute/cuda/kernels/matmul.cu|__ldcg(part + (size_t)(j0 + u) * MN + i)|__ldcg(part + (size_t)((j0 + u + 1) % S) * MN + i)|^TestSplitFinishMatchesSumSplits$'
   # a chunked norm's bf16 weight read with each pair's two elements swapped
   'ldw4-halves|compute/cuda/kernels/ops.cu|return f4(__uint_as_float(h.x << 16), __uint_as_float(h.x & 0xffff0000u),|return f4(__uint_as_float(h.x & 0xffff0000u), __uint_as_float(h.x << 16),|^TestRMSNormCacheMatch$'
+  # rmsnorm2 loading its row and residual with its early weights, before griddepcontrol.wait
+  'norm2-early-acts|compute/cuda/kernels/ops.cu|norm_start(early, (crow_weights(c.w, w1, w1t, D), crow_weights(w2c, w2, w2t, D), sc = s ? load(s, st, 0) : 1.0f));
+        crow_acts(c, x + row, res + row, D);|crow_acts(c, x + row, res + row, D);
+        norm_start(early, (crow_weights(c.w, w1, w1t, D), crow_weights(w2c, w2, w2t, D), sc = s ? load(s, st, 0) : 1.0f));|^TestEarlyNormsWaitForActivations$'
   # a chunked norm's split written with its hi and mid planes swapped (mid
   # and lo swapped would be no fault: the product adds their sums first,
   # in either order the same)
-  'emit4-planes|compute/cuda/kernels/ops.cu|for (int e = 0; e < 4; e++) split3(in[e], p[0][e], p[1][e], p[2][e]);|for (int e = 0; e < 4; e++) split3(in[e], p[1][e], p[0][e], p[2][e]);|^TestRMSNormCacheMatch$'
+  'emit4-planes|compute/cuda/kernels/ops.cu|split3x2(v.z, v.w, p[0][1], p[1][1], p[2][1]);|split3x2(v.z, v.w, p[1][1], p[0][1], p[2][1]);|^TestRMSNormCacheMatch$'
   # the four-column value sums adding every column's share from the first column's value
   'cols4-lane|compute/cuda/kernels/ops.cu|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(e, vv[u][w]));|for (int w = 0; w < W; w++) acc[w] = __fadd_rn(acc[w], __fmul_rn(e, vv[u][0]));|^TestFusedAttentionMatches$'
   # the tiled value sums adding every column's share from the first column's value

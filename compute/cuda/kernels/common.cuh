@@ -27,6 +27,15 @@ __device__ __forceinline__ void split3(float v, unsigned short& h, unsigned shor
     l = f32_to_bf16(r - __uint_as_float(((unsigned)m) << 16));
 }
 
+// split3x2 is split3 of a and b at once, each part as a bf16x2 pair (a in
+// the low half): the same bits for every number.
+__device__ __forceinline__ void split3x2(float a, float b, unsigned& h, unsigned& m, unsigned& l) {
+    h = bf16x2(a, b);
+    const float ra = a - __uint_as_float(h << 16), rb = b - __uint_as_float(h & 0xffff0000u);
+    m = bf16x2(ra, rb);
+    l = bf16x2(ra - __uint_as_float(m << 16), rb - __uint_as_float(m & 0xffff0000u));
+}
+
 // emit writes the three bf16 parts of v (split3, split_bf16's arithmetic)
 // at index i of parts ([3][n]) when the caller asked for them: a producer
 // of a matmul's input saves the matmul its split.

@@ -421,18 +421,43 @@ struct crow {
     float4 x[CCACHE], w[CCACHE], r[CCACHE];
 };
 
-__device__ __forceinline__ void crow_load(crow& c, const float* xr, const void* w, int wt, const float* rr, int D) {
+// crow_weights loads a chunked row's weight chunks into w (1 past D or
+// without one), crow_acts its x and residual chunks into c.
+__device__ __forceinline__ void crow_weights(float4 w4[CCACHE], const void* w, int wt, int D) {
+#pragma unroll
+    for (int u = 0; u < CCACHE; u++) {
+        const int j = 4 * (threadIdx.x + u * blockDim.x);
+        w4[u] = j < D ? ldw4(w, wt, j) : f4(1.0f, 1.0f, 1.0f, 1.0f);
+    }
+}
+
+__device__ __forceinline__ void crow_acts(crow& c, const float* xr, const float* rr, int D) {
     const bool ax = ((size_t)xr & 15) == 0, ar = ((size_t)rr & 15) == 0;
-    const float4 zero = f4(0.0f, 0.0f, 0.0f, 0.0f), one = f4(1.0f, 1.0f, 1.0f, 1.0f);
+    const float4 zero = f4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int u = 0; u < CCACHE; u++) {
         const int j = 4 * (threadIdx.x + u * blockDim.x);
         const bool in = j < D;
         c.x[u] = in ? ld4(xr, j, ax) : zero;
-        c.w[u] = in ? ldw4(w, wt, j) : one;
         c.r[u] = in && rr ? ld4(rr, j, ar) : zero;
     }
 }
+
+// norm_start is pdl_start for a norm whose weights are model weights
+// (early, from the host: no kernel writes them) that the block loads
+// first: their loads, from memory the products have swept out of L2,
+// fly while the kernel before finishes, instead of after the wait. The
+// same loads, so the same bits.
+#define norm_start(early, loads) \
+    do {                         \
+        if (early) {             \
+            loads;               \
+            pdl_start();         \
+        } else {                 \
+            pdl_start();         \
+            loads;               \
+        }                        \
+    } while (0)
 
 // crow_rscale is cached_rscale for a chunked row: row_rscale's sums.
 __device__ __forceinline__ float crow_rscale(const crow& c, int D, float eps, double* sh) {
@@ -468,20 +493,21 @@ __device__ __forceinline__ void st4(float* p, int j, float4 v, bool al) {
 }
 
 // emit4 is emit for elements i..i+3 (i a multiple of 4, as n is when D
-// is): each part plane's four values in one 8-byte store where aligned.
+// is): each part plane's four values in one 8-byte store where aligned,
+// and each pair's parts by split3x2's conversion instructions (Nsight
+// Compute had split3's software rounding as a fifth of a 31B rmsnorm2's
+// instructions).
 __device__ __forceinline__ void emit4(unsigned short* parts, size_t n, size_t i, float4 v) {
     if (!parts) return;
     if (((size_t)parts & 7) != 0 || (n & 3) != 0) {
         emit(parts, n, i, v.x), emit(parts, n, i + 1, v.y), emit(parts, n, i + 2, v.z), emit(parts, n, i + 3, v.w);
         return;
     }
-    const float in[4] = {v.x, v.y, v.z, v.w};
-    unsigned short p[3][4];
+    unsigned p[3][2]; // each plane's two pairs
+    split3x2(v.x, v.y, p[0][0], p[1][0], p[2][0]);
+    split3x2(v.z, v.w, p[0][1], p[1][1], p[2][1]);
 #pragma unroll
-    for (int e = 0; e < 4; e++) split3(in[e], p[0][e], p[1][e], p[2][e]);
-#pragma unroll
-    for (int k = 0; k < 3; k++)
-        *(uint2*)(parts + k * n + i) = u2(p[k][0] | ((unsigned)p[k][1] << 16), p[k][2] | ((unsigned)p[k][3] << 16));
+    for (int k = 0; k < 3; k++) *(uint2*)(parts + k * n + i) = u2(p[k][0], p[k][1]);
 }
 
 // gelu_mul: out = gelu(g)·u, with out's split; four elements a thread at a
@@ -533,18 +559,19 @@ __device__ __forceinline__ void crow_store(float* yr, const crow& c, float r, bo
 // takes the loop for any D, for the test that says so).
 extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm(float* out, const float* x, const void* w, int wt, int D,
                                                            float eps, const float* res, unsigned short* parts,
-                                                           size_t n, int cache) {
-    pdl_start();
+                                                           size_t n, int cache, int early) {
     __shared__ double sh[NMAX];
     const float* xr = x + (size_t)blockIdx.x * D;
     float* yr = out + (size_t)blockIdx.x * D;
     const float* rr = res ? res + (size_t)blockIdx.x * D : 0;
     if (cache && chunked(D) && D <= 4 * CCACHE * (int)blockDim.x) {
         crow c;
-        crow_load(c, xr, w, wt, rr, D);
+        norm_start(early, crow_weights(c.w, w, wt, D));
+        crow_acts(c, xr, rr, D);
         crow_store(yr, c, crow_rscale(c, D, eps, sh), w, rr, D, parts, n, (size_t)blockIdx.x * D);
         return;
     }
+    pdl_start();
     if (cache && D <= RCACHE * (int)blockDim.x) {
         float xv[RCACHE], wv[RCACHE], rv[RCACHE];
         cached_row(xv, wv, rv, xr, w, wt, rr, D);
@@ -569,15 +596,16 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm(float* out, const 
 extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* out, const float* x, const float* res,
                                                             const void* w1, int w1t, const void* s, int st,
                                                             const void* w2, int w2t, int D, float eps,
-                                                            unsigned short* parts, size_t n) {
-    pdl_start();
+                                                            unsigned short* parts, size_t n, int early) {
     __shared__ double sh[NMAX];
     const size_t row = (size_t)blockIdx.x * D;
     if (chunked(D)) { // the same stages a chunk at a time
         crow c;
-        crow_load(c, x + row, w1, w1t, res + row, D);
+        float4 w2c[CCACHE];
+        float sc = 1.0f;
+        norm_start(early, (crow_weights(c.w, w1, w1t, D), crow_weights(w2c, w2, w2t, D), sc = s ? load(s, st, 0) : 1.0f));
+        crow_acts(c, x + row, res + row, D);
         const float r = crow_rscale(c, D, eps, sh);
-        const float sc = s ? load(s, st, 0) : 1.0f;
         const bool al = ((size_t)(y + row) & 15) == 0;
 #pragma unroll
         for (int u = 0; u < CCACHE; u++) {
@@ -585,12 +613,13 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) rmsnorm2(float* y, float* 
             float4 v = crow_norm(c, u, r, w1, true);
             if (s) v = f4(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), __fmul_rn(v.z, sc), __fmul_rn(v.w, sc));
             c.x[u] = v;
-            c.w[u] = j < D ? ldw4(w2, w2t, j) : f4(1.0f, 1.0f, 1.0f, 1.0f);
+            c.w[u] = w2c[u];
             if (j < D) st4(y + row, j, v, al);
         }
         crow_store(out + row, c, crow_rscale(c, D, eps, sh), w2, false, D, parts, n, row);
         return;
     }
+    pdl_start();
     float xv[RCACHE], wv[RCACHE], rv[RCACHE];
     cached_row(xv, wv, rv, x + row, w1, w1t, res + row, D);
     // (Loading w2 and the scalar here, before the first reduction, gave
