@@ -213,6 +213,50 @@ func lastWordRace(t *testing.T, b *Backend) (race func(between func(), reader Ke
 	return race, uint32(n-1) | 1
 }
 
+// copyBuffers sets up the early-load tests: a source and a destination
+// of n words each for a 256 MB copy_words, freed when the test ends (with
+// programmaticLaunch restored), or a skip where the driver cannot launch
+// with PDL.
+func copyBuffers(t *testing.T, b *Backend) (s, d Buffer, n int) {
+	t.Helper()
+	if b.dev.d.launchExFn == 0 {
+		t.Skip("the driver lacks cuLaunchKernelEx")
+	}
+	on := programmaticLaunch
+	t.Cleanup(func() { programmaticLaunch = on })
+	n = 64 << 20
+	for _, buf := range []*Buffer{&s, &d} {
+		var err error
+		if *buf, err = b.dev.Alloc(4 * n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.dev.Free(*buf) })
+	}
+	return s, d, n
+}
+
+// copyAhead zeroes d and out, then launches copy_words of s into d, n
+// words, with programmatic launch for what follows as pdl asks; without
+// it, it waits for the copy, so the next launch is the reference that
+// reads what the copy wrote.
+func copyAhead(t *testing.T, b *Backend, d, s Buffer, n int, pdl bool, out Buffer) {
+	t.Helper()
+	for _, buf := range []Buffer{d, out} {
+		if err := b.dev.Upload(buf, make([]byte, buf.Size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	programmaticLaunch = pdl
+	if err := b.dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
+		t.Fatal(err)
+	}
+	if !pdl {
+		if err := b.dev.wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestEarlyWeightsWaitForActivations protects the rows kernels' _early
 // variants (TANDEM_CUDA_EARLY_WEIGHTS): they load their first weights
 // before griddepcontrol.wait, and must still read their activations only
@@ -225,22 +269,8 @@ func lastWordRace(t *testing.T, b *Backend) (race func(between func(), reader Ke
 // activation loads; this test must fail on it.)
 func TestEarlyWeightsWaitForActivations(t *testing.T) {
 	b := backendOrSkip(t)
-	if b.dev.d.launchExFn == 0 {
-		t.Skip("the driver lacks cuLaunchKernelEx")
-	}
-	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
-	const n = 64 << 20
+	s, d, n := copyBuffers(t, b)
 	dev := b.dev
-	s, err := dev.Alloc(4 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Free(s)
-	d, err := dev.Alloc(4 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Free(d)
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, sh := range []struct{ N, K int }{
 		{256, 512},  // one split: the product written directly
@@ -275,20 +305,8 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 		}
 		product := func(kernel string, pdl bool) []float32 {
 			t.Helper()
-			for _, buf := range []Buffer{d, ptrOf(y)} {
-				if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			programmaticLaunch = pdl
-			if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
-				t.Fatal(err)
-			}
-			if !pdl { // the reference: the activations are written before the product starts
-				if err := dev.wait(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// Without pdl the reference: the activations are written before the product starts.
+			copyAhead(t, b, d, s, n, pdl, ptrOf(y))
 			base, cl := strings.CutSuffix(kernel, "_cl") // a cluster-finish variant
 			grid := [3]uint32{uint32((N + blockColsOf(base) - 1) / blockColsOf(base)), uint32(splits), 1}
 			args := []any{xs, ptrOf(w), ptrOf(y), ptrOf(part), ptrOf(b.counters), 1, N, K, chunk, 1, segNone, segNone}
@@ -339,22 +357,8 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 // the path that loads early).
 func TestEarlyNormsWaitForActivations(t *testing.T) {
 	b := backendOrSkip(t)
-	if b.dev.d.launchExFn == 0 {
-		t.Skip("the driver lacks cuLaunchKernelEx")
-	}
-	defer func(on bool) { programmaticLaunch = on }(programmaticLaunch)
-	const n = 64 << 20
+	s, d, n := copyBuffers(t, b)
 	dev := b.dev
-	s, err := dev.Alloc(4 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Free(s)
-	d, err := dev.Alloc(4 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Free(d)
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, D := range []int{5376, 1536} {
 		src := make([]byte, 4*n)
@@ -374,20 +378,7 @@ func TestEarlyNormsWaitForActivations(t *testing.T) {
 		parts := b.alloc(compute.BF16, 3, D)
 		norm := func(kernel string, pdl bool) []float32 {
 			t.Helper()
-			for _, buf := range []Buffer{d, ptrOf(h)} {
-				if err := dev.Upload(buf, make([]byte, buf.Size)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			programmaticLaunch = pdl
-			if err := dev.LaunchAsync(b.k["copy_words"], [3]uint32{132, 1, 1}, [3]uint32{256, 1, 1}, 0, d, s, n); err != nil {
-				t.Fatal(err)
-			}
-			if !pdl { // the reference: the row is written before the norm starts
-				if err := dev.wait(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			copyAhead(t, b, d, s, n, pdl, ptrOf(h)) // without pdl the reference: the row is written before the norm starts
 			args := []any{ptrOf(h), x, ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), res, ptrOf(parts), D, 1, 1}
 			if kernel == "rmsnorm2" {
 				args = []any{ptrOf(y), ptrOf(h), x, res, ptrOf(w1), dtCode(compute.BF16), nil, 0, ptrOf(w2), dtCode(compute.BF16),
