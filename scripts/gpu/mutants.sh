@@ -41,7 +41,7 @@ mutants=(
   'norm2-early-acts|compute/cuda/kernels/ops.cu|norm_start(early, (crow_weights(c.w, w1, w1t, D), crow_weights(w2c, w2, w2t, D), sc = s ? load(s, st, 0) : 1.0f));
         crow_acts(c, x + row, res + row, D);|crow_acts(c, x + row, res + row, D);
         norm_start(early, (crow_weights(c.w, w1, w1t, D), crow_weights(w2c, w2, w2t, D), sc = s ? load(s, st, 0) : 1.0f));|^TestEarlyNormsWaitForActivations$'
-  # a chunked norm's split written with its hi and mid planes swapped (mid
+  # a chunked norm's split written with its second pair's hi and mid planes swapped (mid
   # and lo swapped would be no fault: the product adds their sums first,
   # in either order the same)
   'emit4-planes|compute/cuda/kernels/ops.cu|split3x2(v.z, v.w, p[0][1], p[1][1], p[2][1]);|split3x2(v.z, v.w, p[1][1], p[0][1], p[2][1]);|^TestRMSNormCacheMatch$'
