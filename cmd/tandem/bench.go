@@ -124,9 +124,12 @@ type benchRow struct {
 	GraphSteps  int           `json:"graph_steps,omitempty"`
 	GraphRounds int           `json:"graph_rounds,omitempty"`
 	// --step-stamps: a plain decode's launches, each with its share of
-	// the run (cuda.StepStamp), over StampSteps steps.
-	Stamps     []cuda.StepStamp `json:"-"`
-	StampSteps int              `json:"-"`
+	// the run (cuda.StepStamp), over StampSteps steps; with a drafter, a
+	// speculative decode's over StampRounds rounds.
+	Stamps      []cuda.StepStamp `json:"-"`
+	StampSteps  int              `json:"-"`
+	StampsSpec  []cuda.StepStamp `json:"-"`
+	StampRounds int              `json:"-"`
 }
 
 func newBench() *cobra.Command {
@@ -448,7 +451,10 @@ func newBench() *cobra.Command {
 			}
 			for _, r := range rows {
 				if r.Stamps != nil {
-					printStamps(out, r.label(), r.Stamps, r.StampSteps)
+					printStamps(out, r.label(), "plain step", r.Stamps, r.StampSteps)
+				}
+				if r.StampsSpec != nil {
+					printStamps(out, r.label(), "speculative round", r.StampsSpec, r.StampRounds)
 				}
 				if r.GraphPlain != nil {
 					printGraphs(out, r.label(), "plain step", r.GraphPlain, r.GraphSteps)
@@ -503,7 +509,7 @@ func newBench() *cobra.Command {
 	f.BoolVar(&adaptive, "adaptive-drafts", true, "the engine runs' greedy requests stop drafting while steps without drafts are faster, as tandem serve's do by default (engine.Config.AdaptiveDrafts); =false measures drafting in every step")
 	f.IntVar(&engineBatch, "engine-batch", 0, "also decode N copies of the prompt at once through one serving engine, and report their tokens/s in all; with --draft, speculatively too (0: not)")
 	f.BoolVar(&viaEng, "engine", false, "also decode the same prompt as one request through the serving engine (tandem serve's path: continuous batching's step loop), plainly and, with --draft, speculatively at the drafter's real acceptance (or --synthetic-acceptance's)")
-	f.BoolVar(&stepStamps, "step-stamps", false, "also decode plainly with every kernel stamped as it starts (kernels built with TANDEM_CUDA_STAMPS=1): each kernel's share of a real step, PDL and graphs as they run, and one layer's kernels in order")
+	f.BoolVar(&stepStamps, "step-stamps", false, "also decode plainly, and with --draft speculatively, with every kernel stamped as it starts (kernels built with TANDEM_CUDA_STAMPS=1): each kernel's share of a real step or round, PDL and graphs as they run, and one layer's kernels in order")
 	f.BoolVar(&graphProfile, "graph-profile", false, "also decode plainly and speculatively with every CUDA graph timed as a whole (events only between graphs, so the run is real): each recording site's device time, and the device's idle time between graphs, per step and per round")
 	f.BoolVar(&kernels, "kernel-profile", false, "time every GPU kernel of the prompt's prefill and of a plain decode at each context: where the device time goes, by kernel and by recording site, and where the device sat idle in a real step (and, with --draft, a speculative round; with --engine-batch, a step of the N requests through the engine)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
@@ -838,6 +844,11 @@ func (br *benchRun) graphRuns(ctx context.Context, row *benchRow, prompt []int32
 		var err error
 		if row.Stamps, row.StampSteps, err = stampRun(br.g, plainRun(ctx, br.m, prompt, opt)); err != nil {
 			slog.Warn("bench: --step-stamps", "err", err)
+		}
+		if d != nil {
+			if row.StampsSpec, row.StampRounds, err = stampRun(br.g, specRun(ctx, br.m, d, prompt, so)); err != nil {
+				slog.Warn("bench: --step-stamps of speculative rounds", "err", err)
+			}
 		}
 	}
 	if !br.graphs {
@@ -1191,21 +1202,24 @@ func printGaps(w io.Writer, gaps []cuda.Gap) {
 	tw.Flush()
 }
 
-// printStamps prints --step-stamps: each kernel's share of a real plain
-// step, summed by kernel, then one layer's launches in order from the
-// middle of the run (a layer being the launches from one rmsnorm2 to the
-// second after it). A share runs to the next kernel's start, so the last
-// kernel of a step also carries the gap to the next step's graph.
-func printStamps(w io.Writer, label string, st []cuda.StepStamp, steps int) {
+// printStamps prints --step-stamps: each kernel's share of a real unit
+// (a plain step or a speculative round, whose draft steps' kernels and
+// verify's are summed by name alike), summed by kernel, then one layer's
+// launches in order from the middle of the run (a layer being the
+// launches from one rmsnorm2 to the second after it; in a round, most
+// likely the verify's). A share runs to the next kernel's start, so the
+// last kernel of a unit also carries the gap to the next one's graph.
+func printStamps(w io.Writer, label, unit string, st []cuda.StepStamp, steps int) {
 	n := float64(max(steps, 1))
 	kernels := cuda.StampKernels(st)
 	var total time.Duration
 	for _, k := range kernels {
 		total += k.Time
 	}
-	fmt.Fprintf(w, "%s: step stamps, %d launches over %d plain steps: %.2f ms a step from the first stamp to the last; each kernel's share of a step (from its start to the next kernel's, PDL and graphs as they run):\n",
-		label, len(st), steps, ms(total)/n)
-	fmt.Fprintf(w, "  %28s %11s %9s %9s %6s\n", "kernel", "calls/step", "ms/step", "µs/call", "share")
+	short := strings.Fields(unit)[len(strings.Fields(unit))-1] // "step", "round"
+	fmt.Fprintf(w, "%s: step stamps, %d launches over %d %ss: %.2f ms a %s from the first stamp to the last; each kernel's share of a %s (from its start to the next kernel's, PDL and graphs as they run):\n",
+		label, len(st), steps, unit, ms(total)/n, short, short)
+	fmt.Fprintf(w, "  %28s %11s %9s %9s %6s\n", "kernel", "calls/"+short, "ms/"+short, "µs/call", "share")
 	for _, k := range kernels {
 		fmt.Fprintf(w, "  %28s %11.1f %9.3f %9.2f %5.1f%%\n", k.Name, float64(k.Calls)/n, ms(k.Time)/n,
 			float64(k.Time)/float64(time.Microsecond)/float64(k.Calls), 100*float64(k.Time)/float64(max(total, 1)))
@@ -1232,7 +1246,7 @@ func printStamps(w io.Writer, label string, st []cuda.StepStamp, steps int) {
 	for _, s := range st[i0:min(i1, len(st))] {
 		parts = append(parts, fmt.Sprintf("%s %.1f", s.Name, float64(s.Share)/float64(time.Microsecond)))
 	}
-	fmt.Fprintf(w, "%s: one layer's launches in order, µs each: %s\n", label, strings.Join(parts, ", "))
+	fmt.Fprintf(w, "%s: one layer's launches in order (a %s's), µs each: %s\n", label, unit, strings.Join(parts, ", "))
 }
 
 // printGraphs prints a --graph-profile timeline: the device time of each

@@ -339,16 +339,28 @@ func TestPrintStamps(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	printStamps(&b, "context 128", st, 2)
+	printStamps(&b, "context 128", "plain step", st, 2)
 	got := b.String()
 	for _, want := range []string{
 		"12 launches over 2 plain steps: 0.05 ms a step",
+		"kernel  calls/step   ms/step",
 		"  attn_cluster         1.0     0.020     20.00  38.5%",
 		"  matmul_rows         2.0     0.020     10.00  38.5%",
-		"one layer's launches in order, µs each: rmsnorm2 5.0, matmul_rows 10.0, attn_cluster 20.0, matmul_rows 10.0, rmsnorm2 5.0, argmax_part 2.0\n",
+		"one layer's launches in order (a plain step's), µs each: rmsnorm2 5.0, matmul_rows 10.0, attn_cluster 20.0, matmul_rows 10.0, rmsnorm2 5.0, argmax_part 2.0\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("printStamps lacks %q:\n%s", want, got)
+		}
+	}
+	b.Reset()
+	printStamps(&b, "context 128", "speculative round", st, 1) // the same launches as one round
+	for _, want := range []string{
+		"12 launches over 1 speculative rounds: 0.10 ms a round",
+		"kernel calls/round  ms/round",
+		"  attn_cluster         2.0     0.040     20.00  38.5%",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("printStamps of rounds lacks %q:\n%s", want, b.String())
 		}
 	}
 	if i, j := strings.Index(got, " attn_cluster "), strings.Index(got, " rmsnorm2 "); i > j {
