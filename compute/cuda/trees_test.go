@@ -13,7 +13,7 @@ import (
 // kernels' own block_sum_d and store_block_max (ops.cu, compiled with it).
 const treeRefSource = `
 extern "C" __global__ void test_trees(const double* x, double* got, double* want, const float* xf, float* gotf,
-                                      float* wantf, double* gotw) {
+                                      float* wantf, double* gotw, double* gotn) {
     __shared__ double sh[1024], ref[1024];
     __shared__ float shf[1024], reff[1024];
     const int t = threadIdx.x;
@@ -29,6 +29,7 @@ extern "C" __global__ void test_trees(const double* x, double* got, double* want
         __syncthreads();
     }
     got[i] = block_sum_d(x[i], sh); // every thread's copy
+    gotn[i] = norm_sum_d(x[i], sh);
     store_block_max(xf[i], shf, gotf + blockIdx.x);
     if (t == 0) {
         want[blockIdx.x] = ref[0];
@@ -43,10 +44,11 @@ extern "C" __global__ void test_trees(const double* x, double* got, double* want
 }
 `
 
-// TestBlockTreesKeepTheirOrder protects block_tree0: block_sum_d (the
-// norms, softmax and attention's sums) and store_block_max (attention's
-// chunk maxima) give the bits of a tree through shared memory with one
-// barrier a level, for every block size the kernels use. The doubles span
+// TestBlockTreesKeepTheirOrder protects block_tree0: block_sum_d
+// (softmax's and attention's sums), norm_sum_d (the norms': its levels in
+// registers) and store_block_max (attention's chunk maxima) give the bits
+// of a tree through shared memory with one barrier a level, for every
+// block size the kernels use. The doubles span
 // sixty binary orders of magnitude, so another pairing or order of the
 // additions changes the sum; the maxima include NaNs and zeros of both
 // signs, where fmax_nan's operand order shows.
@@ -81,8 +83,8 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			}
 			binary.LittleEndian.PutUint32(xf[4*i:], math.Float32bits(f))
 		}
-		bufs := make([]Buffer, 7)
-		for j, size := range []int{8 * n, 8 * n, 8 * blocks, 4 * n, 4 * blocks, 4 * blocks, 8 * blocks} {
+		bufs := make([]Buffer, 8)
+		for j, size := range []int{8 * n, 8 * n, 8 * blocks, 4 * n, 4 * blocks, 4 * blocks, 8 * blocks, 8 * n} {
 			if bufs[j], err = b.dev.Alloc(size); err != nil {
 				t.Fatal(err)
 			}
@@ -95,12 +97,12 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			t.Fatal(err)
 		}
 		if err := b.dev.LaunchAsync(k, [3]uint32{blocks, 1, 1}, [3]uint32{uint32(threads), 1, 1}, 0,
-			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6]); err != nil {
+			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7]); err != nil {
 			t.Fatal(err)
 		}
-		got, want := make([]byte, 8*n), make([]byte, 8*blocks)
+		got, want, gotn := make([]byte, 8*n), make([]byte, 8*blocks), make([]byte, 8*n)
 		gotf, wantf, gotw := make([]byte, 4*blocks), make([]byte, 4*blocks), make([]byte, 8*blocks)
-		for j, dst := range map[int][]byte{1: got, 2: want, 4: gotf, 5: wantf, 6: gotw} {
+		for j, dst := range map[int][]byte{1: got, 2: want, 4: gotf, 5: wantf, 6: gotw, 7: gotn} {
 			if err := b.dev.Download(dst, bufs[j]); err != nil {
 				t.Fatal(err)
 			}
@@ -111,6 +113,10 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			for th := range threads {
 				if g := binary.LittleEndian.Uint64(got[8*(blk*threads+th):]); g != w {
 					t.Fatalf("%s, block %d, thread %d: block_sum_d %v, the one-barrier-a-level tree %v",
+						name, blk, th, math.Float64frombits(g), math.Float64frombits(w))
+				}
+				if g := binary.LittleEndian.Uint64(gotn[8*(blk*threads+th):]); g != w {
+					t.Fatalf("%s, block %d, thread %d: norm_sum_d %v, the one-barrier-a-level tree %v",
 						name, blk, th, math.Float64frombits(g), math.Float64frombits(w))
 				}
 			}

@@ -33,6 +33,8 @@ mutants=(
   'scale-stride|compute/cuda/backend.go|at(ptrOf(scales), slot), k, N)|at(ptrOf(scales), slot), 0, N)|^TestRouterMatchesHost$'
   # block_tree0'"'"'s warp levels in the other order: the same sum, paired differently
   'tree-order|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
+  # norm_sum_d pairing a 1,024-thread block's first levels the other way: the same sum, paired differently
+  'norm-tree-pair|compute/cuda/kernels/ops.cu|else c[w] = (col[32 * w] + col[32 * (w + 16)]) + (col[32 * (w + 8)] + col[32 * (w + 24)]); // s = 16, 8|else c[w] = (col[32 * w] + col[32 * (w + 8)]) + (col[32 * (w + 16)] + col[32 * (w + 24)]); // s = 16, 8|^TestBlockTreesKeepTheirOrder$'
   # finish_group adding the split partials rotated by one (split 1 first, split 0 last): the same values, another order
   'finish-order|compute/cuda/kernels/matmul.cu|__ldcg(part + (size_t)(j0 + u) * MN + i)|__ldcg(part + (size_t)((j0 + u + 1) % S) * MN + i)|^TestSplitFinishMatchesSumSplits$'
   # a chunked norm's bf16 weight read with each pair's two elements swapped

@@ -243,7 +243,8 @@ extern "C" __global__ void unary(float* out, const float* x, int n, int op, floa
 // gave the same bits and, on the H200, took rmsnorm2 at 5,376 wide from
 // 12.1 to 11.7 µs but the 256-thread attention kernels from 19.1 to 20.1
 // µs (sliding) and 31.2 to 33.5 (global), and 4k decode 1-4% slower, so the
-// loop stays.
+// loop stays here; the norms take norm_sum_d, whose levels run in registers
+// (twenty-sixth session: a 31B rmsnorm2 alone 9.8 → 8.3 µs).
 #ifndef ATTN_STOP
 #define ATTN_STOP 0 // attn_fused stopping part way, for timing builds (TestAttentionSpeed)
 #endif
@@ -272,6 +273,42 @@ struct add_d {
 __device__ double block_sum_d(double v, double* sh) {
     const double r0 = block_tree0(v, sh, add_d());
     if (threadIdx.x == 0) sh[0] = r0;
+    __syncthreads();
+    const double r = sh[0];
+    __syncthreads(); // sh is free again
+    return r;
+}
+
+// norm_sum_d is block_sum_d for a norm's block (rowThreads: 256, 512 or
+// 1,024 threads; any other size takes block_sum_d): block_tree0's levels
+// down to eight warps' entries run as each lane's loads of its column
+// together, and the last three levels in its registers, instead of one
+// level at a time through shared memory (warp 0 waited on 9 dependent
+// shared round trips at 1,024 threads, while the block's other warps
+// stood at the barrier: 30% of a 31B rmsnorm2's samples). The same
+// additions of the same operands in the same order, so the same bits.
+__device__ double norm_sum_d(double v, double* sh) {
+    const int nw = blockDim.x >> 5;
+    if (nw != 8 && nw != 16 && nw != 32) return block_sum_d(v, sh);
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const double* col = sh + threadIdx.x; // entry w of the lane's column: col[32·w]
+        double c[8];
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            if (nw == 8) c[w] = col[32 * w];
+            else if (nw == 16) c[w] = col[32 * w] + col[32 * (w + 8)]; // the level s = 8
+            else c[w] = (col[32 * w] + col[32 * (w + 16)]) + (col[32 * (w + 8)] + col[32 * (w + 24)]); // s = 16, 8
+        }
+#pragma unroll
+        for (int s = 4; s > 0; s >>= 1)
+#pragma unroll
+            for (int w = 0; w < s; w++) c[w] = c[w] + c[w + s];
+        double r = c[0];
+        for (int s = 16; s; s >>= 1) r += __shfl_down_sync(0xffffffffu, r, s); // block_tree0's shuffles
+        if (threadIdx.x == 0) sh[0] = r; // every lane has read its column (the shuffles converge the warp)
+    }
     __syncthreads();
     const double r = sh[0];
     __syncthreads(); // sh is free again
@@ -355,7 +392,7 @@ __device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, d
     } else {
         for (int j = threadIdx.x; j < D; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
     }
-    ss = block_sum_d(ss, sh);
+    ss = norm_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
 
@@ -374,7 +411,7 @@ __device__ __forceinline__ float cached_rscale(const float xv[RCACHE], int D, fl
 #pragma unroll
     for (int u = 0; u < RCACHE; u++)
         if (threadIdx.x + u * blockDim.x < D) ss += (double)xv[u] * (double)xv[u];
-    ss = block_sum_d(ss, sh);
+    ss = norm_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
 
@@ -465,7 +502,7 @@ __device__ __forceinline__ float crow_rscale(const crow& c, int D, float eps, do
 #pragma unroll
     for (int u = 0; u < CCACHE; u++)
         if (4 * (threadIdx.x + u * blockDim.x) < D) ss = sq4(ss, c.x[u]);
-    ss = block_sum_d(ss, sh);
+    ss = norm_sum_d(ss, sh);
     return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
 }
 
