@@ -352,7 +352,8 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 
 // TestEarlyNormsWaitForActivations protects earlyNorms: rmsnorm and
 // rmsnorm2 launched with PDL right behind a 256 MB copy that writes their
-// row and residual last, with early weights, must give the bits of the
+// row and residual last, with early weights (and rmsnorm2's layer
+// scalar), must give the bits of the
 // same launch after a sync, at the 31B and E2B widths (both chunked rows,
 // the path that loads early).
 func TestEarlyNormsWaitForActivations(t *testing.T) {
@@ -374,6 +375,7 @@ func TestEarlyNormsWaitForActivations(t *testing.T) {
 		}
 		x, res := Buffer{ptr: d.ptr + uintptr(tail), Size: 4 * D}, Buffer{ptr: d.ptr + uintptr(tail+4*D), Size: 4 * D}
 		w1, w2 := weight(b, compute.BF16, randF32(r, D), D), weight(b, compute.BF16, randF32(r, D), D)
+		scalar := weight(b, compute.BF16, []float32{0.75}, 1) // a layer scalar, loaded early too
 		y, h := b.alloc(compute.F32, D), b.alloc(compute.F32, D)
 		parts := b.alloc(compute.BF16, 3, D)
 		norm := func(kernel string, pdl bool) []float32 {
@@ -381,8 +383,8 @@ func TestEarlyNormsWaitForActivations(t *testing.T) {
 			copyAhead(t, b, d, s, n, pdl, ptrOf(h)) // without pdl the reference: the row is written before the norm starts
 			args := []any{ptrOf(h), x, ptrOf(w1), dtCode(compute.BF16), D, float32(1e-6), res, ptrOf(parts), D, 1, 1}
 			if kernel == "rmsnorm2" {
-				args = []any{ptrOf(y), ptrOf(h), x, res, ptrOf(w1), dtCode(compute.BF16), nil, 0, ptrOf(w2), dtCode(compute.BF16),
-					D, float32(1e-6), ptrOf(parts), D, 1}
+				args = []any{ptrOf(y), ptrOf(h), x, res, ptrOf(w1), dtCode(compute.BF16), ptrOf(scalar), dtCode(compute.BF16),
+					ptrOf(w2), dtCode(compute.BF16), D, float32(1e-6), ptrOf(parts), D, 1}
 			}
 			if err := dev.LaunchAsync(b.k[kernel], [3]uint32{1, 1, 1}, [3]uint32{uint32(rowThreads(D)), 1, 1}, 0, args...); err != nil {
 				t.Fatal(err)

@@ -29,9 +29,11 @@
 # and attention kernels of a 31B decode step. ncu-source: Nsight Compute's
 # source view of the kernels matching $NCU_KERNEL (default attn_flash) in a
 # bench run ($NCU_BENCH, default a 31B 4k bf16 prefill), launches
-# $NCU_SKIP on, $NCU_COUNT of them ($NCU_FLAGS: more ncu flags, e.g. --warp-sampling-interval 0) (the defaults: the 31B's layers 4 and 5,
+# $NCU_SKIP on, $NCU_COUNT of them (the defaults: the 31B's layers 4 and 5,
 # a sliding and a global one): each SASS instruction's executions and
 # stall samples (ncu-source.csv), summarised by scripts/gpu/sass_summary.py.
+# $NCU_FLAGS adds ncu flags (--warp-sampling-interval 0: a sample every 32
+# cycles, enough for a kernel of one block).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-logs}

@@ -28,7 +28,8 @@ __device__ __forceinline__ void split3(float v, unsigned short& h, unsigned shor
 }
 
 // split3x2 is split3 of a and b at once, each part as a bf16x2 pair (a in
-// the low half): the same bits for every number.
+// the low half): the same bits for every number and infinity (not for
+// NaNs, which bf16x2 keeps NaN).
 __device__ __forceinline__ void split3x2(float a, float b, unsigned& h, unsigned& m, unsigned& l) {
     h = bf16x2(a, b);
     const float ra = a - __uint_as_float(h << 16), rb = b - __uint_as_float(h & 0xffff0000u);
