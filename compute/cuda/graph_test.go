@@ -353,9 +353,8 @@ func TestEarlyWeightsWaitForActivations(t *testing.T) {
 // TestEarlyNormsWaitForActivations protects earlyNorms: rmsnorm and
 // rmsnorm2 launched with PDL right behind a 256 MB copy that writes their
 // row and residual last, with early weights (and rmsnorm2's layer
-// scalar), must give the bits of the
-// same launch after a sync, at the 31B and E2B widths (both chunked rows,
-// the path that loads early).
+// scalar), must give the bits of the same launch after a sync, at the 31B
+// and E2B widths (both chunked rows, the path that loads early).
 func TestEarlyNormsWaitForActivations(t *testing.T) {
 	b := backendOrSkip(t)
 	s, d, n := copyBuffers(t, b)
