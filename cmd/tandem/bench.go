@@ -1216,7 +1216,7 @@ func printStamps(w io.Writer, label, unit string, st []cuda.StepStamp, steps int
 	for _, k := range kernels {
 		total += k.Time
 	}
-	short := strings.Fields(unit)[len(strings.Fields(unit))-1] // "step", "round"
+	short := unit[strings.LastIndexByte(unit, ' ')+1:] // "step", "round"
 	fmt.Fprintf(w, "%s: step stamps, %d launches over %d %ss: %.2f ms a %s from the first stamp to the last; each kernel's share of a %s (from its start to the next kernel's, PDL and graphs as they run):\n",
 		label, len(st), steps, unit, ms(total)/n, short, short)
 	fmt.Fprintf(w, "  %28s %11s %9s %9s %6s\n", "kernel", "calls/"+short, "ms/"+short, "µs/call", "share")
