@@ -123,6 +123,16 @@ var attnClusterBlocks = 8 // read by liveSettings
 // (8 → 6) stayed within the noise.
 var attnClusterShare = 75 // read by liveSettings
 
+// attnGroup lets attn_cluster_group take the passes of several queries a
+// row that attn_cluster's plan cannot (TANDEM_CUDA_ATTN_GROUP=0 turns it
+// off; live): a cluster for QG query heads of a kv head at every query of
+// a batch row, the keys and value columns copied once for them all, the
+// same bits. A 31B verify's four queries of 32 heads are 128 (head, row)
+// clusters, more than attnClusterShare leaves two blocks each, so they
+// took attn_fused. attnGroupAlways (=all) has it take every pass it can,
+// attn_cluster's included (tests).
+var attnGroup, attnGroupAlways = true, false // read by liveSettings
+
 // attnClusterSplits lets attn_cluster take rows whose keys straddle
 // position chunks, up to a chunk's span (TANDEM_CUDA_ATTN_CLUSTER_SPLITS=0
 // turns it off; live): a sliding window past a multiple of 1,024
@@ -202,6 +212,49 @@ func (b *Backend) attnClusterPlan(aligned bool, D, Dv, keys, clusters int) (p cl
 	}
 }
 
+// attnGroupPlan is attn_cluster_group's shape for a pass of B batch rows of
+// L queries, Hq query heads over Hkv kv heads, whose rows span at most
+// keys positions; QG query heads a cluster (the most that divide Hq/Hkv
+// with QG·L ≤ attnGroupRows rows), ok false where it does not fit as attnClusterPlan
+// says of attn_cluster (aligned: the queries' rows on 16 bytes too).
+func (b *Backend) attnGroupPlan(aligned bool, D, Dv, keys, Hq, Hkv, B, L int) (p clusterAttn, QG int, ok bool) {
+	G := Hq / max(1, Hkv) // query heads a kv head
+	for g := 1; g <= G && g*L <= min(attnGroupRows, attnGroupMax); g++ {
+		if G%g == 0 {
+			QG = g
+		}
+	}
+	most := min(attnClusterBlocks, b.attnClusterMax)
+	clusters := B * Hq / max(1, QG)
+	C := min(most, b.dev.SMs*attnClusterShare/100/max(1, clusters))
+	if QG == 0 || C < 2 || keys == 0 || D%4 != 0 || Dv%4 != 0 || !aligned {
+		return p, 0, false
+	}
+	R := QG * L
+	for ; ; C = min(2*C, most) {
+		p = clusterAttn{C: C, nk: (keys + 31) &^ 31}
+		p.kpb, p.W = (p.nk+C-1)/C, ((Dv+C-1)/C+3)&^3
+		p.smem = 4 * (R*D + 5*R*p.nk + p.nk + p.kpb*(D+4) + p.nk*p.W) // the exponentials are doubles
+		if p.smem <= b.attnClusterSmem && clusters <= b.attnGroupHeld(C, p.smem) && p.W <= 256 {
+			return p, QG, true
+		}
+		if C == most {
+			return p, 0, false
+		}
+	}
+}
+
+// attnGroupMax is attn_cluster_group's most rows a cluster (ATTN_GROUP_MAX in
+// ops.cu: a warp each for its trees), and attnGroupRows the most a plan
+// takes (TANDEM_CUDA_ATTN_GROUP_ROWS; live).
+const attnGroupMax = 8
+
+// attnGroupThreads is attn_cluster_group's block size (GROUP_THREADS in
+// ops.cu).
+const attnGroupThreads = 1024
+
+var attnGroupRows = attnGroupMax // read by liveSettings
+
 // roundsOf makes p attn_cluster_rounds' shape for heads of D: keys a round
 // from 60% of attnRoundBytes over two buffers of rows of D + 4, value keys
 // a round from the rest over two of W, multiples of 8 (attnRoundKeys for
@@ -231,12 +284,22 @@ func (b *Backend) attnClustersHeld(C, smem int) int {
 	return b.attnClusterFit[C][u]
 }
 
+// attnGroupHeld is attnClustersHeld for attn_cluster_group.
+func (b *Backend) attnGroupHeld(C, smem int) int {
+	u := (smem + attnSmemUnit - 1) / attnSmemUnit
+	if C < 0 || C >= len(b.attnGroupFit) || u >= len(b.attnGroupFit[C]) {
+		return 0
+	}
+	return b.attnGroupFit[C][u]
+}
+
 // askAttnClusterFit fills attnClustersHeld's table, once at start-up: an
 // occupancy query inside Attention would end a recording in progress (a
 // query runs on the device thread through do), and the shared memory of a
 // pass changes every 32 keys.
 func (b *Backend) askAttnClusterFit() {
 	k := b.k["attn_cluster"]
+	kr := b.k["attn_cluster_group"]
 	for C := 2; C <= b.attnClusterMax; C++ {
 		for u := 1; u < len(b.attnClusterFit[C]); u++ {
 			n, err := b.dev.MaxActiveClusters(k, [3]uint32{256, 1, 1}, [3]uint32{uint32(C), 1, 1}, uint32(u*attnSmemUnit))
@@ -244,6 +307,11 @@ func (b *Backend) askAttnClusterFit() {
 				slog.Debug("cuda: attn_cluster occupancy", "blocks", C, "shared", u*attnSmemUnit, "err", err)
 			}
 			b.attnClusterFit[C][u] = n
+			n, err = b.dev.MaxActiveClusters(kr, [3]uint32{attnGroupThreads, 1, 1}, [3]uint32{uint32(C), 1, 1}, uint32(u*attnSmemUnit))
+			if err != nil {
+				slog.Debug("cuda: attn_cluster_group occupancy", "blocks", C, "shared", u*attnSmemUnit, "err", err)
+			}
+			b.attnGroupFit[C][u] = n
 		}
 	}
 }
@@ -613,10 +681,16 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 	// attn_cluster takes the passes attn_fused would and, with
 	// attnClusterSplits, those whose rows straddle position chunks but span
 	// at most one chunk's worth (sliding windows): the split path's bits.
-	var cl clusterAttn
-	useCl := false
+	var cl, grp clusterAttn
+	useCl, useGroup, QG := false, false, 0
 	if fusedAttention && L < attnTileMin && keysMax <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
 		cl, useCl = b.attnClusterPlan(kAligned && vAligned, D, Dv, keysMax, Hq*B*min(G, L)) // a launch a group of queries
+		// attn_cluster_group where attn_cluster's clusters do not fit, for
+		// a pass in one launch.
+		if attnGroup && G >= L && (!useCl || attnGroupAlways) {
+			grp, QG, useGroup = b.attnGroupPlan(kAligned && vAligned && ptrOf(q).ptr%16 == 0, D, Dv, keysMax, Hq, Hkv, B, L)
+			useCl = useCl && !useGroup
+		}
 	}
 	flags := 0 // the untiled values kernels' ATTN_ flags (ops.cu)
 	if attnPacked {
@@ -627,13 +701,13 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		b.cols4N++
 	}
 	var sc, cmax *compute.Tensor
-	if !fused && !useCl {
+	if !fused && !useCl && !useGroup {
 		sc = b.alloc(compute.F32, B*G*Hq*S)
 		cmax = b.alloc(compute.F32, B*G*Hq*nmax)
 	}
 	var pv, pe *compute.Tensor
 	var pvArg, peArg any
-	if !useCl && (!combineInValues || (tiledAttention && G >= attnTileMin)) {
+	if !useCl && !useGroup && (!combineInValues || (tiledAttention && G >= attnTileMin)) {
 		pv = b.alloc(compute.F32, B*G*Hq*nsplit*Dv)
 		pe = b.alloc(compute.I64, B*G*Hq*nsplit) // float64 partial sums
 		pvArg, peArg = ptrOf(pv), ptrOf(pe)
@@ -643,7 +717,10 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		// A dropped kernel leaves the output and its split as zeros
 		// (TANDEM_CUDA_DROP_ZERO): the whole of both, once for every group.
 		name := "attn_fused"
-		if useCl {
+		switch {
+		case useGroup:
+			name = "attn_cluster_group"
+		case useCl:
 			name = "attn_cluster"
 			if cl.KG > 0 {
 				name = "attn_cluster_rounds"
@@ -672,6 +749,23 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 				off := 2 * l0 * Hq * Dv
 				pg = Buffer{ptr: buf.ptr + uintptr(off), Size: buf.Size - off}
 			}
+		}
+		if useGroup { // one launch: G ≥ L
+			if fused {
+				b.fusedN++
+			}
+			b.clGroupN++
+			kern, run := b.kernel("attn_cluster_group")
+			if !run {
+				continue
+			}
+			err := b.dev.LaunchClusterAsync(kern, [3]uint32{uint32(Hq / QG * grp.C), uint32(B), 1}, [3]uint32{attnGroupThreads, 1, 1},
+				[3]uint32{uint32(grp.C), 1, 1}, uint32(grp.smem), ptrOf(qg), ptrOf(k), ptrOf(v), so, mp, qp, n, Hq, Hkv, S, D,
+				Dv, scale, causal, opt.Window, ptrOf(og), pg, out.Len(), grp.C, grp.nk, grp.kpb, grp.W, nsplit, QG, kvp)
+			if err != nil {
+				panic(err)
+			}
+			continue
 		}
 		if useCl {
 			if fused {

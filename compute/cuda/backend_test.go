@@ -574,20 +574,26 @@ func TestAttentionSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	defer func(on, comb, pk, c4 bool, c4min, cl int, sp, rd bool) {
+	defer func(on, comb, pk, c4 bool, c4min, cl int, sp, rd, grp, always bool, rows int) {
 		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks = on, comb, pk, c4, c4min, cl
-		attnClusterSplits, attnClusterRounds = sp, rd
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnClusterRounds)
+		attnClusterSplits, attnClusterRounds, attnGroup, attnGroupAlways, attnGroupRows = sp, rd, grp, always, rows
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnClusterRounds,
+		attnGroup, attnGroupAlways, attnGroupRows)
 	combineInValuesOn = true
 	attnCols4Min = 0 // "+cols4" takes four columns at every width
 	type variant struct {
 		name                 string
 		fused, packed, cols4 bool
-		cluster              int // attn_cluster's blocks a cluster
+		cluster              int  // attn_cluster's blocks a cluster
+		group                bool // attn_cluster_group wherever it fits (attnGroupAlways); else never
+		rows                 int  // attnGroupRows
 	}
-	variants := []variant{{"fused", true, false, false, 0}, {"cluster8", true, false, false, 8}, {"cluster16", true, false, false, 16},
-		{"fused+cols4", true, false, true, 0}, {"cluster4", true, false, false, 4}, {"fused+packed", true, true, false, 0},
-		{"two", false, false, false, 0}, {"two+packed", false, true, false, 0}}
+	variants := []variant{{"fused", true, false, false, 0, false, 8}, {"cluster8", true, false, false, 8, false, 8},
+		{"group8", true, false, false, 8, true, 8}, {"fused+cols4", true, false, true, 0, false, 8},
+		{"group8/4 rows", true, false, false, 8, true, 4}, {"group8/2 rows", true, false, false, 8, true, 2},
+		{"cluster16", true, false, false, 16, false, 8}, {"cluster4", true, false, false, 4, false, 8},
+		{"fused+packed", true, true, false, 0, false, 8}, {"two", false, false, false, 0, false, 8},
+		{"two+packed", false, true, false, 0, false, 8}}
 	// Builds of attn_fused that stop part way (ATTN_STOP), swapped in for
 	// the kernel: what the scores take, and the scores with their maximum.
 	fusedK := g.k["attn_fused"]
@@ -620,21 +626,26 @@ func TestAttentionSpeed(t *testing.T) {
 			line := fmt.Sprintf("%s, %d queries over %d keys:", s.name, L, c.keys)
 			for _, vr := range variants {
 				fusedAttention, attnPacked, attnCols4, attnClusterBlocks = vr.fused, vr.packed, vr.cols4, vr.cluster
-				before := g.attnClN
+				attnGroup, attnGroupAlways, attnGroupRows = vr.group, vr.group, vr.rows
+				before, grpBefore := g.attnClN, g.clGroupN
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s %v", vr.name, d.Round(100*time.Nanosecond))
-				if vr.cluster > 0 {
+				if vr.group {
+					_, QG, _ := g.attnGroupPlan(true, s.D, s.D, c.keys, s.Hq, s.Hkv, 1, L)
+					line += fmt.Sprintf(" (attn_cluster_group %v, %d heads a cluster)", g.clGroupN > grpBefore, QG)
+				} else if vr.cluster > 0 {
 					if p, ok := g.attnClusterPlan(ptrOf(k).ptr%16 == 0 && ptrOf(v).ptr%16 == 0, s.D, s.D, c.keys, s.Hq*L); g.attnClN == before {
 						line += fmt.Sprintf(" (attn_fused: %d KiB, %d of %d clusters fit, ok %v)", p.smem>>10, g.attnClustersHeld(p.C, p.smem), s.Hq*L, ok)
 					}
 				}
 			}
-			for _, vr := range variants[:4] { // operands from memory, as in a step
+			for _, vr := range variants[:6] { // operands from memory, as in a step
 				fusedAttention, attnPacked, attnCols4, attnClusterBlocks = vr.fused, vr.packed, vr.cols4, vr.cluster
+				attnGroup, attnGroupAlways, attnGroupRows = vr.group, vr.group, vr.rows
 				d := deviceTime(t, g, 50, func() { flush(); g.Attention(q, k, v, opt) })
 				line += fmt.Sprintf("  %s, L2 flushed %v", vr.name, d.Round(100*time.Nanosecond))
 			}
-			fusedAttention, attnPacked, attnCols4, attnClusterBlocks = true, false, false, 0
+			fusedAttention, attnPacked, attnCols4, attnClusterBlocks, attnGroup, attnGroupRows = true, false, false, 0, false, 8
 			for _, name := range []string{"scores only", "scores+max"} {
 				g.k["attn_fused"] = stops[name]
 				d := deviceTime(t, g, 50, func() { g.Attention(q, k, v, opt) })
@@ -1268,10 +1279,11 @@ func TestFusedAttentionMatches(t *testing.T) {
 // fusedAttentionVariants is TestFusedAttentionMatches' comparison of the
 // variants, four columns a thread taken at every width.
 func fusedAttentionVariants(t *testing.T, g *Backend) {
-	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool, rk int, rd bool) {
+	defer func(on, comb, pk, c4 bool, c4min, cl int, sp bool, rk int, rd, grp, always bool) {
 		fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits = on, comb, pk, c4, c4min, cl, sp
-		attnRoundKeys, attnClusterRounds = rk, rd
-	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnRoundKeys, attnClusterRounds)
+		attnRoundKeys, attnClusterRounds, attnGroup, attnGroupAlways = rk, rd, grp, always
+	}(fusedAttention, combineInValuesOn, attnPacked, attnCols4, attnCols4Min, attnClusterBlocks, attnClusterSplits, attnRoundKeys,
+		attnClusterRounds, attnGroup, attnGroupAlways)
 	attnClusterRounds = false // rounds only where a variant forces them (attnRoundKeys)
 	combineInValuesOn = true  // attn_fused stands in for the values kernel that combines
 	attnCols4Min = 0          // four columns at every width the rows allow, when asked
@@ -1283,18 +1295,23 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 	// of the 24 columns a block); splits: it takes
 	// rows that straddle position chunks too (attnClusterSplits); rounds:
 	// attn_cluster_rounds in its place, that many keys a round
-	// (attnRoundKeys), so that small rows take many rounds.
+	// (attnRoundKeys), so that small rows take many rounds; group:
+	// attn_cluster_group wherever it fits (attnGroupAlways), the others
+	// leaving it out.
 	type variant struct {
 		fused, packed, cols4 bool
 		cluster              int
 		splits               bool
 		rounds               int
+		group                bool
 	}
-	variants := []variant{{true, false, false, 0, false, 0}, {true, true, false, 0, false, 0}, {false, true, false, 0, false, 0},
-		{true, false, true, 0, false, 0}, {false, false, true, 0, false, 0}, {true, false, false, 8, false, 0},
-		{true, false, false, 16, false, 0}, {true, false, false, 3, false, 0}, {true, false, false, 8, true, 0},
-		{true, false, false, 8, true, 8}}
-	clRuns := map[int]int{} // attn_cluster's passes by blocks a cluster
+	variants := []variant{{true, false, false, 0, false, 0, false}, {true, true, false, 0, false, 0, false},
+		{false, true, false, 0, false, 0, false}, {true, false, true, 0, false, 0, false}, {false, false, true, 0, false, 0, false},
+		{true, false, false, 8, false, 0, false}, {true, false, false, 16, false, 0, false}, {true, false, false, 3, false, 0, false},
+		{true, false, false, 8, true, 0, false}, {true, false, false, 8, true, 8, false}, {true, false, false, 8, false, 0, true},
+		{true, false, false, 3, true, 0, true}}
+	clRuns := map[int]int{}     // attn_cluster's passes by blocks a cluster
+	grpRuns := map[string]int{} // attn_cluster_group's by queries a row and splits
 	// fits: rows of at most 100 keys, whose blocks' shares (up to 69 KiB,
 	// three blocks a multiprocessor) at 8 blocks a cluster leave room on the
 	// device for the cases' 16 clusters at once, heads up to 512. spans: rows
@@ -1304,7 +1321,7 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 		t.Helper()
 		run := func(v variant) (attn, product []float32) {
 			fusedAttention, attnPacked, attnCols4, attnClusterBlocks, attnClusterSplits = v.fused, v.packed, v.cols4, v.cluster, v.splits
-			attnRoundKeys = v.rounds
+			attnRoundKeys, attnGroup, attnGroupAlways = v.rounds, v.group, v.group
 			a := tc.run(g, rand.New(rand.NewPCG(seed, seed+1)))[0]
 			attn = g.ToF32(a)
 			if n := a.Len(); n%256 == 0 { // the output's split, as the o projection reads it
@@ -1317,14 +1334,23 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 			t.Fatalf("%s: output %d is NaN: a zero weight's infinite value was summed", name, i)
 		}
 		for _, v := range variants {
-			before, cols4Before, clBefore, roundsBefore := g.fusedN, g.cols4N, g.attnClN, g.roundsN
+			before, cols4Before, clBefore, roundsBefore, grpBefore := g.fusedN, g.cols4N, g.attnClN, g.roundsN, g.clGroupN
 			gotA, gotP := run(v)
 			if fused := g.fusedN > before; fused != (v.fused && fusable) {
 				t.Fatalf("%s %+v: attn_fused ran %v, want %v", name, v, fused, v.fused && fusable)
 			}
 			allowed := v.fused && (fusable || v.splits && spans) && v.cluster >= 2 && v.cluster <= g.attnClusterMax
-			cl := g.attnClN > clBefore
-			if cl && !allowed || !cl && allowed && fits && v.cluster == 8 {
+			cl, grp := g.attnClN > clBefore, g.clGroupN > grpBefore
+			if grp && (!allowed || !v.group) || v.group && !grp && allowed && fits && v.cluster == 8 {
+				t.Fatalf("%s %+v: attn_cluster_group ran %v (allowed %v)", name, v, grp, allowed)
+			}
+			if grp {
+				grpRuns[map[bool]string{true: "one split", false: "splits"}[fusable]]++
+				if strings.HasPrefix(name, "4 queries") {
+					grpRuns["4 queries"]++
+				}
+			}
+			if cl && !allowed || !cl && !grp && allowed && fits && v.cluster == 8 {
 				t.Fatalf("%s %+v: attn_cluster ran %v (allowed %v)", name, v, cl, allowed)
 			}
 			if cl {
@@ -1387,6 +1413,9 @@ func fusedAttentionVariants(t *testing.T, g *Backend) {
 	}
 	if g.attnClusterMax > 0 && (clRuns[-1] == 0 || clRuns[-2] == 0) {
 		t.Errorf("attn_cluster never took a pass whose rows straddle position chunks (%d), or never in rounds (%d)", clRuns[-1], clRuns[-2])
+	}
+	if g.attnClusterMax > 0 && (grpRuns["one split"] == 0 || grpRuns["splits"] == 0 || grpRuns["4 queries"] == 0) {
+		t.Errorf("attn_cluster_group never took a pass of one split, of several, or of 4 queries a row (%v)", grpRuns)
 	}
 }
 
@@ -1550,9 +1579,10 @@ func TestMemInfoCountsCachedBlocks(t *testing.T) {
 // per-token cache writes of QKVNorms are TestFusedOpsMatch's.
 func TestAttentionRowsMatchApart(t *testing.T) {
 	g := backendOrSkip(t)
-	defer func(on, comb, pk bool, cl int, rows bool) {
+	defer func(on, comb, pk bool, cl int, rows, grp, always bool) {
 		fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks, attnRows = on, comb, pk, cl, rows
-	}(fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks, attnRows)
+		attnGroup, attnGroupAlways = grp, always
+	}(fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks, attnRows, attnGroup, attnGroupAlways)
 	attnRows = true
 	r := rand.New(rand.NewPCG(61, 62))
 	const Hq, Hkv = 4, 2 // few heads, so that four rows of four queries still fit attn_cluster's clusters
@@ -1593,16 +1623,20 @@ func TestAttentionRowsMatchApart(t *testing.T) {
 		{"full caches straddling a chunk, and one short", 0, []row{{1500, 0, 1499, false}, {1100, 0, 1099, false}, {5, 0, 4, false}}},
 		{"a ring with no key in sight", 16, []row{{64, 0, 40, true}, {64, 100, 163, true}}},
 	}
+	// group: attn_cluster_group wherever it fits (attnGroupAlways); the
+	// others leave it out.
 	variants := []struct {
 		name                   string
 		fused, combine, packed bool
 		cluster                int
+		group                  bool
 	}{
-		{"attn_cluster", true, true, false, 8},
-		{"attn_fused", true, true, false, 0},
-		{"attn_fused packed", true, true, true, 0},
-		{"split path", false, true, false, 0},
-		{"split path with attn_combine", false, false, false, 0},
+		{"attn_cluster", true, true, false, 8, false},
+		{"attn_cluster_group", true, true, false, 8, true},
+		{"attn_fused", true, true, false, 0, false},
+		{"attn_fused packed", true, true, true, 0, false},
+		{"split path", false, true, false, 0, false},
+		{"split path with attn_combine", false, false, false, 0, false},
 	}
 	ran := map[string]int{} // passes by variant, queries a row and the kernel path taken
 	for _, D := range []int{64, 256, 512} {
@@ -1625,14 +1659,17 @@ func TestAttentionRowsMatchApart(t *testing.T) {
 				opt := compute.AttentionOptions{Scale: 0.5, Mask: compute.Causal, Window: tc.window, QueryPos: qpos}
 				for _, vr := range variants {
 					fusedAttention, combineInValuesOn, attnPacked, attnClusterBlocks = vr.fused, vr.combine, vr.packed, vr.cluster
+					attnGroup, attnGroupAlways = vr.group, vr.group
 					name := fmt.Sprintf("head %d, %d queries, %s, %s", D, L, tc.name, vr.name)
 					want := g.ToF32(compute.AttendRowsApart(g, q, kv, opt))
-					before, fusedBefore, clBefore := g.attnRowsN, g.fusedN, g.attnClN
+					before, fusedBefore, clBefore, grpBefore := g.attnRowsN, g.fusedN, g.attnClN, g.clGroupN
 					got := g.ToF32(g.AttentionRows(q, kv, opt))
 					if g.attnRowsN == before {
 						t.Fatalf("%s: the rows did not run as one pass", name)
 					}
-					if g.attnClN > clBefore {
+					if g.clGroupN > grpBefore {
+						ran[fmt.Sprintf("%s, %d queries: attn_cluster_group", vr.name, L)]++
+					} else if g.attnClN > clBefore {
 						ran[fmt.Sprintf("%s, %d queries: attn_cluster", vr.name, L)]++
 					} else if g.fusedN > fusedBefore {
 						ran[fmt.Sprintf("%s, %d queries: attn_fused", vr.name, L)]++
@@ -1652,6 +1689,9 @@ func TestAttentionRowsMatchApart(t *testing.T) {
 		path := map[bool]string{true: "attn_fused", false: "split path"}[vr.fused]
 		if vr.cluster > 0 && g.attnClusterMax > 0 {
 			path = "attn_cluster"
+			if vr.group {
+				path = "attn_cluster_group"
+			}
 		}
 		for _, L := range []int{1, 4} {
 			if key := fmt.Sprintf("%s, %d queries: %s", vr.name, L, path); ran[key] == 0 {

@@ -13,7 +13,7 @@ import (
 // kernels' own block_sum_d and store_block_max (ops.cu, compiled with it).
 const treeRefSource = `
 extern "C" __global__ void test_trees(const double* x, double* got, double* want, const float* xf, float* gotf,
-                                      float* wantf, double* gotw, double* gotn) {
+                                      float* wantf, double* gotw, double* gotn, float* gotwf) {
     __shared__ double sh[1024], ref[1024];
     __shared__ float shf[1024], reff[1024];
     const int t = threadIdx.x;
@@ -35,11 +35,16 @@ extern "C" __global__ void test_trees(const double* x, double* got, double* want
         want[blockIdx.x] = ref[0];
         wantf[blockIdx.x] = reff[0];
     }
-    if (blockDim.x == 256 && t < 32) { // warp_sum256: the block's sum by its first warp alone
+    if (blockDim.x == 256 && t < 32) { // warp_sum256 and warp_tree256: the block's sum and maximum by its first warp alone
         double v[8];
-        for (int j = 0; j < 8; j++) v[j] = x[(size_t)blockIdx.x * 256 + t + 32 * j];
+        float vf[8];
+        for (int j = 0; j < 8; j++) {
+            v[j] = x[(size_t)blockIdx.x * 256 + t + 32 * j];
+            vf[j] = xf[(size_t)blockIdx.x * 256 + t + 32 * j];
+        }
         const double w = warp_sum256(v);
-        if (t == 0) gotw[blockIdx.x] = w;
+        const float wf = warp_tree256(vf, max_nan());
+        if (t == 0) gotw[blockIdx.x] = w, gotwf[blockIdx.x] = wf;
     }
 }
 `
@@ -83,8 +88,8 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			}
 			binary.LittleEndian.PutUint32(xf[4*i:], math.Float32bits(f))
 		}
-		bufs := make([]Buffer, 8)
-		for j, size := range []int{8 * n, 8 * n, 8 * blocks, 4 * n, 4 * blocks, 4 * blocks, 8 * blocks, 8 * n} {
+		bufs := make([]Buffer, 9)
+		for j, size := range []int{8 * n, 8 * n, 8 * blocks, 4 * n, 4 * blocks, 4 * blocks, 8 * blocks, 8 * n, 4 * blocks} {
 			if bufs[j], err = b.dev.Alloc(size); err != nil {
 				t.Fatal(err)
 			}
@@ -97,12 +102,12 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			t.Fatal(err)
 		}
 		if err := b.dev.LaunchAsync(k, [3]uint32{blocks, 1, 1}, [3]uint32{uint32(threads), 1, 1}, 0,
-			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7]); err != nil {
+			bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7], bufs[8]); err != nil {
 			t.Fatal(err)
 		}
 		got, want, gotn := make([]byte, 8*n), make([]byte, 8*blocks), make([]byte, 8*n)
-		gotf, wantf, gotw := make([]byte, 4*blocks), make([]byte, 4*blocks), make([]byte, 8*blocks)
-		for j, dst := range map[int][]byte{1: got, 2: want, 4: gotf, 5: wantf, 6: gotw, 7: gotn} {
+		gotf, wantf, gotw, gotwf := make([]byte, 4*blocks), make([]byte, 4*blocks), make([]byte, 8*blocks), make([]byte, 4*blocks)
+		for j, dst := range map[int][]byte{1: got, 2: want, 4: gotf, 5: wantf, 6: gotw, 7: gotn, 8: gotwf} {
 			if err := b.dev.Download(dst, bufs[j]); err != nil {
 				t.Fatal(err)
 			}
@@ -125,6 +130,9 @@ func checkTrees(t *testing.T, b *Backend, k Kernel) {
 			}
 			if g, w := binary.LittleEndian.Uint32(gotf[4*blk:]), binary.LittleEndian.Uint32(wantf[4*blk:]); g != w {
 				t.Fatalf("%s, block %d: store_block_max %#x, the one-barrier-a-level tree %#x", name, blk, g, w)
+			}
+			if g, w := binary.LittleEndian.Uint32(gotwf[4*blk:]), binary.LittleEndian.Uint32(wantf[4*blk:]); threads == 256 && g != w {
+				t.Fatalf("%s, block %d: warp_tree256's maximum %#x, the one-barrier-a-level tree %#x", name, blk, g, w)
 			}
 		}
 	}

@@ -32,7 +32,9 @@ mutants=(
   # AddRowAt reading every token'"'"'s scale from the first token
   'scale-stride|compute/cuda/backend.go|at(ptrOf(scales), slot), k, N)|at(ptrOf(scales), slot), 0, N)|^TestRouterMatchesHost$'
   # block_tree0'"'"'s warp levels in the other order: the same sum, paired differently
-  'tree-order|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
+  'tree-order|compute/cuda/kernels/ops.cu|r = sh[lane];
+        for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|r = sh[lane];
+        for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
   # norm_sum_d pairing a 1,024-thread block's first levels the other way: the same sum, paired differently
   'norm-tree-pair|compute/cuda/kernels/ops.cu|else c[w] = (col[32 * w] + col[32 * (w + 16)]) + (col[32 * (w + 8)] + col[32 * (w + 24)]); // s = 16, 8|else c[w] = (col[32 * w] + col[32 * (w + 8)]) + (col[32 * (w + 16)] + col[32 * (w + 24)]); // s = 16, 8|^TestBlockTreesKeepTheirOrder$'
   # finish_group adding the split partials rotated by one (split 1 first, split 0 last): the same values, another order
@@ -65,9 +67,12 @@ mutants=(
   'kvp-row|compute/cuda/kernels/ops.cu|return kvp ? (const float*)kvp[2 * b + which] : t + (size_t)b * rows;|return kvp ? (const float*)kvp[which] : t + (size_t)b * rows;|^TestAttentionRowsMatchApart$'
   # qkv_norms writing every token'"'"'s keys at its run'"'"'s first token'"'"'s slot
   'qkv-slot|compute/cuda/kernels/ops.cu|yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[2 * t + 1] * Hk * d : a.ko + (size_t)t * Hk * d) +|yr = (a.kvp ? (float*)a.kvp[2 * a.tslot[2 * t]] + (size_t)a.tslot[1] * Hk * d : a.ko + (size_t)t * Hk * d) +|^TestFusedOpsMatch$'
-  # warp_sum256'"'"'s shuffles in the other order: the same sum, paired differently (a
-  # norm's rows rarely show it: their float scale rounds the double sum away)
-  'qkv-warp-tree|compute/cuda/kernels/ops.cu|for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|for (int s = 1; s < 32; s <<= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);|^TestBlockTreesKeepTheirOrder$'
+  # warp_tree256'"'"'s shuffles in the other order (warp_sum256'"'"'s, and attn_cluster_group'"'"'s
+  # maxima and sums): the same sum, paired differently (a norm's rows rarely show it:
+  # their float scale rounds the double sum away)
+  'qkv-warp-tree|compute/cuda/kernels/ops.cu|T r = v[0];
+    for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|T r = v[0];
+    for (int s = 1; s < 32; s <<= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));|^TestBlockTreesKeepTheirOrder$'
   # qkv_norms_warp'"'"'s table read with cosine and sine swapped
   'qkv-warp-angle|compute/cuda/kernels/ops.cu|turn(yr, j, a.half, x0, x1, cs[2 * j], cs[2 * j + 1], a.freq[j] == 0.0f);|turn(yr, j, a.half, x0, x1, cs[2 * j + 1], cs[2 * j], a.freq[j] == 0.0f);|^TestFusedOpsMatch$'
   # a site'"'"'s executable graph updated in place whatever its launches'"'"' clusters: caught by the
@@ -110,10 +115,14 @@ mutants=(
   'packed-col2|compute/cuda/kernels/ops.cu|if (two) finish(j + RBLOCK, a1);|if (two) finish(j + RBLOCK, a0);|^TestFusedAttentionMatches$'
   # attn_cluster taking another block'"'"'s scores from its own shared memory
   'cluster-attn-owner|compute/cuda/kernels/ops.cu|scs[r] = cluster_ld(scs + r, owner);|scs[r] = cluster_ld(scs + r, c);|^TestFusedAttentionMatches$'
+  # attn_cluster_group'"'"'s rows each reading the next row'"'"'s scores from the other blocks
+  'group-owner-row|compute/cuda/kernels/ops.cu|sv[u] = at[u] >= 0 ? cluster_ld(scs + at[u], r / kpb) : 0.0f;|sv[u] = at[u] >= 0 ? cluster_ld(scs + (at[u] + nkmax) % (R * nkmax), r / kpb) : 0.0f;|^TestFusedAttentionMatches$'
+  # attn_cluster_group taking every row'"'"'s query position from its first query
+  'group-qpos|compute/cuda/kernels/ops.cu|visible(mp + r, qps[i % L], causal, window)|visible(mp + r, qps[0], causal, window)|^TestFusedAttentionMatches$'
   # attn_cluster'"'"'s value sums fused into one rounding (fma): the same keys, other bits
   'cluster-attn-fma|compute/cuda/kernels/ops.cu|a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));|a = __fmaf_rn(ef, vst[(size_t)r * W + j], a);|^TestFusedAttentionMatches$'
   # attn_cluster summing every key of the row in each split (a straddling row counted twice)
-  'cluster-attn-split-range|compute/cuda/kernels/ops.cu|r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);|r1 = nk;|^TestFusedAttentionMatches$'
+  'cluster-attn-split-range|compute/cuda/kernels/ops.cu|r1 = min(min(ATTN_CHUNK, min(mp + S, last + 1) - p0) + p0 - mp, nk);|r1 = nk;|^TestFusedAttentionMatches$'
   # attn_scores' blocks each leaving out the last key offset of their chunk
   'score-chunk-end|compute/cuda/kernels/ops.cu|const int r0 = z * chunk, r1 = min(min(r0 + chunk, S)|const int r0 = z * chunk, r1 = min(min(r0 + chunk - 1, S)|^TestFusedAttentionMatches$'
   # visibleKeys leaving out the first key in sight of the row's lowest query

@@ -805,19 +805,21 @@ extern "C" __global__ void __launch_bounds__(NMAX, 1) qkv_norms(QKV_PARAMS) {
     qkv_store(a, t, xr, yr, w, wt, value, row_rscale(xr, a.d, a.eps, sh), threadIdx.x, blockDim.x, 0);
 }
 
-// warp_sum256 is block_sum_d's sum of a 256-thread block's values, thread
+// warp_tree256 is block_tree0 over a 256-thread block's values, thread
 // l + 32j's in lane l's v[j], run by one warp: block_tree0's levels of
 // 128, 64 and 32 threads down each lane's column, then its shuffles. Every
-// lane gets it.
-__device__ __forceinline__ double warp_sum256(double v[8]) {
+// lane gets the result. warp_sum256 is block_sum_d's sum.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_tree256(T v[8], Op op) {
 #pragma unroll
     for (int s = 4; s > 0; s >>= 1)
 #pragma unroll
-        for (int j = 0; j < s; j++) v[j] = v[j] + v[j + s];
-    double r = v[0];
-    for (int s = 16; s > 0; s >>= 1) r = r + __shfl_down_sync(0xffffffffu, r, s);
+        for (int j = 0; j < s; j++) v[j] = op(v[j], v[j + s]);
+    T r = v[0];
+    for (int s = 16; s > 0; s >>= 1) r = op(r, __shfl_down_sync(0xffffffffu, r, s));
     return __shfl_sync(0xffffffffu, r, 0);
 }
+__device__ __forceinline__ double warp_sum256(double v[8]) { return warp_tree256(v, add_d()); }
 
 // warp_rscale is row_rscale for a row that a block of 256 threads
 // (rowThreads(D) = 256: D ≤ 1536) would normalise, computed by one warp:
@@ -1539,6 +1541,43 @@ __device__ __forceinline__ void cluster_wait() {
 // added in order as before. Its shared memory: the query, the scores,
 // slots and weights as attn_cluster's, then two key buffers of KG rows of
 // D + 4 and two value buffers of VG rows of W.
+// cluster_score is a key's score as attn_fused sums it: q·k in element
+// order (the key's row at kp, the query at qs, both 16-byte aligned), times
+// scale.
+__device__ __forceinline__ float cluster_score(const float* kp, const float* qs, int D, float scale) {
+    float dot = 0.0f;
+    for (int j = 0; j < D; j += 4) {
+        const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
+        dot = fmaf(qq.x, kk.x, dot);
+        dot = fmaf(qq.y, kk.y, dot);
+        dot = fmaf(qq.z, kk.z, dot);
+        dot = fmaf(qq.w, kk.w, dot);
+    }
+    return __fmul_rn(dot, scale);
+}
+
+// cluster_column is column j's value sum over a row's nk key offsets from
+// position mp (its last position last): each split's sum over its keys in
+// position order (values_pass), then the splits added in order from zero
+// (attn_combine). A key counts where its slot is not −1 and its weight
+// (es) not zero; its values are row r of vst, W apart.
+__device__ __forceinline__ float cluster_column(const float* vst, int W, int j, const float* es, const int* sslot, int mp,
+                                                int S, int last, int nk, int nsplit) {
+    float acc = 0.0f;
+    for (int i = 0; i < nsplit; i++) {
+        const int p0 = ((mp >> 10) + i) << 10;
+        const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, last + 1) - p0) + p0 - mp, nk);
+        float a = 0.0f;
+#pragma unroll 8
+        for (int r = r0; r < r1; r++) {
+            const float ef = es[r];
+            if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
+        }
+        acc = __fadd_rn(acc, a);
+    }
+    return acc;
+}
+
 template <bool Rounds>
 __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k, const float* v, const int* slot_of,
                                                   const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
@@ -1590,16 +1629,7 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
     auto score = [&](int a, int z, const float* kb) {
         for (int kr = threadIdx.x; kr < z - a; kr += RBLOCK) {
             if (sslot[a + kr] < 0) continue;
-            const float* kp = kb + (size_t)kr * (D + 4);
-            float dot = 0.0f;
-            for (int j = 0; j < D; j += 4) {
-                const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
-                dot = fmaf(qq.x, kk.x, dot);
-                dot = fmaf(qq.y, kk.y, dot);
-                dot = fmaf(qq.z, kk.z, dot);
-                dot = fmaf(qq.w, kk.w, dot);
-            }
-            scs[a + kr] = __fmul_rn(dot, scale);
+            scs[a + kr] = cluster_score(kb + (size_t)kr * (D + 4), qs, D, scale);
         }
     };
     if (Rounds) {
@@ -1711,20 +1741,7 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
         cp_async_wait<0>();
         __syncthreads(); // the value columns are in
         for (int j = threadIdx.x; j < w; j += RBLOCK) {
-            // Each split's sum over its keys in position order (values_pass),
-            // then the splits added in order from zero (attn_combine).
-            float acc = 0.0f;
-            for (int i = 0; i < nsplit; i++) {
-                const int p0 = ((mp >> 10) + i) << 10;
-                const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0) + p0 - mp, nk);
-                float a = 0.0f;
-#pragma unroll 8
-                for (int r = r0; r < r1; r++) {
-                    const float ef = es[r];
-                    if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
-                }
-                acc = __fadd_rn(acc, a);
-            }
+            const float acc = cluster_column(vst, W, j, es, sslot, mp, S, span[2 * b + 1], nk, nsplit);
             const float res = e > 0 ? (float)((double)acc / e) : 0.0f;
             out[bh * Dv + c0 + j] = res;
             emit(parts, n, bh * Dv + c0 + j, res);
@@ -1749,6 +1766,187 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
                         int nsplit, int KG, int VG, const unsigned long long* kvp) {
     attn_cluster_body<true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
                             C, nkmax, kpbmax, W, nsplit, KG, VG, kvp);
+}
+
+// attn_cluster_group is attn_cluster for a cluster of R = QG·L rows: QG
+// query heads of one kv head (QG divides Hq/Hkv) at each of a batch row's
+// L queries (a verify; grid ((Hq/QG)·C, B), cluster (C, 1, 1), blocks of
+// GROUP_THREADS). attn_cluster takes a cluster a (head, row), and a 31B
+// verify's four queries of 32 heads are 128 of them, more than fit the
+// device beside the o product, so they took attn_fused: a block a (head,
+// row), each loading its kv head's keys and values alone (24.9 µs a layer
+// stamped, against a step's attn_cluster 15.2). Here block c copies keys
+// [c·kpb, (c+1)·kpb) and value columns [c·W, (c+1)·W) once for the R rows
+// (every key one of them sees), and each row's work is attn_cluster's op
+// for op: a score is the same fma chain; the maximum and each split's Σ e
+// take block_tree0's order over 256 threads through warp_tree256 (a warp a
+// row, lane l standing in for threads l + 32j), from exponentials all the
+// block's threads computed; each column sums its keys in position order.
+// So the bits are attn_cluster's, which are attn_fused's. A block has four
+// times attn_cluster's threads, since it does R rows' work: at 256 the
+// rows' score chains, exponentials and column sums ran one after another
+// in each thread, and a 31B verify's layer took 20 µs against attn_fused's
+// 15.5 (a thread a key for four rows, or four columns, took longer still).
+//
+// Dynamic shared memory: the rows' exponentials (R·nkmax doubles, row i
+// at i·nkmax), then in floats the R queries (R·D, their rows on 16 bytes:
+// checked by the host); their scores, slots (−1: not summed by the row)
+// and weights (R·nkmax each); the keys' slots for the copies (nkmax); the
+// block's keys (kpbmax rows of D + 4) and its value columns (nkmax rows of
+// W).
+#define ATTN_GROUP_MAX 8 // a cluster's most rows: a warp each for the trees
+#define GROUP_THREADS 1024
+extern "C" __global__ void __launch_bounds__(GROUP_THREADS, 1)
+    attn_cluster_group(const float* q, const float* k, const float* v, const int* slot_of, const int* span,
+                       const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal,
+                       int window, float* out, unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
+                       int nsplit, int QG, const unsigned long long* kvp) {
+    extern __shared__ float4 dyn4[];
+    __shared__ double erow[ATTN_GROUP_MAX];
+    __shared__ float mxs[ATTN_GROUP_MAX];
+    __shared__ int qps[ATTN_GROUP_MAX];
+    pdl_start();
+    const int R = QG * L, T = GROUP_THREADS;
+    double* eds = (double*)dyn4;
+    float* qs = (float*)(eds + (size_t)R * nkmax);
+    float* scs = qs + (size_t)R * D;
+    int* sslot = (int*)(scs + (size_t)R * nkmax);
+    float* es = (float*)(sslot + (size_t)R * nkmax);
+    int* sb = (int*)(es + (size_t)R * nkmax);
+    float* kst = (float*)(sb + nkmax);
+    float* vst = kst + (size_t)kpbmax * (D + 4);
+    const int c = blockIdx.x % C, h0 = blockIdx.x / C * QG, b = blockIdx.y, kvh = h0 / (Hq / Hkv);
+    const int mp = span[2 * b], nk = max(0, min(S, span[2 * b + 1] - mp + 1));
+    // Row i is head h0 + i / L at query i % L: batch row b·L + i % L.
+    auto bh_of = [&](int i) { return (size_t)(b * L + i % L) * Hq + h0 + i / L; };
+    // The queries by asynchronous copies, a group of their own (read one by
+    // one, each thread's loads and stores waited out an L2 round trip
+    // each), and the rows' query positions, read once.
+    const int D4 = D / 4;
+    for (int e = threadIdx.x; e < R * D4; e += T) {
+        const int i = e / D4, j = e - i * D4;
+        cp_async16(qs + (size_t)i * D + 4 * j, q + bh_of(i) * D + 4 * j);
+    }
+    cp_async_commit();
+    if (threadIdx.x < L) qps[threadIdx.x] = qpos ? qpos[b * L + threadIdx.x] : 0;
+    __syncthreads();
+    for (int r = threadIdx.x; r < nk; r += T) {
+        const int s = slot_of[(size_t)b * S + r];
+        bool any = false;
+        for (int i = 0; i < R; i++) {
+            const bool on = s >= 0 && visible(mp + r, qps[i % L], causal, window);
+            sslot[i * nkmax + r] = on ? s : -1;
+            any |= on;
+        }
+        sb[r] = any ? s : -1;
+    }
+    __syncthreads();
+    const int kpb = (nk + C - 1) / C, k0 = min(nk, c * kpb), k1 = min(nk, k0 + kpb);
+    const int c0 = c * W, w = max(0, min(W, Dv - c0)), W4 = w / 4;
+    const size_t vstride = (size_t)Hkv * Dv;
+    const float* vb = kv_base(v, kvp, b, 1, (size_t)S * vstride) + (size_t)kvh * Dv + c0;
+    const float* kbase = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
+    // The block's keys, then its value columns of every key, each a group
+    // of copies: the scores wait for the queries' and the keys' only.
+    for (int i = threadIdx.x; i < (k1 - k0) * D4; i += T) {
+        const int kr = i / D4, j = i - kr * D4, s = sb[k0 + kr];
+        if (s >= 0) cp_async16(kst + (size_t)kr * (D + 4) + 4 * j, kbase + (size_t)s * Hkv * D + 4 * j);
+    }
+    cp_async_commit();
+    for (int i = threadIdx.x; i < nk * W4; i += T) {
+        const int r = i / W4, j = i - r * W4, s = sb[r];
+        if (s >= 0) cp_async16(vst + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads(); // the queries and the block's keys are in
+    const int nb = k1 - k0;
+    for (int e = threadIdx.x; e < R * nb; e += T) {
+        const int i = e / nb, r = k0 + e - i * nb;
+        if (sslot[i * nkmax + r] >= 0)
+            scs[i * nkmax + r] = cluster_score(kst + (size_t)(r - k0) * (D + 4), qs + (size_t)i * D, D, scale);
+    }
+    cluster_sync(); // every block's scores are written
+    // The other blocks' scores, four reads in flight a thread before their
+    // stores (a read and its store a time waited out each round trip).
+    for (int e0 = threadIdx.x; e0 < R * nk; e0 += 4 * T) {
+        float sv[4];
+        int at[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * T, i = e / nk, r = e - i * nk;
+            at[u] = e < R * nk && r / kpb != c && sslot[i * nkmax + r] >= 0 ? i * nkmax + r : -1;
+            sv[u] = at[u] >= 0 ? cluster_ld(scs + at[u], r / kpb) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (at[u] >= 0) scs[at[u]] = sv[u];
+    }
+    cluster_arrive(); // done with the other blocks' shared memory
+    __syncthreads();
+    // A warp a row: attn_cluster's maximum, thread t's share (offsets
+    // t + u·256) in lane t % 32's entry t / 32.
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (wid < R) {
+        const int* si = sslot + wid * nkmax;
+        const float* sci = scs + wid * nkmax;
+        float mv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float m = -__int_as_float(0x7f800000);
+            for (int r = lane + 32 * j; r < nk; r += 256)
+                if (si[r] >= 0) m = fmax_nan(m, sci[r]);
+            mv[j] = m;
+        }
+        const float mx = fmax_nan(-__int_as_float(0x7f800000), warp_tree256(mv, max_nan()));
+        if (lane == 0) mxs[wid] = mx;
+    }
+    __syncthreads();
+    // Every (row, key)'s exponential at once, as attn_cluster's threads
+    // take theirs: e = exp(score − max) in double, and its float weight.
+    for (int e = threadIdx.x; e < R * nk; e += T) {
+        const int i = e / nk, at = i * nkmax + e - i * nk;
+        double ed = 0;
+        if (sslot[at] >= 0) ed = exp((double)scs[at] - (double)mxs[i]);
+        eds[at] = ed;
+        es[at] = sslot[at] >= 0 ? (float)ed : 0.0f;
+    }
+    __syncthreads();
+    // A warp a row: each split's Σ e, thread t's share (its offsets o = t +
+    // u·256 in the split's chunk, in order) in lane t % 32's entry t / 32.
+    if (wid < R) {
+        const int* si = sslot + wid * nkmax;
+        const double* ei = eds + wid * nkmax;
+        double e = 0;
+        for (int sp = 0; sp < nsplit; sp++) {
+            const int p0 = ((mp >> 10) + sp) << 10;
+            const int ohi = min(ATTN_CHUNK, min(mp + S, span[2 * b + 1] + 1) - p0);
+            double part[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                double pt = 0;
+                for (int o = lane + 32 * j; o < ohi; o += 256) {
+                    const int r = p0 + o - mp;
+                    if (r >= 0 && r < nk && si[r] >= 0) pt += ei[r];
+                }
+                part[j] = pt;
+            }
+            e += warp_tree256(part, add_d());
+        }
+        if (lane == 0) erow[wid] = e;
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // Σ e and the value columns are in
+    for (int e = threadIdx.x; e < R * w; e += T) {
+        const int i = e / w, j = e - i * w;
+        const float acc = cluster_column(vst, W, j, es + i * nkmax, sslot + i * nkmax, mp, S, span[2 * b + 1], nk, nsplit);
+        const double et = erow[i];
+        const float res = et > 0 ? (float)((double)acc / et) : 0.0f;
+        const size_t o = bh_of(i) * Dv + c0 + j;
+        out[o] = res;
+        emit(parts, n, o, res);
+    }
+    cluster_wait(); // no block leaves while another reads its scores
 }
 
 // Query-tiled variants for passes with many queries per row (prefill): a
