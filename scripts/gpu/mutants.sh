@@ -60,7 +60,9 @@ mutants=(
   # matmul_rows_glu's up columns read from the gate rows
   'glu-up-row|compute/cuda/kernels/matmul.cu|wr[i] = w + (size_t)(ok ? i * I + n0 + g : 0) * K;|wr[i] = w + (size_t)(ok ? n0 + g : 0) * K;|^TestGeluMatMulsMatch$'
   # matmul_rows_glu'"'"'s finish summing the gate partials for the up values too
-  'glu-finish-up|compute/cuda/kernels/matmul.cu|split_sum(part, MN, i + I, gridDim.y)|split_sum(part, MN, i, gridDim.y)|^TestGeluMatMulsMatch$'
+  'glu-finish-up|compute/cuda/kernels/matmul.cu|split_sum2(part, MN, i, true, i + I, !By, gridDim.y, g, u);|split_sum2(part, MN, i, true, i, !By, gridDim.y, g, u);|^TestGeluMatMulsMatch$'
+  # split_sum2 summing its second output from the first output'"'"'s partials (a finish'"'"'s second output a thread)
+  'finish-second|compute/cuda/kernels/matmul.cu|u[x] = okk && j0 + x < S ? __ldcg(part + (size_t)(j0 + x) * MN + k) : 0.0f;|u[x] = okk && j0 + x < S ? __ldcg(part + (size_t)(j0 + x) * MN + i) : 0.0f;|^TestSplitFinishMatchesSumSplits$'
   # matmul_rows_glu_by reading the first row'"'"'s up values for every row
   'glu-by-row|compute/cuda/kernels/matmul.cu|By ? up[(size_t)r * I + n0 + j] : s[G - 1]|By ? up[n0 + j] : s[G - 1]|^TestGeluMatMulsMatch$'
   # the rows of one attention pass all reading the first row'"'"'s cache
