@@ -685,9 +685,10 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 	useCl, useGroup, QG := false, false, 0
 	if fusedAttention && L < attnTileMin && keysMax <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
 		cl, useCl = b.attnClusterPlan(kAligned && vAligned, D, Dv, keysMax, Hq*B*min(G, L)) // a launch a group of queries
-		// attn_cluster_group where attn_cluster's clusters do not fit, for
-		// a pass in one launch.
-		if attnGroup && G >= L && (!useCl || attnGroupAlways) {
+		// attn_cluster_group where attn_cluster's clusters do not fit a
+		// pass of several queries a row (a verify; decode rows keep the
+		// paths they had, unmeasured against it), in one launch.
+		if attnGroup && G >= L && (L > 1 && !useCl || attnGroupAlways) {
 			grp, QG, useGroup = b.attnGroupPlan(kAligned && vAligned && ptrOf(q).ptr%16 == 0, D, Dv, keysMax, Hq, Hkv, B, L)
 			useCl = useCl && !useGroup
 		}

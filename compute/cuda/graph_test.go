@@ -536,8 +536,8 @@ func TestCompareLaunches(t *testing.T) {
 // size must instantiate the site's graph again.
 func TestGraphsFollowClusterSizes(t *testing.T) {
 	direct := backendOrSkip(t)
-	defer func(cl int, on bool) { attnClusterBlocks, fusedAttention = cl, on }(attnClusterBlocks, fusedAttention)
-	fusedAttention = true
+	defer func(cl int, on, grp bool) { attnClusterBlocks, fusedAttention, attnGroup = cl, on, grp }(attnClusterBlocks, fusedAttention, attnGroup)
+	fusedAttention, attnGroup = true, false // attn_cluster's sizes, not attn_cluster_group's
 	g := graphsBackend(t)
 	if g.attnClusterMax < 8 {
 		t.Skip("the device lacks clusters of 8")

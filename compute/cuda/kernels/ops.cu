@@ -1503,6 +1503,43 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
+// cluster_score is a key's score as attn_fused sums it: q·k in element
+// order (the key's row at kp, the query at qs, both 16-byte aligned), times
+// scale.
+__device__ __forceinline__ float cluster_score(const float* kp, const float* qs, int D, float scale) {
+    float dot = 0.0f;
+    for (int j = 0; j < D; j += 4) {
+        const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
+        dot = fmaf(qq.x, kk.x, dot);
+        dot = fmaf(qq.y, kk.y, dot);
+        dot = fmaf(qq.z, kk.z, dot);
+        dot = fmaf(qq.w, kk.w, dot);
+    }
+    return __fmul_rn(dot, scale);
+}
+
+// cluster_column is column j's value sum over a row's nk key offsets from
+// position mp (its last position last): each split's sum over its keys in
+// position order (values_pass), then the splits added in order from zero
+// (attn_combine). A key counts where its slot is not −1 and its weight
+// (es) not zero; its values are row r of vst, W apart.
+__device__ __forceinline__ float cluster_column(const float* vst, int W, int j, const float* es, const int* sslot, int mp,
+                                                int S, int last, int nk, int nsplit) {
+    float acc = 0.0f;
+    for (int i = 0; i < nsplit; i++) {
+        const int p0 = ((mp >> 10) + i) << 10;
+        const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, last + 1) - p0) + p0 - mp, nk);
+        float a = 0.0f;
+#pragma unroll 8
+        for (int r = r0; r < r1; r++) {
+            const float ef = es[r];
+            if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
+        }
+        acc = __fadd_rn(acc, a);
+    }
+    return acc;
+}
+
 // attn_cluster is attn_fused with a (head, row)'s work spread over a
 // thread block cluster of C blocks (grid (Hq·C, B·L), cluster (C, 1, 1);
 // TANDEM_CUDA_ATTN_CLUSTER). attn_fused runs a head on one multiprocessor,
@@ -1541,43 +1578,6 @@ __device__ __forceinline__ void cluster_wait() {
 // added in order as before. Its shared memory: the query, the scores,
 // slots and weights as attn_cluster's, then two key buffers of KG rows of
 // D + 4 and two value buffers of VG rows of W.
-// cluster_score is a key's score as attn_fused sums it: q·k in element
-// order (the key's row at kp, the query at qs, both 16-byte aligned), times
-// scale.
-__device__ __forceinline__ float cluster_score(const float* kp, const float* qs, int D, float scale) {
-    float dot = 0.0f;
-    for (int j = 0; j < D; j += 4) {
-        const float4 kk = *(const float4*)(kp + j), qq = *(const float4*)(qs + j);
-        dot = fmaf(qq.x, kk.x, dot);
-        dot = fmaf(qq.y, kk.y, dot);
-        dot = fmaf(qq.z, kk.z, dot);
-        dot = fmaf(qq.w, kk.w, dot);
-    }
-    return __fmul_rn(dot, scale);
-}
-
-// cluster_column is column j's value sum over a row's nk key offsets from
-// position mp (its last position last): each split's sum over its keys in
-// position order (values_pass), then the splits added in order from zero
-// (attn_combine). A key counts where its slot is not −1 and its weight
-// (es) not zero; its values are row r of vst, W apart.
-__device__ __forceinline__ float cluster_column(const float* vst, int W, int j, const float* es, const int* sslot, int mp,
-                                                int S, int last, int nk, int nsplit) {
-    float acc = 0.0f;
-    for (int i = 0; i < nsplit; i++) {
-        const int p0 = ((mp >> 10) + i) << 10;
-        const int r0 = max(0, p0 - mp), r1 = min(min(ATTN_CHUNK, min(mp + S, last + 1) - p0) + p0 - mp, nk);
-        float a = 0.0f;
-#pragma unroll 8
-        for (int r = r0; r < r1; r++) {
-            const float ef = es[r];
-            if (sslot[r] >= 0 && ef != 0.0f) a = __fadd_rn(a, __fmul_rn(ef, vst[(size_t)r * W + j]));
-        }
-        acc = __fadd_rn(acc, a);
-    }
-    return acc;
-}
-
 template <bool Rounds>
 __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k, const float* v, const int* slot_of,
                                                   const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
@@ -1806,7 +1806,7 @@ extern "C" __global__ void __launch_bounds__(GROUP_THREADS, 1)
     __shared__ float mxs[ATTN_GROUP_MAX];
     __shared__ int qps[ATTN_GROUP_MAX];
     pdl_start();
-    const int R = QG * L, T = GROUP_THREADS;
+    const int R = QG * L, T = GROUP_THREADS; // R ≤ ATTN_GROUP_MAX: the host's plan
     double* eds = (double*)dyn4;
     float* qs = (float*)(eds + (size_t)R * nkmax);
     float* scs = qs + (size_t)R * D;
