@@ -14,8 +14,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"tandem/compute"
@@ -137,16 +140,44 @@ type DeviceDrafter interface {
 }
 
 // The speculative loop's switches, read by every Generate: rounds on the
-// host (=host) and drafting ahead (auto, always, 0).
+// host (=host), drafting ahead (auto, always, 0) and the layers of a
+// verify's first recorded part (firstPart).
 const (
-	roundsEnv = "TANDEM_SPEC_ROUNDS"
-	aheadEnv  = "TANDEM_SPEC_AHEAD"
+	roundsEnv    = "TANDEM_SPEC_ROUNDS"
+	aheadEnv     = "TANDEM_SPEC_AHEAD"
+	firstPartEnv = "TANDEM_SPEC_FIRST_PART"
 )
 
 // Live reports whether name is one of the switches Generate reads at every
 // call, so that a process may change it between calls (tandem bench
 // --sweep).
-func Live(name string) bool { return name == roundsEnv || name == aheadEnv }
+func Live(name string) bool { return name == roundsEnv || name == aheadEnv || name == firstPartEnv }
+
+// firstPart is TANDEM_SPEC_FIRST_PART=N: a greedy device round's verify
+// (issueRound) records its first N layers as a part of their own before the rest
+// (gemma4.ForwardOptions.FirstPart; unset or 0: the model's six). The
+// device waits for a verify's first part from the verdict before it,
+// drafts issued ahead aside: on the H200 a 31B round at synthetic
+// acceptance 0 carried about 0.4 ms of such waits (twenty-seventh
+// session's step stamps), about what recording five of the six layers
+// takes the host. For measuring; the default is unchanged until a sweep
+// says otherwise.
+var warnedFirstPart atomic.Bool
+
+func firstPart() int {
+	v := os.Getenv(firstPartEnv)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 64 {
+		if !warnedFirstPart.Swap(true) {
+			slog.Warn("ignoring an environment setting", "name", firstPartEnv, "value", v, "want", "a whole number from 0 to 64")
+		}
+		return 0
+	}
+	return n
+}
 
 // HostRounds reports whether TANDEM_SPEC_ROUNDS=host asks for rounds whose
 // drafts the host reads before the verify (for comparisons); the serving
@@ -415,7 +446,8 @@ func issueRound(m *gemma4.Model, d DeviceDrafter, pf compute.Prefetcher, cache *
 	// A round without drafts (the last of a budget) verifies one token,
 	// issued after the verdict while the device waits: in parts, like a
 	// verify of several, so that the device starts on its first layers.
-	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true})
+	out, err := m.Forward([]gemma4.Row{{Next: toks, Cache: cache}}, gemma4.ForwardOptions{Logits: gemma4.LogitsNone, Checkpoint: true,
+		FirstPart: firstPart()})
 	if err != nil {
 		end()
 		return nil, err

@@ -634,3 +634,63 @@ func TestPrefillTimeWaitsForTheDevice(t *testing.T) {
 		t.Fatalf("Sync calls at %v products, want the first right after the prefill's %d", s.At, prefill)
 	}
 }
+
+// checkpointingPrefetch is the CPU behind Prefetching (device rounds, as on
+// the GPU) that counts the model's checkpoints.
+type checkpointingPrefetch struct {
+	computetest.Prefetching
+	calls int
+}
+
+func (b *checkpointingPrefetch) Checkpoint() { b.calls++ }
+
+// TestFirstPartSplitsTheVerify protects TANDEM_SPEC_FIRST_PART: a device
+// round's verify records its first N layers as a part of their own, then
+// every six, so each verify of the tiny E2B preset's layers takes the
+// checkpoints of that schedule instead of the default one, nothing else
+// changes its count (prefill, drafts), and the tokens are the same. A
+// value that is not a layer count leaves the default.
+func TestFirstPartSplitsTheVerify(t *testing.T) {
+	t.Setenv("TANDEM_SPEC_AHEAD", "0")
+	b := &checkpointingPrefetch{Prefetching: computetest.Prefetching{Backend: cpu.New(0)}}
+	m, a := pairOn(t, "gemma4-tiny-e2b", b)
+	L := m.Config.Text.NumHiddenLayers
+	p := prompt(12, m.Config.Text.VocabSize, 5)
+	so := spec.Options{Options: generation.Options{MaxTokens: 16}, DraftTokens: 3, Synthetic: true}
+	parts := func(first int) int { // checkpoints a verify of L layers takes
+		n := 0
+		for at := first; at < L; at += 6 {
+			n++
+		}
+		return n
+	}
+	run := func(v string) (int, *spec.Result) {
+		t.Setenv("TANDEM_SPEC_FIRST_PART", v)
+		b.Reset()
+		before := b.calls
+		res, err := spec.Generate(context.Background(), m, assistant(t, a, gemma4.DraftOptions{}, sample.Params{}), p, so, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Calls < 3*res.Stats.Rounds {
+			t.Fatalf("TANDEM_SPEC_FIRST_PART=%q: %d prefetches for %d rounds: the rounds did not run on the device", v, b.Calls, res.Stats.Rounds)
+		}
+		return b.calls - before, res
+	}
+	base, want := run("")
+	for _, tc := range []struct {
+		v     string
+		first int
+	}{{"2", 2}, {"1", 1}, {"6", 6}, {"0", 6}, {"x", 6}, {"-3", 6}} {
+		got, res := run(tc.v)
+		if !slices.Equal(res.Tokens, want.Tokens) {
+			t.Fatalf("TANDEM_SPEC_FIRST_PART=%q: tokens %v, want %v", tc.v, res.Tokens, want.Tokens)
+		}
+		if d := res.Stats.Rounds * (parts(tc.first) - parts(6)); got-base != d {
+			t.Errorf("TANDEM_SPEC_FIRST_PART=%q: %d checkpoints against %d by default over %d rounds, want %d more", tc.v, got, base, res.Stats.Rounds, d)
+		}
+	}
+	if !spec.Live("TANDEM_SPEC_FIRST_PART") {
+		t.Error("TANDEM_SPEC_FIRST_PART is not live")
+	}
+}

@@ -509,6 +509,11 @@ type ForwardOptions struct {
 	// round's verify without drafts. A greedy decode step is issued ahead
 	// of the device and needs none.
 	Checkpoint bool
+	// FirstPart is how many layers a recorded pass takes before its first
+	// checkpoint (0: checkpointLayers, as every later part): a speculative
+	// round's verify, which the device waits for, starts on the device
+	// sooner with a short first part (checkpointAfter).
+	FirstPart int
 	// Prompt marks a pass of prompt tokens (a prefill chunk, scoring),
 	// whose products run at the model's prompt precision
 	// (SetPromptPrecision); every row of the pass must be a prompt's.
@@ -645,7 +650,7 @@ func (m *Model) Forward(rows []Row, opt ForwardOptions) (*Output, error) {
 		x0 = x
 		x, h = compute.AddRMSNormNorm(b, x, f, fNorm, l.scalar, nextNorm, eps)
 		compute.Recycle(b, x0, f)
-		if (len(ids) > 1 || opt.Checkpoint) && (i+1)%checkpointLayers == 0 && i+1 < len(m.layers) {
+		if (len(ids) > 1 || opt.Checkpoint) && checkpointAfter(i+1, opt.FirstPart) && i+1 < len(m.layers) {
 			compute.Checkpoint(b)
 		}
 	}
@@ -840,6 +845,16 @@ func (l *layer) projections() []*compute.Tensor {
 // (ForwardOptions.Checkpoint: a sampled step, an engine step, a verify
 // without drafts).
 const checkpointLayers = 6
+
+// checkpointAfter reports whether a recorded pass checkpoints after its
+// first n layers: after the first part's (first, or checkpointLayers where
+// first is not positive), then every checkpointLayers layers.
+func checkpointAfter(n, first int) bool {
+	if first <= 0 {
+		first = checkpointLayers
+	}
+	return n == first || n > first && (n-first)%checkpointLayers == 0
+}
 
 // feedForward is the FFN sub-block before post_feedforward_layernorm: the
 // gated MLP, plus the MoE branch on MoE models (spec §1.8). x is the
