@@ -218,9 +218,9 @@ func (b *Backend) attnClusterPlan(aligned bool, D, Dv, keys, clusters int) (p cl
 // with QG·L ≤ attnGroupRows rows), ok false where it does not fit as attnClusterPlan
 // says of attn_cluster (aligned: the queries' rows on 16 bytes too).
 func (b *Backend) attnGroupPlan(aligned bool, D, Dv, keys, Hq, Hkv, B, L int) (p clusterAttn, QG int, ok bool) {
-	G := Hq / max(1, Hkv) // query heads a kv head
-	for g := 1; g <= G && g*L <= min(attnGroupRows, attnGroupMax); g++ {
-		if G%g == 0 {
+	perKV := Hq / max(1, Hkv) // query heads a kv head
+	for g := 1; g <= perKV && g*L <= min(attnGroupRows, attnGroupMax); g++ {
+		if perKV%g == 0 {
 			QG = g
 		}
 	}
