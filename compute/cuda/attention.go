@@ -187,23 +187,35 @@ type clusterAttn struct{ C, nk, kpb, W, smem, KG, VG int }
 // sliding layer against attn_fused's 16.6, and a 1,000-key row at 16
 // blocks a cluster (142 KiB each) 93-230 µs against 78-80.
 func (b *Backend) attnClusterPlan(aligned bool, D, Dv, keys, clusters int) (p clusterAttn, ok bool) {
+	return b.clusterSearch(aligned, D, Dv, keys, clusters, func(p *clusterAttn) {
+		p.smem = 4 * (D + 3*p.nk + p.kpb*(D+4) + p.nk*p.W)
+		if attnRoundKeys > 0 || attnClusterRounds && (p.smem > b.attnClusterSmem || clusters > b.attnClustersHeld(p.C, p.smem)) {
+			p.roundsOf(D)
+		}
+	}, b.attnClustersHeld)
+}
+
+// clusterSearch is the search both cluster plans make for a pass of
+// clusters clusters whose rows span at most keys positions: from as many
+// blocks a cluster as attnClusterShare leaves each (at least two, at most
+// attnClusterBlocks and the device's), sizing a shape at each (size sets
+// its smem) until one fits a block's shared memory and held says the
+// device holds all the clusters at once. Where the blocks' shares do not
+// fit, more blocks a cluster make them smaller: the 31B shape's 512-wide
+// global heads took 132 KiB a block at 4 (30 of 32 clusters fit) and ran
+// in 19.2 µs at 8, against attn_fused's 25.7.
+func (b *Backend) clusterSearch(aligned bool, D, Dv, keys, clusters int, size func(p *clusterAttn),
+	held func(C, smem int) int) (p clusterAttn, ok bool) {
 	most := min(attnClusterBlocks, b.attnClusterMax)
 	C := min(most, b.dev.SMs*attnClusterShare/100/max(1, clusters))
 	if C < 2 || keys == 0 || D%4 != 0 || Dv%4 != 0 || !aligned {
 		return p, false
 	}
-	// Where the blocks' shares do not fit, more blocks a cluster make them
-	// smaller: the 31B shape's 512-wide global heads took 132 KiB a block
-	// at 4 (30 of 32 clusters fit) and ran in 19.2 µs at 8, against
-	// attn_fused's 25.7.
 	for ; ; C = min(2*C, most) {
 		p = clusterAttn{C: C, nk: (keys + 31) &^ 31}
 		p.kpb, p.W = (p.nk+C-1)/C, ((Dv+C-1)/C+3)&^3
-		p.smem = 4 * (D + 3*p.nk + p.kpb*(D+4) + p.nk*p.W)
-		if attnRoundKeys > 0 || attnClusterRounds && (p.smem > b.attnClusterSmem || clusters > b.attnClustersHeld(C, p.smem)) {
-			p.roundsOf(D)
-		}
-		if p.smem <= b.attnClusterSmem && clusters <= b.attnClustersHeld(C, p.smem) && p.W <= 256 {
+		size(&p)
+		if p.smem <= b.attnClusterSmem && clusters <= held(C, p.smem) && p.W <= 256 {
 			return p, true
 		}
 		if C == most {
@@ -224,24 +236,17 @@ func (b *Backend) attnGroupPlan(aligned bool, D, Dv, keys, Hq, Hkv, B, L int) (p
 			QG = g
 		}
 	}
-	most := min(attnClusterBlocks, b.attnClusterMax)
-	clusters := B * Hq / max(1, QG)
-	C := min(most, b.dev.SMs*attnClusterShare/100/max(1, clusters))
-	if QG == 0 || C < 2 || keys == 0 || D%4 != 0 || Dv%4 != 0 || !aligned {
+	if QG == 0 {
 		return p, 0, false
 	}
 	R := QG * L
-	for ; ; C = min(2*C, most) {
-		p = clusterAttn{C: C, nk: (keys + 31) &^ 31}
-		p.kpb, p.W = (p.nk+C-1)/C, ((Dv+C-1)/C+3)&^3
+	p, ok = b.clusterSearch(aligned, D, Dv, keys, B*Hq/QG, func(p *clusterAttn) {
 		p.smem = 4 * (R*D + 5*R*p.nk + p.nk + p.kpb*(D+4) + p.nk*p.W) // the exponentials are doubles
-		if p.smem <= b.attnClusterSmem && clusters <= b.attnGroupHeld(C, p.smem) && p.W <= 256 {
-			return p, QG, true
-		}
-		if C == most {
-			return p, 0, false
-		}
+	}, b.attnGroupHeld)
+	if !ok {
+		return p, 0, false
 	}
+	return p, QG, true
 }
 
 // attnGroupMax is attn_cluster_group's most rows a cluster (ATTN_GROUP_MAX in
@@ -275,22 +280,20 @@ func (p *clusterAttn) roundsOf(D int) {
 const attnSmemUnit = 8 << 10
 
 // attnClustersHeld is how many clusters of C attn_cluster blocks with smem
-// bytes of shared memory each the device holds at once (0 past the table).
-func (b *Backend) attnClustersHeld(C, smem int) int {
-	u := (smem + attnSmemUnit - 1) / attnSmemUnit
-	if C < 0 || C >= len(b.attnClusterFit) || u >= len(b.attnClusterFit[C]) {
-		return 0
-	}
-	return b.attnClusterFit[C][u]
-}
+// bytes of shared memory each the device holds at once (0 past the table),
+// and attnGroupHeld the same for attn_cluster_group.
+func (b *Backend) attnClustersHeld(C, smem int) int { return heldIn(&b.attnClusterFit, C, smem) }
 
-// attnGroupHeld is attnClustersHeld for attn_cluster_group.
-func (b *Backend) attnGroupHeld(C, smem int) int {
+func (b *Backend) attnGroupHeld(C, smem int) int { return heldIn(&b.attnGroupFit, C, smem) }
+
+// heldIn reads an occupancy table (askAttnClusterFit's) at C blocks a
+// cluster and smem bytes a block, rounded up to attnSmemUnit.
+func heldIn(t *[17][attnClusterSmemMax/attnSmemUnit + 1]int, C, smem int) int {
 	u := (smem + attnSmemUnit - 1) / attnSmemUnit
-	if C < 0 || C >= len(b.attnGroupFit) || u >= len(b.attnGroupFit[C]) {
+	if C < 0 || C >= len(t) || u >= len(t[C]) {
 		return 0
 	}
-	return b.attnGroupFit[C][u]
+	return t[C][u]
 }
 
 // askAttnClusterFit fills attnClustersHeld's table, once at start-up: an
