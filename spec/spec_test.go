@@ -646,10 +646,11 @@ func (b *checkpointingPrefetch) Checkpoint() { b.calls++ }
 
 // TestFirstPartSplitsTheVerify protects TANDEM_SPEC_FIRST_PART: a device
 // round's verify records its first N layers as a part of their own, then
-// every six, so each verify of the tiny E2B preset's layers takes the
-// checkpoints of that schedule instead of the default one, nothing else
-// changes its count (prefill, drafts), and the tokens are the same. A
-// value that is not a layer count leaves the default.
+// every six (by default two; 0 is the model's six), so each verify of the
+// tiny E2B preset's layers takes the checkpoints of that schedule instead
+// of the default one, nothing else changes its count (prefill, drafts),
+// and the tokens are the same. A value that is not a layer count leaves
+// the default.
 func TestFirstPartSplitsTheVerify(t *testing.T) {
 	t.Setenv("TANDEM_SPEC_AHEAD", "0")
 	b := &checkpointingPrefetch{Prefetching: computetest.Prefetching{Backend: cpu.New(0)}}
@@ -681,12 +682,12 @@ func TestFirstPartSplitsTheVerify(t *testing.T) {
 	for _, tc := range []struct {
 		v     string
 		first int
-	}{{"2", 2}, {"1", 1}, {"6", 6}, {"0", 6}, {"x", 6}, {"-3", 6}} {
+	}{{"2", 2}, {"1", 1}, {"6", 6}, {"0", 6}, {"3", 3}, {"x", 2}, {"-3", 2}} {
 		got, res := run(tc.v)
 		if !slices.Equal(res.Tokens, want.Tokens) {
 			t.Fatalf("TANDEM_SPEC_FIRST_PART=%q: tokens %v, want %v", tc.v, res.Tokens, want.Tokens)
 		}
-		if d := res.Stats.Rounds * (parts(tc.first) - parts(6)); got-base != d {
+		if d := res.Stats.Rounds * (parts(tc.first) - parts(2)); got-base != d {
 			t.Errorf("TANDEM_SPEC_FIRST_PART=%q: %d checkpoints against %d by default over %d rounds, want %d more", tc.v, got, base, res.Stats.Rounds, d)
 		}
 	}
