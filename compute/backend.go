@@ -380,6 +380,70 @@ type AttentionRow struct {
 	KeyStart int
 }
 
+// HeadNorms is a layer's per-head norms as QKVNorms takes them: the raw
+// projections Q, K and V ([T, heads, d]; K and V nil for a layer that reads
+// another's cache: its queries alone, as RMSNormRoPE) and the caches' slots
+// Dst the keys and values go to.
+type HeadNorms struct {
+	Q, K, V, QW, KW *Tensor
+	Eps             float32
+	Pos             []int32
+	RoPE            *RoPE
+	Dst             []KVRun
+}
+
+// NormedAttender is implemented by backends that fold a layer's per-head
+// norms into its attention where they can (decode rows). The result must be
+// NormedAttentionApart's, bit for bit, and the caches must hold the same
+// keys and values after it.
+type NormedAttender interface {
+	NormedAttention(n HeadNorms, rows []AttentionRow, opt AttentionOptions) *Tensor
+}
+
+// NormedAttention is a layer's per-head norms and attention for a batch of
+// B rows of the same length: QKVNorms writing the keys and values into
+// n.Dst (or RMSNormRoPE of the queries alone where n.K is nil), then
+// AttendRows of the normalised queries, as [B, T/B, heads, d], over rows,
+// which must already name the new keys' positions.
+func NormedAttention(b Backend, n HeadNorms, rows []AttentionRow, opt AttentionOptions) *Tensor {
+	if f, ok := b.(NormedAttender); ok {
+		return f.NormedAttention(n, rows, opt)
+	}
+	return NormedAttentionApart(b, n, rows, opt)
+}
+
+// NormedAttentionApart is NormedAttention as its two ops.
+func NormedAttentionApart(b Backend, n HeadNorms, rows []AttentionRow, opt AttentionOptions) *Tensor {
+	if err := CheckHeadNorms(n, len(rows)); err != nil {
+		panic(err)
+	}
+	var q *Tensor
+	if n.K == nil {
+		q = RMSNormRoPE(b, n.Q, n.QW, n.Eps, n.Pos, n.RoPE)
+	} else {
+		q, _, _ = QKVNorms(b, n.Q, n.K, n.V, n.QW, n.KW, n.Eps, n.Pos, n.RoPE, n.Dst)
+	}
+	T, H, d := q.Dim(0), q.Dim(1), q.Dim(2)
+	out := AttendRows(b, q.Reshape(len(rows), T/len(rows), H, d), rows, opt)
+	Recycle(b, q)
+	return out
+}
+
+// CheckHeadNorms checks NormedAttention's norms for B rows: queries of
+// [T, heads, d] with T a multiple of B, and keys and values only with the
+// cache slots they go to.
+func CheckHeadNorms(n HeadNorms, B int) error {
+	switch {
+	case n.Q == nil || n.Q.Rank() != 3 || B == 0 || n.Q.Dim(0)%B != 0:
+		return fmt.Errorf("NormedAttention of queries %v for %d rows: want [T, heads, d], T a multiple of the rows", n.Q, B)
+	case (n.K == nil) != (n.V == nil) || n.K != nil && n.Dst == nil:
+		return fmt.Errorf("NormedAttention with keys %v, values %v and %d cache runs: want keys and values together, written into the caches", n.K, n.V, len(n.Dst))
+	case n.K == nil && n.Dst != nil:
+		return fmt.Errorf("NormedAttention of queries alone into %d cache runs", len(n.Dst))
+	}
+	return nil
+}
+
 // RowsAttender is implemented by backends that attend the rows of
 // AttendRows in one call. Each row's result must be its own Attention's,
 // bit for bit.

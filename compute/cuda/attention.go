@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 
 	"tandem/compute"
 )
@@ -402,7 +403,7 @@ func (b *Backend) Attention(q, k, v *compute.Tensor, opt compute.AttentionOption
 			r.pos = opt.KeyPos[bi*sh.S : (bi+1)*sh.S]
 		}
 	}
-	return b.attend(q, k, v, nil, rows, sh, opt)
+	return b.attend(q, k, v, nil, rows, sh, opt, nil)
 }
 
 // attnRows has AttentionRows attend rows of a length below attnTileMin
@@ -428,8 +429,20 @@ func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, op
 	if err := compute.CheckAttendRows(q, kv, opt); err != nil {
 		panic("cuda: " + err.Error())
 	}
-	sh := compute.AttentionShape{B: q.Dim(0), L: q.Dim(1), Hq: q.Dim(2), D: q.Dim(3), Hkv: kv[0].K.Dim(1), Dv: kv[0].V.Dim(2)}
-	rows := make([]attnKeys, sh.B)
+	sh, rows, ok := rowsShape(q, kv)
+	if !ok {
+		return compute.AttendRowsApart(b, q, kv, opt)
+	}
+	return b.attend(q, kv[0].K, kv[0].V, kv, rows, sh, opt, nil)
+}
+
+// rowsShape is the shape of AttentionRows' pass over kv of queries q
+// ([B, L, Hq, D]) and its rows' keys, or ok false where the rows go one
+// Attention a row: caches of other shapes or types than the first's, or
+// scratch past attnScratchBytes.
+func rowsShape(q *compute.Tensor, kv []compute.AttentionRow) (sh compute.AttentionShape, rows []attnKeys, ok bool) {
+	sh = compute.AttentionShape{B: q.Dim(0), L: q.Dim(1), Hq: q.Dim(2), D: q.Dim(3), Hkv: kv[0].K.Dim(1), Dv: kv[0].V.Dim(2)}
+	rows = make([]attnKeys, sh.B)
 	same := sh.D <= 512 && q.DType() == compute.F32
 	for bi, r := range kv {
 		S := r.K.Dim(0)
@@ -442,10 +455,133 @@ func (b *Backend) AttentionRows(q *compute.Tensor, kv []compute.AttentionRow, op
 	// sums for every query of every row over the longest row's slots.
 	splits := sh.S/attnChunk + 2
 	scratch := sh.B * sh.L * sh.Hq * (4*(sh.S+sh.S/32+1+splits*sh.Dv) + 8*splits)
-	if !same || sh.Hkv == 0 || sh.Hq%sh.Hkv != 0 || scratch > attnScratchBytes {
-		return compute.AttendRowsApart(b, q, kv, opt)
+	return sh, rows, same && sh.Hkv > 0 && sh.Hq%sh.Hkv == 0 && scratch <= attnScratchBytes
+}
+
+// normedAttnBlocks is the most blocks a cluster of attn_cluster into which
+// decode rows' head norms are folded (attn_cluster_normed; 0: never,
+// TANDEM_CUDA_NORMED_ATTN=N, live). The fold puts the norms' chain of
+// loads, trees and rotations at the head of every block of the pass, where
+// it hides behind the block's copies only where each block copies enough:
+// on the H200 (twenty-eighth session) the 31B shape's clusters of three
+// blocks (32 heads) gained with it, 18.54–18.59 → 18.48–18.56 ms a step,
+// and the E2B shape's clusters of eight (8 heads) lost up to 4%, a stamped
+// layer's norms and attention 16.1 → 17.2 µs.
+var normedAttnBlocks = normedAttnDefault // read by liveSettings
+
+const normedAttnDefault = 4
+
+// headFold is a pass's head norms, which attend folds into attn_cluster's
+// launch, or runs before the pass's kernels where it takes another path
+// (unfold).
+type headFold struct {
+	n  compute.HeadNorms
+	qo *compute.Tensor // the normalised queries, where unfolded
+}
+
+// NormedAttention implements compute.NormedAttender: for rows of one query
+// each (decode) whose keys and values go into the slots their caches' views
+// name for the queries' positions, attn_cluster_normed normalises the
+// queries, keys and values inside attention, in qkv_norms' arithmetic, and
+// writes the keys and values into the caches. The bits and the caches are
+// NormedAttentionApart's (TestNormedAttentionMatchesApart). Other passes,
+// and passes that attn_cluster does not take, run the norms first.
+func (b *Backend) NormedAttention(n compute.HeadNorms, kv []compute.AttentionRow, opt compute.AttentionOptions) *compute.Tensor {
+	if err := compute.CheckHeadNorms(n, len(kv)); err != nil {
+		panic("cuda: " + err.Error())
 	}
-	return b.attend(q, kv[0].K, kv[0].V, kv, rows, sh, opt)
+	sh, rows, ok := b.foldable(n, kv, opt)
+	if !ok {
+		return compute.NormedAttentionApart(b, n, kv, opt)
+	}
+	for _, x := range n.Dst {
+		b.forgetWrites(x.K)
+		b.forgetWrites(x.V)
+	}
+	f := &headFold{n: n}
+	var out *compute.Tensor
+	if sh.B == 1 { // as Attention: the view's own tensors
+		out = b.attend(n.Q, kv[0].K, kv[0].V, nil, rows, sh, opt, f).Reshape(1, 1, sh.Hq, sh.Dv)
+	} else {
+		out = b.attend(n.Q.Reshape(sh.B, 1, sh.Hq, sh.D), kv[0].K, kv[0].V, kv, rows, sh, opt, f)
+	}
+	if f.qo != nil {
+		b.recycle(f.qo)
+	}
+	return out
+}
+
+// foldable reports whether NormedAttention may fold n into the pass, and
+// the pass's shape and rows' keys: the kernels' own norms and attention
+// are on, one query a row, heads that qkv_norms reduces with RBLOCK
+// threads, rows that one attention launch takes (AttentionRows', or a lone
+// row's Attention), and each row's new key and value going to the slot its
+// view holds the query's position in, of the view's tensors.
+func (b *Backend) foldable(n compute.HeadNorms, kv []compute.AttentionRow, opt compute.AttentionOptions) (sh compute.AttentionShape, rows []attnKeys, ok bool) {
+	B := len(kv)
+	if normedAttnBlocks == 0 || !fusedOps || !fusedNorm2 || !fusedAttention || n.Q.DType() != compute.F32 || n.Q.Dim(0) != B ||
+		opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil || !slices.Equal(opt.QueryPos, n.Pos) {
+		return sh, nil, false
+	}
+	T, Hq, D, err := compute.CheckRoPE(n.Q, n.Pos, n.RoPE)
+	if err != nil || T != B || rowThreads(D) != 256 || D > 512 || b.flashes(D, D) {
+		return sh, nil, false
+	}
+	if B > 1 {
+		if sh, rows, ok = rowsShape(n.Q.Reshape(B, 1, Hq, D), kv); !ok || !attnRows {
+			return sh, nil, false
+		}
+	} else {
+		r, o := kv[0], opt
+		o.KeyPos, o.KeyStart = r.KeyPos, []int{r.KeyStart}
+		if sh, err = compute.CheckAttention(n.Q, r.K, r.V, o); err != nil || r.K.DType() != compute.F32 || r.V.DType() != compute.F32 {
+			return sh, nil, false
+		}
+		rows = []attnKeys{{slots: sh.S, n: sh.S, pos: r.KeyPos}}
+	}
+	if n.K == nil {
+		return sh, rows, true
+	}
+	if sh.Dv != D || n.K.DType() != compute.F32 || n.V.DType() != compute.F32 || !compute.SameShape(n.K.Shape(), []int{B, sh.Hkv, D}) ||
+		!compute.SameShape(n.V.Shape(), n.K.Shape()) || compute.CheckQKVInto(n.K, n.Dst) != nil || len(n.Dst) != B {
+		return sh, nil, false
+	}
+	for i, r := range kv {
+		d := n.Dst[i]
+		if d.N != 1 || ptrOf(r.K).ptr != ptrOf(d.K).ptr || ptrOf(r.V).ptr != ptrOf(d.V).ptr ||
+			r.KeyPos != nil && (d.Slot >= len(r.KeyPos) || r.KeyPos[d.Slot] != n.Pos[i]) ||
+			r.KeyPos == nil && (d.Slot != int(n.Pos[i]) || d.Slot >= r.K.Dim(0)) {
+			return sh, nil, false
+		}
+	}
+	return sh, rows, true
+}
+
+// foldArgs are attn_cluster_normed's arguments past attn_cluster's: the
+// raw new keys and values of n (nil for queries alone), the weights, eps
+// and the rotation's table.
+func (b *Backend) foldArgs(n compute.HeadNorms) []any {
+	qw, qwt := normWeight(n.Q, n.QW, n.Q.Dim(2), "NormedAttention")
+	var kn, vn, kw any
+	kwt := 0
+	if n.K != nil {
+		kn, vn = ptrOf(n.K), ptrOf(n.V)
+		kw, kwt = normWeight(n.K, n.KW, n.K.Dim(2), "NormedAttention")
+	}
+	return []any{kn, vn, qw, qwt, kw, kwt, n.Eps, ptrOf(b.ropeTable(n.RoPE)), n.RoPE.Dim / 2}
+}
+
+// unfold runs f's norms on their own (qkv_norms, or rmsnorm_rope for
+// queries alone) for a pass that does not fold them, and returns the
+// normalised queries in q's shape.
+func (b *Backend) unfold(f *headFold, q *compute.Tensor) *compute.Tensor {
+	n := f.n
+	if n.K == nil {
+		f.qo = b.RMSNormRoPE(n.Q, n.QW, n.Eps, n.Pos, n.RoPE)
+	} else {
+		f.qo, _, _ = b.QKVNorms(n.Q, n.K, n.V, n.QW, n.KW, n.Eps, n.Pos, n.RoPE, n.Dst)
+	}
+	return f.qo.Reshape(q.Shape()...)
 }
 
 // promptFlash has a bf16 prompt pass's attention (PrecisionBF16) run on
@@ -562,8 +698,10 @@ type attnKeys struct {
 
 // attend is Attention of q over k and v ([B, S, …]) or, with kv, over each
 // row's own cache kv[bi] (k and v are then kv[0]'s, and S the most slots a
-// row has).
-func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, keys []attnKeys, sh compute.AttentionShape, opt compute.AttentionOptions) *compute.Tensor {
+// row has). With fold, q holds raw queries whose norms (and the new keys')
+// attn_cluster_normed folds in, or that run first (unfold).
+func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, keys []attnKeys, sh compute.AttentionShape, opt compute.AttentionOptions,
+	fold *headFold) *compute.Tensor {
 	B, L, Hq, D, S, Hkv, Dv := sh.B, sh.L, sh.Hq, sh.D, sh.S, sh.Hkv, sh.Dv
 	var out *compute.Tensor
 	if q.Rank() == 3 {
@@ -654,6 +792,9 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 		causal = 1
 	}
 	if b.flashes(D, Dv) {
+		if fold != nil {
+			q = b.unfold(fold, q)
+		}
 		b.flash(q, k, v, out, kvp, so, mp, qpos, span, sh, opt, scale, causal, kAligned && vAligned)
 		return out
 	}
@@ -686,8 +827,16 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 	// at most one chunk's worth (sliding windows): the split path's bits.
 	var cl, grp clusterAttn
 	useCl, useGroup, QG := false, false, 0
-	if fusedAttention && L < attnTileMin && keysMax <= attnChunk && (fused || attnClusterSplits && nsplit > 1) {
+	clusters := fusedAttention && L < attnTileMin && keysMax <= attnChunk && (fused || attnClusterSplits && nsplit > 1)
+	if clusters {
 		cl, useCl = b.attnClusterPlan(kAligned && vAligned, D, Dv, keysMax, Hq*B*min(G, L)) // a launch a group of queries
+	}
+	// Head norms fold into attn_cluster's launch (not its rounds, nor wide
+	// clusters), before the group's plan reads the queries' address.
+	if fold != nil && !(useCl && cl.KG == 0 && cl.C <= normedAttnBlocks && G >= L && !(attnGroup && attnGroupAlways)) {
+		q, fold = b.unfold(fold, q), nil
+	}
+	if clusters {
 		// attn_cluster_group where attn_cluster's clusters do not fit a
 		// pass of several queries a row (a verify; decode rows keep the
 		// paths they had, unmeasured against it), in one launch.
@@ -728,6 +877,9 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 			name = "attn_cluster"
 			if cl.KG > 0 {
 				name = "attn_cluster_rounds"
+			}
+			if fold != nil {
+				name = "attn_cluster_normed"
 			}
 		}
 		if dropped[name] {
@@ -783,6 +935,10 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 				kernel, args = "attn_cluster_rounds", append(args, cl.KG, cl.VG)
 			}
 			args = append(args, kvp)
+			if fold != nil {
+				b.normedN++
+				kernel, args = "attn_cluster_normed", append(args, b.foldArgs(fold.n)...)
+			}
 			k, run := b.kernel(kernel)
 			if !run {
 				continue

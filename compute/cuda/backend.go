@@ -72,6 +72,7 @@ type Backend struct {
 	attnClN   int                               // attn_cluster launches, likewise
 	roundsN   int                               // attn_cluster_rounds launches, likewise
 	clGroupN  int                               // attn_cluster_group launches, likewise
+	normedN   int                               // attn_cluster_normed launches, likewise
 	earlyN    int                               // products run by an _early kernel (earlyWeights), likewise
 	tiled1N   int                               // products run by matmul_tiled1 or matmul_tiled1w (PrecisionBF16), likewise
 	tiled1wN  int                               // those by matmul_tiled1w, likewise
@@ -111,7 +112,7 @@ type Backend struct {
 var kernelNames = map[string][]string{
 	"ops.cu": {"convert", "gather", "add_rows", "concat", "binary", "unary", "gelu_mul", "rmsnorm", "rope", "softmax", "topk", "attn_scores", "attn_values", "attn_combine", "spin",
 		"attn_scores_tiled", "attn_values_tiled", "rmsnorm_rope", "split_bf16", "argmax_keyed", "copy_words", "argmax_part", "argmax_finish", "split_cols", "topk_sort", "rmsnorm2", "moe_route", "qkv_norms", "qkv_norms_warp", "attn_fused",
-		"attn_cluster", "attn_cluster_rounds", "attn_cluster_group", "random_uniform", "attn_flash", "attn_kv_bf16", "sum_experts", "moe_group"},
+		"attn_cluster", "attn_cluster_rounds", "attn_cluster_group", "attn_cluster_normed", "random_uniform", "attn_flash", "attn_kv_bf16", "sum_experts", "moe_group"},
 	"matmul.cu": {"matmul_f32_warp", "matmul_bf16_warp", "matmul_f16_warp", "sum_splits",
 		"matmul_mma1", "matmul_mma8", "matmul_mma1n", "matmul_mma8n", "matmul_rows", "matmul_rows_plain", "matmul_tiled", "matmul_tiled1", "matmul_tiled1w", "matmul_rows_at", "matmul_rows_tokens", "matmul_rows_glu", "matmul_rows_glu_by",
 		"matmul_rows_wide", "matmul_rows_early", "matmul_rows_wide_early", "matmul_rows_cl", "matmul_rows_wide_cl", "matmul_rows_glu_cl", "matmul_rows_glu_by_cl",
@@ -171,12 +172,12 @@ func New(ordinal int) (*Backend, error) {
 			b.clusterFit[name] = fit
 		}
 		// attn_cluster's blocks hold a head's keys and value columns:
-		// allow them most of a multiprocessor's shared memory. Both
-		// kernels have the same block size, register cap and static shared
-		// memory, so one occupancy table serves both; attn_cluster_group
-		// has a table of its own.
+		// allow them most of a multiprocessor's shared memory. Its
+		// variants (rounds, normed) have the same block size, register cap
+		// and static shared memory, so one occupancy table serves them
+		// all; attn_cluster_group has a table of its own.
 		ok, most := true, 16
-		for _, name := range []string{"attn_cluster", "attn_cluster_rounds", "attn_cluster_group"} {
+		for _, name := range []string{"attn_cluster", "attn_cluster_rounds", "attn_cluster_group", "attn_cluster_normed"} {
 			k := b.k[name]
 			if err := dev.SetFuncAttribute(k, funcAttrMaxDynamicShared, attnClusterSmemMax); err != nil {
 				slog.Debug("cuda: attn_cluster's shared memory", "kernel", name, "err", err)

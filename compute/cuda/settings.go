@@ -63,6 +63,9 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ATTN_CLUSTER", func(string) { attnClusterBlocks = envInt("TANDEM_CUDA_ATTN_CLUSTER", 8, 0, 16) }},
 	{"TANDEM_CUDA_ATTN_SHARE", func(string) { attnClusterShare = envInt("TANDEM_CUDA_ATTN_SHARE", 75, 1, 100) }},
 	{"TANDEM_CUDA_ATTN_GROUP", func(v string) { attnGroup, attnGroupAlways = v != "0", v == "all" }},
+	{"TANDEM_CUDA_NORMED_ATTN", func(string) {
+		normedAttnBlocks = envInt("TANDEM_CUDA_NORMED_ATTN", normedAttnDefault, 0, 16)
+	}},
 	{"TANDEM_CUDA_ATTN_GROUP_ROWS", func(string) { attnGroupRows = envInt("TANDEM_CUDA_ATTN_GROUP_ROWS", attnGroupMax, 1, attnGroupMax) }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", func(v string) { attnClusterSplits = v != "0" }},
 	{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", func(v string) { attnClusterRounds = v == "1" }},

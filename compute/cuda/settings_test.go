@@ -41,6 +41,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ATTN_CLUSTER", "0", func() bool { return attnClusterBlocks == 0 }, func() bool { return attnClusterBlocks == 8 }},
 		{"TANDEM_CUDA_ATTN_SHARE", "100", func() bool { return attnClusterShare == 100 }, func() bool { return attnClusterShare == 75 }},
 		{"TANDEM_CUDA_ATTN_GROUP_ROWS", "4", func() bool { return attnGroupRows == 4 }, func() bool { return attnGroupRows == 8 }},
+		{"TANDEM_CUDA_NORMED_ATTN", "16", func() bool { return normedAttnBlocks == 16 }, func() bool { return normedAttnBlocks == normedAttnDefault }},
 		{"TANDEM_CUDA_ATTN_GROUP", "all", func() bool { return attnGroup && attnGroupAlways }, func() bool { return attnGroup && !attnGroupAlways }},
 		{"TANDEM_CUDA_ATTN_CLUSTER_SPLITS", "0", func() bool { return !attnClusterSplits }, func() bool { return attnClusterSplits }},
 		{"TANDEM_CUDA_ATTN_CLUSTER_ROUNDS", "1", func() bool { return attnClusterRounds }, func() bool { return !attnClusterRounds }},

@@ -754,9 +754,7 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	}
 	var q, kNew, vNew *compute.Tensor
 	var dst []compute.KVRun // the rows' cache slots, where each row's run is contiguous
-	if l.Shared {
-		q = compute.RMSNormRoPE(b, proj[0].Reshape(N, nH, d), l.qNorm, eps, pos, rope)
-	} else {
+	if !l.Shared {
 		for ri, r := range rows {
 			run, ok := r.Cache.Layer(m.cacheOf[i]).Slots(r.Cache.Len(), offsets[ri+1]-offsets[ri])
 			if !ok { // a ring's write that wraps: every row writes its keys by copy
@@ -765,8 +763,13 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 			}
 			dst = append(dst, run)
 		}
-		q, kNew, vNew = compute.QKVNorms(b, proj[0].Reshape(N, nH, d), proj[1].Reshape(N, l.KVHeads, d),
-			proj[2].Reshape(N, l.KVHeads, d), l.qNorm, l.kNorm, eps, pos, rope, dst)
+	}
+	qkv := compute.HeadNorms{Q: proj[0].Reshape(N, nH, d), QW: l.qNorm, Eps: eps, Pos: pos, RoPE: rope}
+	if !l.Shared {
+		qkv.K, qkv.V, qkv.KW, qkv.Dst = proj[1].Reshape(N, l.KVHeads, d), proj[2].Reshape(N, l.KVHeads, d), l.kNorm, dst
+		if dst == nil {
+			q, kNew, vNew = compute.QKVNorms(b, qkv.Q, qkv.K, qkv.V, qkv.QW, qkv.KW, eps, pos, rope, nil)
+		}
 	}
 	views[i] = make([]compute.AttentionRow, len(rows))
 	for ri, r := range rows {
@@ -780,19 +783,45 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 			cl.Write(r.Cache.Len(), b.Slice(kNew, s, e), b.Slice(vNew, s, e))
 		}
 		kv := &views[i][ri]
-		kv.K, kv.V, kv.KeyPos, kv.KeyStart = cl.View(r.Cache.Len() + e - s)
+		kv.K, kv.V, kv.KeyPos, kv.KeyStart = cl.View(r.Cache.Len() + e - s) // Slots recorded the new positions
 	}
 	opt := compute.AttentionOptions{Scale: 1, Mask: compute.Causal}
 	if l.Type == Sliding {
 		opt.Window = c.SlidingWindow
 	}
-	out := attendRuns(b, q, pos, offsets, views[i], opt)
+	var out *compute.Tensor
+	if q == nil && len(rows) > 0 && oneLength(offsets) {
+		// Rows of one length whose keys go into their caches in place: the
+		// norms and attention as one op, which a backend may fold (decode).
+		o := opt
+		o.QueryPos = pos
+		out = compute.NormedAttention(b, qkv, views[i], o)
+		out = out.Reshape(N, nH, out.Dim(-1))
+	} else {
+		if q == nil && l.Shared {
+			q = compute.RMSNormRoPE(b, qkv.Q, l.qNorm, eps, pos, rope)
+		} else if q == nil {
+			q, _, _ = compute.QKVNorms(b, qkv.Q, qkv.K, qkv.V, l.qNorm, l.kNorm, eps, pos, rope, dst)
+		}
+		out = attendRuns(b, q, pos, offsets, views[i], opt)
+	}
 	y := b.MatMul(out.Reshape(N, nH*d), l.o)
 	// The projections (views of one product where stacked), the normed
 	// queries, keys and values (written into the caches by now) and the
 	// attention's output are all read.
 	compute.Recycle(b, append(proj, q, kNew, vNew, out)...)
 	return y
+}
+
+// oneLength reports whether every row (offsets[ri]..offsets[ri+1]) has
+// the first's length.
+func oneLength(offsets []int) bool {
+	for ri := 1; ri+1 < len(offsets); ri++ {
+		if offsets[ri+1]-offsets[ri] != offsets[1]-offsets[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // attendRuns attends each row's queries (rows offsets[ri]..offsets[ri+1]

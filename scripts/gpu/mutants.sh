@@ -117,6 +117,18 @@ mutants=(
   'packed-col2|compute/cuda/kernels/ops.cu|if (two) finish(j + RBLOCK, a1);|if (two) finish(j + RBLOCK, a0);|^TestFusedAttentionMatches$'
   # attn_cluster taking another block'"'"'s scores from its own shared memory
   'cluster-attn-owner|compute/cuda/kernels/ops.cu|scs[r] = cluster_ld(scs + r, owner);|scs[r] = cluster_ld(scs + r, c);|^TestFusedAttentionMatches$'
+  # attn_cluster_normed writing the new keys into the cache unrotated
+  'normed-key-cache|compute/cuda/kernels/ops.cu|if (kcache) turn(kcache, j, half, x0, x1, f.c, f.s, f.f0);|if (kcache) turn(kcache, j, half, x0, x1, f.c, f.s, true);|^TestNormedAttentionMatchesApart$'
+  # attn_cluster_normed scoring the new key unrotated
+  'normed-key-row|compute/cuda/kernels/ops.cu|turn(krow, j, half, x0, x1, f.c, f.s, f.f0);|turn(krow, j, half, x0, x1, f.c, f.s, true);|^TestNormedAttentionMatchesApart$'
+  # attn_cluster_normed writing the cache of the first kv head only
+  'normed-writer|compute/cuda/kernels/ops.cu|const bool writer = krow && h % (Hq / Hkv) == 0;|const bool writer = krow && h == 0;|^TestNormedAttentionMatchesApart$'
+  # attn_cluster_normed'"'"'s blocks each taking the new value'"'"'s first columns
+  'normed-value-cols|compute/cuda/kernels/ops.cu|if (e >= c0 && e < c0 + w) vcol[e - c0] = x;|if (e < w) vcol[e] = x;|^TestNormedAttentionMatchesApart$'
+  # attn_cluster_normed'"'"'s angles, read before the wait, at the next position
+  'normed-pre-angle|compute/cuda/kernels/ops.cu|if (!f.f0) angle((float)qp, fr, f.c, f.s);|if (!f.f0) angle((float)(qp + 1), fr, f.c, f.s);|^TestNormedAttentionMatchesApart$'
+  # norm_sums_d'"'"'s trees all reading the first value'"'"'s column (the keys and values normalised by the query'"'"'s scale)
+  'normed-sums-column|compute/cuda/kernels/ops.cu|const double* col = sh + i * blockDim.x + threadIdx.x;|const double* col = sh + threadIdx.x;|^TestNormedAttentionMatchesApart$'
   # attn_cluster_group'"'"'s rows each reading the next row'"'"'s scores from the other blocks
   'group-owner-row|compute/cuda/kernels/ops.cu|sv[u] = at[u] >= 0 ? cluster_ld(scs + at[u], r / kpb) : 0.0f;|sv[u] = at[u] >= 0 ? cluster_ld(scs + (at[u] + nkmax) % (R * nkmax), r / kpb) : 0.0f;|^TestFusedAttentionMatches$'
   # attn_cluster_group taking every row'"'"'s query position from its first query

@@ -287,32 +287,47 @@ __device__ double block_sum_d(double v, double* sh) {
 // shared round trips at 1,024 threads, while the block's other warps
 // stood at the barrier: 30% of a 31B rmsnorm2's samples). The same
 // additions of the same operands in the same order, so the same bits.
-__device__ double norm_sum_d(double v, double* sh) {
+// norm_sums_d does it for N values a thread at once (sh holding N doubles
+// a thread): N trees behind the same barriers.
+template <int N>
+__device__ __forceinline__ void norm_sums_d(double v[N], double* sh) {
     const int nw = blockDim.x >> 5;
-    if (nw != 8 && nw != 16 && nw != 32) return block_sum_d(v, sh);
-    sh[threadIdx.x] = v;
+    if (nw != 8 && nw != 16 && nw != 32) {
+        for (int i = 0; i < N; i++) v[i] = block_sum_d(v[i], sh);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) sh[i * blockDim.x + threadIdx.x] = v[i];
     __syncthreads();
     if (threadIdx.x < 32) {
-        const double* col = sh + threadIdx.x; // entry w of the lane's column: col[32·w]
-        double c[8];
 #pragma unroll
-        for (int w = 0; w < 8; w++) {
-            if (nw == 8) c[w] = col[32 * w];
-            else if (nw == 16) c[w] = col[32 * w] + col[32 * (w + 8)]; // the level s = 8
-            else c[w] = (col[32 * w] + col[32 * (w + 16)]) + (col[32 * (w + 8)] + col[32 * (w + 24)]); // s = 16, 8
+        for (int i = 0; i < N; i++) {
+            const double* col = sh + i * blockDim.x + threadIdx.x; // entry w of the lane's column: col[32·w]
+            double c[8];
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                if (nw == 8) c[w] = col[32 * w];
+                else if (nw == 16) c[w] = col[32 * w] + col[32 * (w + 8)]; // the level s = 8
+                else c[w] = (col[32 * w] + col[32 * (w + 16)]) + (col[32 * (w + 8)] + col[32 * (w + 24)]); // s = 16, 8
+            }
+#pragma unroll
+            for (int s = 4; s > 0; s >>= 1)
+#pragma unroll
+                for (int w = 0; w < s; w++) c[w] = c[w] + c[w + s];
+            double r = c[0];
+            for (int s = 16; s; s >>= 1) r += __shfl_down_sync(0xffffffffu, r, s); // block_tree0's shuffles
+            if (threadIdx.x == 0) sh[i * blockDim.x] = r; // every lane has read its column (the shuffles converge the warp)
         }
-#pragma unroll
-        for (int s = 4; s > 0; s >>= 1)
-#pragma unroll
-            for (int w = 0; w < s; w++) c[w] = c[w] + c[w + s];
-        double r = c[0];
-        for (int s = 16; s; s >>= 1) r += __shfl_down_sync(0xffffffffu, r, s); // block_tree0's shuffles
-        if (threadIdx.x == 0) sh[0] = r; // every lane has read its column (the shuffles converge the warp)
     }
     __syncthreads();
-    const double r = sh[0];
+#pragma unroll
+    for (int i = 0; i < N; i++) v[i] = sh[i * blockDim.x];
     __syncthreads(); // sh is free again
-    return r;
+}
+__device__ double norm_sum_d(double v, double* sh) {
+    double a[1] = {v};
+    norm_sums_d<1>(a, sh);
+    return a[0];
 }
 
 // The norms take one block per row, and a row of D elements always gets
@@ -382,9 +397,9 @@ __device__ __forceinline__ double sq4(double ss, float4 v) {
     return ss + (double)v.w * (double)v.w;
 }
 
-// row_rscale is 1/sqrt(mean(x²) + eps) of a row of D, in double, rounded
-// once; every thread of the block gets it.
-__device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, double* sh) {
+// row_ss is this thread's share of a row's sum of squares: its elements
+// (or chunks) in order.
+__device__ __forceinline__ double row_ss(const float* xr, int D) {
     double ss = 0;
     if (chunked(D)) {
         const bool al = ((size_t)xr & 15) == 0;
@@ -392,8 +407,19 @@ __device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, d
     } else {
         for (int j = threadIdx.x; j < D; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
     }
-    ss = norm_sum_d(ss, sh);
-    return (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    return ss;
+}
+
+// rscale is 1/sqrt(mean(x²) + eps) of a row of D from its sum of squares,
+// in double, rounded once.
+__device__ __forceinline__ float rscale(double sum, int D, float eps) {
+    return (float)(1.0 / sqrt(sum / (double)D + (double)eps));
+}
+
+// row_rscale is a row of D's 1/sqrt(mean(x²) + eps); every thread of the
+// block gets it.
+__device__ __forceinline__ float row_rscale(const float* xr, int D, float eps, double* sh) {
+    return rscale(norm_sum_d(row_ss(xr, D), sh), D, eps);
 }
 
 // normed is element j of a row scaled by r and by the weight, if any.
@@ -1578,15 +1604,163 @@ __device__ __forceinline__ float cluster_column(const float* vst, int W, int j, 
 // added in order as before. Its shared memory: the query, the scores,
 // slots and weights as attn_cluster's, then two key buffers of KG rows of
 // D + 4 and two value buffers of VG rows of W.
-template <bool Rounds>
+//
+// attn_cluster_normed is attn_cluster with qkv_norms' work for rows of one
+// query (decode) folded in (head_norms): q holds the raw queries, and each
+// block normalises and rotates its query head itself, as qkv_norms' block
+// a row would (rowThreads(D) = RBLOCK for D ≤ 1536: the same reduction).
+// Where the layer has keys of its own (hn.k), the row's new key, at offset
+// qp − mp, is copied by no block: the block holding that offset computes
+// it into its key rows, every block its value columns, and block 0 of the
+// kv head's first query head writes both into the cache slot the row's
+// table names for them (the host checks it is the slot QKVNorms would
+// write). The same operations on the same operands as qkv_norms and then
+// attn_cluster, so the same bits, one launch fewer a layer.
+struct head_norms {
+    const float *k, *v; // the raw new keys and values, [B, Hkv, D] (v may be k); nil: queries only
+    const void *qw, *kw;
+    int qwt, kwt;
+    float eps;
+    const float* freq;
+    int half;
+};
+
+// fold_pre is a thread's share of attn_cluster_normed's rows known before
+// the kernel before it is done, read before griddepcontrol.wait: its pair
+// j = threadIdx.x's angle (heads of at most 512: half ≤ RBLOCK) and the
+// weights of elements j, j + half and 2·half + j. The positions' table is
+// uploaded before that kernel is launched; the rest are model weights.
+struct fold_pre {
+    float c, s, wq[3], wk[3];
+    bool f0;
+};
+
+__device__ __forceinline__ fold_pre fold_start(const head_norms& hn, int qp, int D) {
+    fold_pre f;
+    f.c = 1.0f, f.s = 0.0f, f.f0 = true;
+    const int j = threadIdx.x, at[3] = {j, j + hn.half, 2 * hn.half + j};
+    if (j < hn.half) {
+        const float fr = hn.freq[j];
+        f.f0 = fr == 0.0f;
+        if (!f.f0) angle((float)qp, fr, f.c, f.s);
+    }
+#pragma unroll
+    for (int u = 0; u < 3; u++) {
+        const bool in = u < 2 ? j < hn.half : at[2] < D;
+        f.wq[u] = in && hn.qw ? load(hn.qw, hn.qwt, at[u]) : 1.0f;
+        f.wk[u] = in && hn.kw ? load(hn.kw, hn.kwt, at[u]) : 1.0f;
+    }
+    return f;
+}
+
+// weighed is normed's arithmetic with the weight's element read before:
+// x scaled by r, then by w where there is a weight.
+__device__ __forceinline__ float weighed(float x, float r, bool has, float w) {
+    const float v = __fmul_rn(x, r);
+    return has ? __fmul_rn(v, w) : v;
+}
+
+// fold_rows is a thread's share of attn_cluster_normed's raw rows: the
+// sums of squares of its elements t and t + RBLOCK (row_ss's for heads of
+// at most 512) of the query, the key (where its block holds the new key)
+// and the value, and its value elements.
+struct fold_rows {
+    double ss[3];
+    float v[2];
+};
+
+// fold_load loads a thread's elements of the raw rows xq, xk (nil unless
+// the block holds the new key) and xv (nil for queries alone), all before
+// any is used, so that they are in flight before the block's copies (which
+// they would otherwise queue behind), and leaves the query's and the key's
+// in qs and krow for their pairs' owners (fold_finish).
+__device__ __forceinline__ fold_rows fold_load(const float* xq, float* qs, const float* xk, float* krow,
+                                               const float* xv, int D) {
+    float x[3][2];
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int e = t + u * RBLOCK;
+        x[0][u] = e < D ? xq[e] : 0.0f;
+        x[1][u] = xk && e < D ? xk[e] : 0.0f;
+        x[2][u] = xv && e < D ? xv[e] : 0.0f;
+    }
+    fold_rows f;
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        double ss = 0;
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (t + u * RBLOCK < D) ss += (double)x[i][u] * (double)x[i][u];
+        f.ss[i] = ss;
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int e = t + u * RBLOCK;
+        if (e < D) {
+            qs[e] = x[0][u];
+            if (krow) krow[e] = x[1][u];
+        }
+        f.v[u] = x[2][u];
+    }
+    return f;
+}
+
+// fold_finish normalises the rows fold_load left: the query in qs and the
+// key in krow in place, rotated (each pair by its owner thread), the key
+// into kcache too where this block writes the cache, and the thread's
+// value elements into the block's columns [c0, c0 + w) of vcol and, with
+// vcache, the cache's row: qkv_store's arithmetic, with fold_start's
+// angles and weights. The three sums reduce together, each in
+// row_rscale's order; their barriers publish fold_load's rows.
+__device__ __forceinline__ void fold_finish(const head_norms& hn, const fold_pre& f, fold_rows& fr, float* qs,
+                                            float* krow, float* kcache, float* vcol, float* vcache, int c0, int w,
+                                            int D) {
+    __shared__ double sh3[3 * RBLOCK];
+    norm_sums_d<3>(fr.ss, sh3);
+    float r[3];
+#pragma unroll
+    for (int i = 0; i < 3; i++) r[i] = rscale(fr.ss[i], D, hn.eps);
+    const int j = threadIdx.x, half = hn.half, j2 = 2 * half + j;
+    if (j < half) {
+        turn(qs, j, half, weighed(qs[j], r[0], hn.qw, f.wq[0]), weighed(qs[j + half], r[0], hn.qw, f.wq[1]), f.c, f.s,
+             f.f0);
+        if (krow) {
+            const float x0 = weighed(krow[j], r[1], hn.kw, f.wk[0]), x1 = weighed(krow[j + half], r[1], hn.kw, f.wk[1]);
+            turn(krow, j, half, x0, x1, f.c, f.s, f.f0);
+            if (kcache) turn(kcache, j, half, x0, x1, f.c, f.s, f.f0);
+        }
+    }
+    if (j2 < D) {
+        qs[j2] = weighed(qs[j2], r[0], hn.qw, f.wq[2]);
+        if (krow) {
+            krow[j2] = weighed(krow[j2], r[1], hn.kw, f.wk[2]);
+            if (kcache) kcache[j2] = krow[j2];
+        }
+    }
+    if (!hn.k) return;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int e = j + u * RBLOCK;
+        if (e >= D) continue;
+        const float x = __fmul_rn(fr.v[u], r[2]); // normed without a weight
+        if (e >= c0 && e < c0 + w) vcol[e - c0] = x;
+        if (vcache) vcache[e] = x;
+    }
+}
+
+template <bool Rounds, bool Fold>
 __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k, const float* v, const int* slot_of,
                                                   const int* span, const int* qpos, int L, int Hq, int Hkv, int S,
                                                   int D, int Dv, float scale, int causal, int window, float* out,
                                                   unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
-                                                  int nsplit, int KG, int VG, const unsigned long long* kvp) {
+                                                  int nsplit, int KG, int VG, const unsigned long long* kvp,
+                                                  const head_norms& hn) {
     extern __shared__ float4 dyn4[];
     __shared__ float shm[RBLOCK];
     __shared__ double sh[RBLOCK];
+    fold_pre pre;
+    if (Fold) pre = fold_start(hn, qpos ? qpos[blockIdx.y] : 0, D);
     pdl_start();
     float* qs = (float*)dyn4;
     float* scs = qs + D;
@@ -1600,14 +1774,27 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
     // The row's key offsets, r < nk (at most nkmax: the host takes rows of
     // up to ATTN_CHUNK positions).
     const int nk = max(0, min(S, span[2 * b + 1] - mp + 1));
-    for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
+    const int kpb = (nk + C - 1) / C, k0 = min(nk, c * kpb), k1 = min(nk, k0 + kpb), D4 = D / 4;
+    const int c0 = c * W, w = max(0, min(W, Dv - c0)), W4 = w / 4;
+    // The new key's offset, which the copies skip (attn_cluster_normed with
+    // keys of the layer's own; −1 matches no offset), and the block whose
+    // keys hold it: it normalises the key into its row, and in the cluster
+    // of the kv head's first query head writes the key and value into the
+    // cache.
+    const int rnew = Fold && hn.k ? qp - mp : -1;
+    float* krow = Fold && rnew >= k0 && rnew < k1 ? kst + (size_t)(rnew - k0) * (D + 4) : 0;
+    const bool writer = krow && h % (Hq / Hkv) == 0;
+    fold_rows raw;
+    if (Fold)
+        raw = fold_load(q + bh * D, qs, krow ? hn.k + ((size_t)bl * Hkv + kvh) * D : 0, krow,
+                        hn.k ? hn.v + ((size_t)bl * Hkv + kvh) * D : 0, D);
+    else
+        for (int j = threadIdx.x; j < D; j += RBLOCK) qs[j] = q[bh * D + j];
     for (int r = threadIdx.x; r < nk; r += RBLOCK) {
         const int s = slot_of[(size_t)b * S + r];
         sslot[r] = s >= 0 && visible(mp + r, qp, causal, window) ? s : -1;
     }
     __syncthreads();
-    const int kpb = (nk + C - 1) / C, k0 = min(nk, c * kpb), k1 = min(nk, k0 + kpb), D4 = D / 4;
-    const int c0 = c * W, w = max(0, min(W, Dv - c0)), W4 = w / 4;
     const size_t vstride = (size_t)Hkv * Dv;
     const float* vb = kv_base(v, kvp, b, 1, (size_t)S * vstride) + (size_t)kvh * Dv + c0;
     const float* kbase = kv_base(k, kvp, b, 0, (size_t)S * Hkv * D) + (size_t)kvh * D;
@@ -1616,13 +1803,13 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
     auto copy_keys = [&](int a, int z, float* kb) {
         for (int i = threadIdx.x; i < (z - a) * D4; i += RBLOCK) {
             const int kr = i / D4, j = i - kr * D4, s = sslot[a + kr];
-            if (s >= 0) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, kbase + (size_t)s * Hkv * D + 4 * j);
+            if (s >= 0 && a + kr != rnew) cp_async16(kb + (size_t)kr * (D + 4) + 4 * j, kbase + (size_t)s * Hkv * D + 4 * j);
         }
     };
     auto copy_values = [&](int a, int z, float* vd) {
         for (int i = threadIdx.x; i < (z - a) * W4; i += RBLOCK) {
             const int r = i / W4, j = i - r * W4, s = sslot[a + r];
-            if (s >= 0) cp_async16(vd + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
+            if (s >= 0 && a + r != rnew) cp_async16(vd + (size_t)r * W + 4 * j, vb + (size_t)s * vstride + 4 * j);
         }
     };
     // score sums each of keys [a, z)'s q·k in element order from its row at kb.
@@ -1659,6 +1846,15 @@ __device__ __forceinline__ void attn_cluster_body(const float* q, const float* k
         cp_async_commit();
         copy_values(0, nk, vst);
         cp_async_commit();
+        if (Fold) { // while the copies fly
+            float *kcache = 0, *vcache = 0;
+            if (writer) {
+                const int s = sslot[rnew];
+                kcache = (float*)kbase + (size_t)s * Hkv * D;
+                vcache = (float*)kv_base(v, kvp, b, 1, (size_t)S * vstride) + (size_t)kvh * Dv + (size_t)s * vstride;
+            }
+            fold_finish(hn, pre, raw, qs, krow, kcache, vst + (size_t)max(rnew, 0) * W, vcache, c0, w, D);
+        }
         cp_async_wait<1>();
         __syncthreads(); // the block's keys are in
         score(k0, k1, kst);
@@ -1755,8 +1951,19 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
                  int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal, int window, float* out,
                  unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W, int nsplit,
                  const unsigned long long* kvp) {
-    attn_cluster_body<false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
-                             C, nkmax, kpbmax, W, nsplit, 0, 0, kvp);
+    attn_cluster_body<false, false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out,
+                                    parts, n, C, nkmax, kpbmax, W, nsplit, 0, 0, kvp, head_norms{});
+}
+
+extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
+    attn_cluster_normed(const float* q, const float* k, const float* v, const int* slot_of, const int* span,
+                        const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal,
+                        int window, float* out, unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
+                        int nsplit, const unsigned long long* kvp, const float* kn, const float* vn, const void* qw,
+                        int qwt, const void* kw, int kwt, float eps, const float* freq, int half) {
+    attn_cluster_body<false, true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out,
+                                   parts, n, C, nkmax, kpbmax, W, nsplit, 0, 0, kvp,
+                                   head_norms{kn, vn, qw, kw, qwt, kwt, eps, freq, half});
 }
 
 extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
@@ -1764,8 +1971,8 @@ extern "C" __global__ void __launch_bounds__(RBLOCK, 4)
                         const int* qpos, int L, int Hq, int Hkv, int S, int D, int Dv, float scale, int causal,
                         int window, float* out, unsigned short* parts, size_t n, int C, int nkmax, int kpbmax, int W,
                         int nsplit, int KG, int VG, const unsigned long long* kvp) {
-    attn_cluster_body<true>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out, parts, n,
-                            C, nkmax, kpbmax, W, nsplit, KG, VG, kvp);
+    attn_cluster_body<true, false>(q, k, v, slot_of, span, qpos, L, Hq, Hkv, S, D, Dv, scale, causal, window, out,
+                                   parts, n, C, nkmax, kpbmax, W, nsplit, KG, VG, kvp, head_norms{});
 }
 
 // attn_cluster_group is attn_cluster for a cluster of R = QG·L rows: QG
