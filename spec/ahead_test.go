@@ -82,3 +82,20 @@ func TestAheadFits(t *testing.T) {
 		t.Error("fits a guess past the picks read")
 	}
 }
+
+// TestFirstPartDefault pins a verify's first recorded part
+// (TANDEM_SPEC_FIRST_PART): two layers unless set to a layer count, 0
+// being the model's six; values that are not counts keep the default.
+// (TestFirstPartSplitsTheVerify's ten-layer model cannot tell one, two
+// and three layers apart.)
+func TestFirstPartDefault(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int
+	}{{"", 2}, {"0", 0}, {"1", 1}, {"6", 6}, {"64", 64}, {"65", 2}, {"-1", 2}, {"two", 2}} {
+		t.Setenv(firstPartEnv, tc.v)
+		if got := firstPart(); got != tc.want {
+			t.Errorf("TANDEM_SPEC_FIRST_PART=%q: %d layers, want %d", tc.v, got, tc.want)
+		}
+	}
+}

@@ -506,7 +506,7 @@ func (b *Backend) NormedAttention(n compute.HeadNorms, kv []compute.AttentionRow
 		out = b.attend(n.Q.Reshape(sh.B, 1, sh.Hq, sh.D), kv[0].K, kv[0].V, kv, rows, sh, opt, f)
 	}
 	if f.qo != nil {
-		b.recycle(f.qo)
+		b.Recycle(f.qo)
 	}
 	return out
 }
@@ -514,21 +514,36 @@ func (b *Backend) NormedAttention(n compute.HeadNorms, kv []compute.AttentionRow
 // foldable reports whether NormedAttention may fold n into the pass, and
 // the pass's shape and rows' keys: the kernels' own norms and attention
 // are on, one query a row, heads that qkv_norms reduces with RBLOCK
-// threads, rows that one attention launch takes (AttentionRows', or a lone
-// row's Attention), and each row's new key and value going to the slot its
-// view holds the query's position in, of the view's tensors.
+// threads, with at most RBLOCK elements past the rotated pairs (a thread
+// an element: fold_start), norm weights that are model weights (read
+// before the wait, as earlyNorms allows), clusters that can be narrow
+// enough (normedAttnBlocks), rows that one attention launch takes
+// (AttentionRows', or a lone row's Attention), and each row's new key and
+// value going to the slot its view holds the query's position in, of the
+// view's tensors.
 func (b *Backend) foldable(n compute.HeadNorms, kv []compute.AttentionRow, opt compute.AttentionOptions) (sh compute.AttentionShape, rows []attnKeys, ok bool) {
 	B := len(kv)
-	if normedAttnBlocks == 0 || !fusedOps || !fusedNorm2 || !fusedAttention || n.Q.DType() != compute.F32 || n.Q.Dim(0) != B ||
-		opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil || !slices.Equal(opt.QueryPos, n.Pos) {
+	if normedAttnBlocks == 0 || !fusedOps || !fusedNorm2 || !fusedAttention || !earlyNorms || b.attnClusterMax == 0 ||
+		n.Q.DType() != compute.F32 || n.Q.Dim(0) != B ||
+		opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil || !slices.Equal(opt.QueryPos, n.Pos) ||
+		n.QW != nil && !isWeight(n.QW) || n.KW != nil && !isWeight(n.KW) {
 		return sh, nil, false
 	}
 	T, Hq, D, err := compute.CheckRoPE(n.Q, n.Pos, n.RoPE)
-	if err != nil || T != B || rowThreads(D) != 256 || D > 512 || b.flashes(D, D) {
+	if err != nil || T != B || rowThreads(D) != 256 || D > 512 || D-n.RoPE.Dim/2*2 > 256 || b.flashes(D, D) {
+		return sh, nil, false
+	}
+	// The plan's clusters are at least this wide (clusterSearch's first
+	// try): where that passes the limit, the pass would only unfold.
+	if min(attnClusterBlocks, b.attnClusterMax, b.dev.SMs*attnClusterShare/100/max(1, Hq*B)) > normedAttnBlocks {
 		return sh, nil, false
 	}
 	if B > 1 {
-		if sh, rows, ok = rowsShape(n.Q.Reshape(B, 1, Hq, D), kv); !ok || !attnRows {
+		q := n.Q.Reshape(B, 1, Hq, D)
+		if compute.CheckAttendRows(q, kv, opt) != nil || !attnRows {
+			return sh, nil, false
+		}
+		if sh, rows, ok = rowsShape(q, kv); !ok {
 			return sh, nil, false
 		}
 	} else {

@@ -173,9 +173,13 @@ func New(ordinal int) (*Backend, error) {
 		}
 		// attn_cluster's blocks hold a head's keys and value columns:
 		// allow them most of a multiprocessor's shared memory. Its
-		// variants (rounds, normed) have the same block size, register cap
-		// and static shared memory, so one occupancy table serves them
-		// all; attn_cluster_group has a table of its own.
+		// variants have the same block size and register cap, and the
+		// rounds variant the same static shared memory, so one occupancy
+		// table serves them; attn_cluster_normed's 6 KiB more of static
+		// shared memory (its norms' trees) can make the table promise it
+		// more clusters at once than fit, which costs time, never a
+		// failed launch (200 + 9 KiB a block is under sm_90's 227).
+		// attn_cluster_group has a table of its own.
 		ok, most := true, 16
 		for _, name := range []string{"attn_cluster", "attn_cluster_rounds", "attn_cluster_group", "attn_cluster_normed"} {
 			k := b.k[name]

@@ -14,14 +14,18 @@ import (
 // (the new slots written, every other slot as it was), for lone rows and
 // batches, full caches and rings (one across a position chunk), queries
 // alone (a layer reading another's cache), values that are the raw keys,
-// heads of 64, 256 and 512 (partial rotation at 512), bf16 and f32 norm
-// weights; and the fold runs where attn_cluster takes the pass.
+// heads of 64, 256 and 512 (zero frequencies, and rotations narrower than
+// the head), no, bf16 and f32 norm weights; that the fold runs where
+// attn_cluster takes the pass and the head allows it, and that a pass
+// asked to fold that takes another kernel (attn_cluster_group here) runs
+// the norms first, with the same bits.
 func TestNormedAttentionMatchesApart(t *testing.T) {
 	g := backendOrSkip(t)
 	if g.attnClusterMax == 0 {
 		t.Skip("no thread block clusters on this device")
 	}
-	defer func(n int) { normedAttnBlocks = n }(normedAttnBlocks)
+	defer func(n int, grp, always bool) { normedAttnBlocks, attnGroup, attnGroupAlways = n, grp, always }(normedAttnBlocks, attnGroup, attnGroupAlways)
+	attnGroup = true
 	r := rand.New(rand.NewPCG(71, 72))
 	// A row: a cache of slots (a ring where ring is set, else a full
 	// cache viewed up to its new position) whose new position is p.
@@ -44,16 +48,32 @@ func TestNormedAttentionMatchesApart(t *testing.T) {
 		{"queries alone", 8, 2, 0, []row{{128, 100, false}, {64, 63, false}}, false, false},
 		{"queries alone, a lone ring", 8, 4, 64, []row{{80, 300, true}}, false, false},
 	}
-	folds, clustered := 0, false
-	for _, D := range []int{64, 256, 512} {
-		rope := compute.DefaultRoPE(D, 10000)
-		if D == 512 {
-			rope = compute.ProportionalRoPE(D, 1e6, 0.25)
+	// Heads: their rotation, the norms' weights (none, bf16, f32) and
+	// whether they fold: at most 256 elements past the rotated pairs.
+	heads := []struct {
+		D      int
+		rope   *compute.RoPE
+		qw, kw compute.DType // 0: no weight
+		fold   bool
+	}{
+		{64, compute.DefaultRoPE(64, 10000), 0, compute.F32, true},
+		{256, compute.DefaultRoPE(256, 10000), compute.BF16, compute.BF16, true},
+		{256, compute.DefaultRoPE(128, 10000), compute.F32, compute.BF16, true}, // 128 elements past the pairs
+		{512, compute.ProportionalRoPE(512, 1e6, 0.25), compute.F32, compute.BF16, true},
+		{512, compute.DefaultRoPE(128, 10000), compute.BF16, compute.F32, false}, // 384 past the pairs
+	}
+	norm := func(dt compute.DType, D int) *compute.Tensor {
+		if dt == 0 {
+			return nil
 		}
-		qw := g.FromF32(randF32(r, D), D)
-		kw := weight(g, compute.BF16, randF32(r, D), D)
+		return weight(g, dt, randF32(r, D), D)
+	}
+	folds, clustered := 0, false
+	for _, hd := range heads {
+		D, rope := hd.D, hd.rope
+		qw, kw := norm(hd.qw, D), norm(hd.kw, D)
 		for _, tc := range cases {
-			name := fmt.Sprintf("head %d, %s", D, tc.name)
+			name := fmt.Sprintf("head %d rotating %d, %s", D, rope.Dim, tc.name)
 			B := len(tc.rows)
 			pos := make([]int32, B)
 			for i, rw := range tc.rows {
@@ -65,17 +85,21 @@ func TestNormedAttentionMatchesApart(t *testing.T) {
 			if tc.keqv {
 				v = k
 			}
-			// Two copies of every cache, one for each path.
+			// A copy of every cache for each path: apart, folded, and
+			// asked to fold where the pass takes attn_cluster_group
+			// (attnGroupAlways), which runs the norms first.
 			type cache struct{ k, v *compute.Tensor }
-			caches := make([][2]cache, B)
+			caches := make([][3]cache, B)
 			for i, rw := range tc.rows {
 				kc, vc := randF32(r, rw.slots*tc.Hkv*D), randF32(r, rw.slots*tc.Hkv*D)
 				for j := range caches[i] {
 					caches[i][j] = cache{g.FromF32(kc, rw.slots, tc.Hkv, D), g.FromF32(vc, rw.slots, tc.Hkv, D)}
 				}
 			}
-			run := func(j int, fold bool) (out []float32, ks, vs [][]float32) {
+			run := func(j int) (out []float32, ks, vs [][]float32) {
+				fold := j > 0
 				normedAttnBlocks = map[bool]int{true: 16, false: 0}[fold]
+				attnGroupAlways = j == 2
 				n := compute.HeadNorms{Q: q, QW: qw, Eps: 1e-6, Pos: pos, RoPE: rope}
 				kv := make([]compute.AttentionRow, B)
 				for i, rw := range tc.rows {
@@ -106,8 +130,8 @@ func TestNormedAttentionMatchesApart(t *testing.T) {
 				out = g.ToF32(g.NormedAttention(n, kv, opt))
 				if fold && g.normedN > before {
 					folds++
-				} else if !fold && g.normedN != before {
-					t.Fatalf("%s: attn_cluster_normed ran with TANDEM_CUDA_NORMED_ATTN=0", name)
+				} else if (!fold || j == 2 || !hd.fold) && g.normedN != before {
+					t.Fatalf("%s, path %d: attn_cluster_normed ran where it may not", name, j)
 				}
 				clustered = g.attnClN > cl && g.roundsN == rounds
 				for i := range tc.rows {
@@ -115,21 +139,23 @@ func TestNormedAttentionMatchesApart(t *testing.T) {
 				}
 				return out, ks, vs
 			}
-			want, wantK, wantV := run(0, false)
+			want, wantK, wantV := run(0)
 			apartClustered, before := clustered, folds
-			got, gotK, gotV := run(1, true)
-			if apartClustered && folds == before {
-				t.Errorf("%s: attn_cluster took the pass apart, and the norms were not folded into it", name)
-			}
-			if err := sameBits(got, want); err != nil {
-				t.Fatalf("%s: output: %v", name, err)
-			}
-			for i := range tc.rows {
-				if err := sameBits(gotK[i], wantK[i]); err != nil {
-					t.Fatalf("%s: row %d's keys: %v", name, i, err)
+			for j := 1; j <= 2; j++ {
+				got, gotK, gotV := run(j)
+				if j == 1 && hd.fold && apartClustered && folds == before {
+					t.Errorf("%s: attn_cluster took the pass apart, and the norms were not folded into it", name)
 				}
-				if err := sameBits(gotV[i], wantV[i]); err != nil {
-					t.Fatalf("%s: row %d's values: %v", name, i, err)
+				if err := sameBits(got, want); err != nil {
+					t.Fatalf("%s, path %d: output: %v", name, j, err)
+				}
+				for i := range tc.rows {
+					if err := sameBits(gotK[i], wantK[i]); err != nil {
+						t.Fatalf("%s, path %d: row %d's keys: %v", name, j, i, err)
+					}
+					if err := sameBits(gotV[i], wantV[i]); err != nil {
+						t.Fatalf("%s, path %d: row %d's values: %v", name, j, i, err)
+					}
 				}
 			}
 		}

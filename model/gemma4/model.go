@@ -791,8 +791,9 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 	}
 	var out *compute.Tensor
 	if q == nil && len(rows) > 0 && oneLength(offsets) {
-		// Rows of one length whose keys go into their caches in place: the
-		// norms and attention as one op, which a backend may fold (decode).
+		// Rows of one length whose keys (if the layer has its own) go
+		// into their caches in place: the norms and attention as one op,
+		// which a backend may fold (decode).
 		o := opt
 		o.QueryPos = pos
 		out = compute.NormedAttention(b, qkv, views[i], o)

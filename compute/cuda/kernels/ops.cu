@@ -1627,9 +1627,11 @@ struct head_norms {
 
 // fold_pre is a thread's share of attn_cluster_normed's rows known before
 // the kernel before it is done, read before griddepcontrol.wait: its pair
-// j = threadIdx.x's angle (heads of at most 512: half ≤ RBLOCK) and the
-// weights of elements j, j + half and 2·half + j. The positions' table is
-// uploaded before that kernel is launched; the rest are model weights.
+// j = threadIdx.x's angle and the weights of elements j, j + half and
+// 2·half + j (the host folds heads of at most 512 with at most RBLOCK
+// elements past the pairs: a thread an element). The positions' table is
+// uploaded by a copy queued before this kernel; the rest are model weights
+// (the host checks).
 struct fold_pre {
     float c, s, wq[3], wk[3];
     bool f0;
