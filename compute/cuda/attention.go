@@ -724,6 +724,9 @@ func (b *Backend) attend(q, k, v *compute.Tensor, kv []compute.AttentionRow, key
 	} else {
 		out = b.alloc(compute.F32, B, L, Hq, Dv)
 	}
+	if fold != nil && (B*L*Hq == 0 || Dv == 0 || S == 0) {
+		b.unfold(fold, q) // no kernel to fold into (unreachable with keys to write): the norms still write the caches
+	}
 	if B*L*Hq == 0 || Dv == 0 {
 		return out
 	}
