@@ -3,7 +3,7 @@
 # with the switches of docs/gpu.md ("Switches") turned off, each in its own
 # process (the switches are read at start-up). Reports go to $OUT (or
 # ./gpu-logs), one file per run.
-# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|ncu-source|checkpoint|sampled|sampled-spec|attention]...   (default: e2b 31b)
+# Usage: scripts/gpu/measure.sh [e2b|31b|prefill|rounds|pending|pending-each|sweep|long|profile-round|ncu|ncu-step|ncu-source|ncu-source-matmul|checkpoint|sampled|sampled-spec|attention]...   (default: e2b 31b)
 # attention: what attention costs a decode step and why (docs/gpu.md, next
 # steps): each kernel's share of a real 31B and E2B step (the stamped build,
 # bench --step-stamps), then the steps with attention zeroed, the o
@@ -33,7 +33,10 @@
 # a sliding and a global one): each SASS instruction's executions and
 # stall samples (ncu-source.csv), summarised by scripts/gpu/sass_summary.py.
 # $NCU_FLAGS adds ncu flags (--warp-sampling-interval 0: a sample every 32
-# cycles, enough for a kernel of one block).
+# cycles, enough for a kernel of one block). ncu-source-matmul: the same
+# view of one product shape alone (TestMatMulForProfiler) at each of
+# $NCU_SHAPES (NxKxM; default the 31B gate|up at one and four rows), to
+# set a verify's products against a step's.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-logs}
@@ -141,6 +144,19 @@ for w in "${want[@]}"; do
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         "$bin" bench --device cuda --preset gemma4-31b --contexts 128 --tokens 12 >"$out/ncu-step.txt" 2>&1
       grep -E "^  [a-z_0-9]+|Duration|DRAM Throughput|Registers Per Thread|Warp Cycles Per Issued|Stall" "$out/ncu-step.txt" | head -60
+      ;;
+    ncu-source-matmul) # ncu-source's view of one product shape alone (TestMatMulForProfiler), at each of $NCU_SHAPES
+      abs=$(cd "$out" && pwd) # the profiler runs in compute/cuda
+      for shape in ${NCU_SHAPES:-43008x5376x1 43008x5376x4}; do
+        echo "== ncu-source $shape"
+        (cd compute/cuda && TANDEM_PROFILE_SHAPE=$shape ncu --clock-control none ${NCU_FLAGS:-} -k regex:matmul_rows -c 1 \
+          --section SourceCounters --section WarpStateStats --section InstructionStats --section SpeedOfLight -f -o "$abs/ncu-source-$shape" \
+          ../../bin/gpu/cuda.test -test.run ForProfiler) >"$out/ncu-source-$shape.txt" 2>&1
+        ncu -i "$out/ncu-source-$shape.ncu-rep" --page source --csv --print-source sass >"$out/ncu-source-$shape.csv" 2>"$out/ncu-source-$shape.err"
+        ncu -i "$out/ncu-source-$shape.ncu-rep" --page details >"$out/ncu-source-$shape-details.txt" 2>&1
+        grep -E "^  [a-z_0-9]+ \(|Duration|Executed Instructions  |Warp Cycles Per Issued" "$out/ncu-source-$shape-details.txt" | head -8
+        python3 scripts/gpu/sass_summary.py "$out/ncu-source-$shape.csv" | head -40
+      done
       ;;
     ncu-source) # SASS-level counts of $NCU_KERNEL in a bench run: where its instructions and stalls are
       echo "== ncu-source ${NCU_KERNEL:-attn_flash}"
