@@ -417,16 +417,22 @@ func NormedAttentionApart(b Backend, n HeadNorms, rows []AttentionRow, opt Atten
 	if err := CheckHeadNorms(n, len(rows)); err != nil {
 		panic(err)
 	}
-	var q *Tensor
-	if n.K == nil {
-		q = RMSNormRoPE(b, n.Q, n.QW, n.Eps, n.Pos, n.RoPE)
-	} else {
-		q, _, _ = QKVNorms(b, n.Q, n.K, n.V, n.QW, n.KW, n.Eps, n.Pos, n.RoPE, n.Dst)
-	}
+	q := NormHeads(b, n)
 	T, H, d := q.Dim(0), q.Dim(1), q.Dim(2)
 	out := AttendRows(b, q.Reshape(len(rows), T/len(rows), H, d), rows, opt)
 	Recycle(b, q)
 	return out
+}
+
+// NormHeads runs n's norms alone and returns the normalised queries:
+// QKVNorms, its keys and values written into n.Dst, or RMSNormRoPE of the
+// queries where n.K is nil.
+func NormHeads(b Backend, n HeadNorms) *Tensor {
+	if n.K == nil {
+		return RMSNormRoPE(b, n.Q, n.QW, n.Eps, n.Pos, n.RoPE)
+	}
+	q, _, _ := QKVNorms(b, n.Q, n.K, n.V, n.QW, n.KW, n.Eps, n.Pos, n.RoPE, n.Dst)
+	return q
 }
 
 // CheckHeadNorms checks NormedAttention's norms for B rows: queries of

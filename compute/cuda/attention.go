@@ -523,10 +523,9 @@ func (b *Backend) NormedAttention(n compute.HeadNorms, kv []compute.AttentionRow
 // view's tensors.
 func (b *Backend) foldable(n compute.HeadNorms, kv []compute.AttentionRow, opt compute.AttentionOptions) (sh compute.AttentionShape, rows []attnKeys, ok bool) {
 	B := len(kv)
-	if normedAttnBlocks == 0 || !fusedOps || !fusedNorm2 || !fusedAttention || !earlyNorms || b.attnClusterMax == 0 ||
+	if normedAttnBlocks == 0 || !fusedOps || !fusedNorm2 || !fusedAttention || earlyNorm(n.QW, n.KW) == 0 || b.attnClusterMax == 0 ||
 		n.Q.DType() != compute.F32 || n.Q.Dim(0) != B ||
-		opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil || !slices.Equal(opt.QueryPos, n.Pos) ||
-		n.QW != nil && !isWeight(n.QW) || n.KW != nil && !isWeight(n.KW) {
+		opt.KeyPos != nil || opt.KeyLen != nil || opt.KeyStart != nil || !slices.Equal(opt.QueryPos, n.Pos) {
 		return sh, nil, false
 	}
 	T, Hq, D, err := compute.CheckRoPE(n.Q, n.Pos, n.RoPE)
@@ -586,16 +585,11 @@ func (b *Backend) foldArgs(n compute.HeadNorms) []any {
 	return []any{kn, vn, qw, qwt, kw, kwt, n.Eps, ptrOf(b.ropeTable(n.RoPE)), n.RoPE.Dim / 2}
 }
 
-// unfold runs f's norms on their own (qkv_norms, or rmsnorm_rope for
-// queries alone) for a pass that does not fold them, and returns the
-// normalised queries in q's shape.
+// unfold runs f's norms on their own (compute.NormHeads: qkv_norms, or
+// rmsnorm_rope for queries alone) for a pass that does not fold them, and
+// returns the normalised queries in q's shape.
 func (b *Backend) unfold(f *headFold, q *compute.Tensor) *compute.Tensor {
-	n := f.n
-	if n.K == nil {
-		f.qo = b.RMSNormRoPE(n.Q, n.QW, n.Eps, n.Pos, n.RoPE)
-	} else {
-		f.qo, _, _ = b.QKVNorms(n.Q, n.K, n.V, n.QW, n.KW, n.Eps, n.Pos, n.RoPE, n.Dst)
-	}
+	f.qo = compute.NormHeads(b, f.n)
 	return f.qo.Reshape(q.Shape()...)
 }
 

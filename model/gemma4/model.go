@@ -799,10 +799,8 @@ func (m *Model) attention(l *layer, h *compute.Tensor, pos []int32, rows []Row, 
 		out = compute.NormedAttention(b, qkv, views[i], o)
 		out = out.Reshape(N, nH, out.Dim(-1))
 	} else {
-		if q == nil && l.Shared {
-			q = compute.RMSNormRoPE(b, qkv.Q, l.qNorm, eps, pos, rope)
-		} else if q == nil {
-			q, _, _ = compute.QKVNorms(b, qkv.Q, qkv.K, qkv.V, l.qNorm, l.kNorm, eps, pos, rope, dst)
+		if q == nil {
+			q = compute.NormHeads(b, qkv)
 		}
 		out = attendRuns(b, q, pos, offsets, views[i], opt)
 	}
