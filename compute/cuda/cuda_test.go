@@ -94,6 +94,43 @@ func TestVectorAddThroughNVRTC(t *testing.T) {
 	}
 }
 
+// TestRefusedLaunchFailsTheNextRead protects a queued launch that the
+// driver refuses: the next download (plain or queued) reports it, naming
+// the kernel, instead of returning what the buffer held; the failure is
+// reported once.
+func TestRefusedLaunchFailsTheNextRead(t *testing.T) {
+	dev := openOrSkip(t)
+	ks, err := dev.Compile(addSrc, "add.cu", "add")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := dev.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(buf)
+	refused := func() { // 2,048 threads a block: more than any device takes
+		if err := dev.LaunchAsync(ks["add"], [3]uint32{1, 1, 1}, [3]uint32{2048, 1, 1}, 0, buf, buf, buf, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]byte, 16)
+	refused()
+	if err := dev.Download(out, buf); err == nil || !strings.Contains(err.Error(), "launch of add") {
+		t.Fatalf("Download after a refused launch: error %v, want one naming the launch", err)
+	}
+	if err := dev.Download(out, buf); err != nil {
+		t.Fatalf("the refused launch was reported twice: %v", err)
+	}
+	refused()
+	if err := dev.DownloadAsync(buf, 16)(out); err == nil || !strings.Contains(err.Error(), "launch of add") {
+		t.Fatalf("DownloadAsync after a refused launch: error %v, want one naming the launch", err)
+	}
+	if err := dev.Sync(); err != nil {
+		t.Fatalf("Sync after the failure was reported: %v", err)
+	}
+}
+
 func TestCompileErrorCarriesTheLog(t *testing.T) {
 	dev := openOrSkip(t)
 	_, err := dev.Compile(`extern "C" __global__ void broken( { }`, "broken.cu", "broken")

@@ -233,7 +233,9 @@ func (dev *Device) Upload(b Buffer, src []byte) error {
 	})
 }
 
-// Download copies b into dst.
+// Download copies b into dst. An asynchronous call that failed since the
+// last report (a launch the driver refused) fails the download too: what
+// dst would hold is not the work's result.
 func (dev *Device) Download(dst []byte, b Buffer) error {
 	if len(dst) > b.Size {
 		return fmt.Errorf("cuda: download of %d bytes from a %d-byte buffer", len(dst), b.Size)
@@ -242,8 +244,19 @@ func (dev *Device) Download(dst []byte, b Buffer) error {
 		return nil
 	}
 	return dev.do(func() error {
+		if err := dev.takeAsyncErr(); err != nil {
+			return err
+		}
 		return dev.d.check("cuMemcpyDtoH", dev.d.cuMemcpyDtoH(unsafe.Pointer(&dst[0]), b.ptr, uint64(len(dst))))
 	})
+}
+
+// takeAsyncErr returns the first failure of an asynchronous call since the
+// last one was reported, and forgets it. Device thread only.
+func (dev *Device) takeAsyncErr() error {
+	err := dev.asyncErr
+	dev.asyncErr = nil
+	return err
 }
 
 // Kernel is a compiled __global__ function.
@@ -364,8 +377,8 @@ func (dev *Device) Launch(k Kernel, grid, block [3]uint32, shmem uint32, args ..
 }
 
 // LaunchAsync queues the launch without waiting for the driver to accept
-// it; a failure is reported by the next Sync. Launches and copies run in
-// the order they are issued.
+// it; a failure is reported by the next Sync or download. Launches and
+// copies run in the order they are issued.
 func (dev *Device) LaunchAsync(k Kernel, grid, block [3]uint32, shmem uint32, args ...any) error {
 	f, err := dev.launcher(k, grid, block, shmem, [3]uint32{}, args)
 	if err != nil {
@@ -625,18 +638,27 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 			runtime.KeepAlive(clAttrs)
 			runtime.KeepAlive(vals)
 			runtime.KeepAlive(params)
-			return dev.stamps.launched(k, dev.d.check("cuLaunchKernelEx", result(int32(r))))
+			return dev.stamps.launched(k, launchErr(k, grid, block, shmem, dev.d.check("cuLaunchKernelEx", result(int32(r)))))
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), dev.stream, pp, 0)
 		runtime.KeepAlive(vals)
 		runtime.KeepAlive(params)
-		return dev.stamps.launched(k, dev.d.check("cuLaunchKernel", result(int32(r))))
+		return dev.stamps.launched(k, launchErr(k, grid, block, shmem, dev.d.check("cuLaunchKernel", result(int32(r)))))
 	}, nil
 }
 
+// launchErr names the launch the driver refused, if it did: an
+// asynchronous one is reported later, far from where it was issued.
+func launchErr(k Kernel, grid, block [3]uint32, shmem uint32, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("cuda: launch of %s (grid %v, block %v, %d bytes of dynamic shared memory): %w", k.name, grid, block, shmem, err)
+}
+
 // wait waits for all work on the device, leaving an asynchronous failure
-// for Sync to report.
+// for Sync or the next download to report.
 func (dev *Device) wait() error {
 	return dev.do(func() error { return dev.d.check("cuCtxSynchronize", dev.block(dev.d.cuCtxSynchronize)) })
 }
@@ -644,8 +666,7 @@ func (dev *Device) wait() error {
 // Sync waits for all work on the device.
 func (dev *Device) Sync() error {
 	return dev.do(func() error {
-		if err := dev.asyncErr; err != nil {
-			dev.asyncErr = nil
+		if err := dev.takeAsyncErr(); err != nil {
 			return err
 		}
 		return dev.d.check("cuCtxSynchronize", dev.block(dev.d.cuCtxSynchronize))

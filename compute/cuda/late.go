@@ -153,6 +153,9 @@ func (b *Backend) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 		if err := b.dev.d.check("cuEventSynchronize", b.dev.block(func() result { return b.dev.d.cuEventSynchronize(ev) })); err != nil {
 			return nil, err
 		}
+		if err := b.dev.takeAsyncErr(); err != nil { // as Download: not the work's result
+			return nil, err
+		}
 		words := make([]uint32, n/4)
 		copy(words, unsafe.Slice((*uint32)(r.base), n/4))
 		out := make([][]uint32, len(ts))
