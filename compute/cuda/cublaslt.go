@@ -275,7 +275,7 @@ func (l *Lt) Plan(N, K int) (bool, error) {
 // MatMulAsync queues y[M,N] (f32) = x[M,K] · w[N,K]ᵀ (bf16, row-major,
 // 16-byte aligned) on the device's stream with the shape's planned
 // algorithm (Plan must have reported true); a failure is reported by the
-// next Sync.
+// next Sync or download.
 func (l *Lt) MatMulAsync(y, x, w Buffer, M, N, K int) error {
 	l.mu.Lock()
 	p := l.plans[[2]int{N, K}]

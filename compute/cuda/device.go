@@ -235,7 +235,7 @@ func (dev *Device) Upload(b Buffer, src []byte) error {
 
 // Download copies b into dst. An asynchronous call that failed since the
 // last report (a launch the driver refused) fails the download too: what
-// dst would hold is not the work's result.
+// dst would hold may not be what the work would have written.
 func (dev *Device) Download(dst []byte, b Buffer) error {
 	if len(dst) > b.Size {
 		return fmt.Errorf("cuda: download of %d bytes from a %d-byte buffer", len(dst), b.Size)
@@ -407,7 +407,8 @@ func (dev *Device) LaunchClusterAsync(k Kernel, grid, block, cluster [3]uint32, 
 const postBatch = 32
 
 // post runs f on the device's thread without waiting; the first error is
-// kept for Sync. Posted calls run in order, before any later do.
+// kept for Sync or the next download. Posted calls run in order, before any
+// later do.
 func (dev *Device) post(f func() error) {
 	if dev.closed.Load() {
 		return
@@ -638,23 +639,27 @@ func (dev *Device) launcher(k Kernel, grid, block [3]uint32, shmem uint32, clust
 			runtime.KeepAlive(clAttrs)
 			runtime.KeepAlive(vals)
 			runtime.KeepAlive(params)
-			return dev.stamps.launched(k, launchErr(k, grid, block, shmem, dev.d.check("cuLaunchKernelEx", result(int32(r)))))
+			return dev.stamps.launched(k, launchErr(k, grid, block, cluster, shmem, dev.d.check("cuLaunchKernelEx", result(int32(r)))))
 		}
 		r, _, _ := purego.SyscallN(dev.d.launchFn, k.fn, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), uintptr(shmem), dev.stream, pp, 0)
 		runtime.KeepAlive(vals)
 		runtime.KeepAlive(params)
-		return dev.stamps.launched(k, launchErr(k, grid, block, shmem, dev.d.check("cuLaunchKernel", result(int32(r)))))
+		return dev.stamps.launched(k, launchErr(k, grid, block, cluster, shmem, dev.d.check("cuLaunchKernel", result(int32(r)))))
 	}, nil
 }
 
 // launchErr names the launch the driver refused, if it did: an
 // asynchronous one is reported later, far from where it was issued.
-func launchErr(k Kernel, grid, block [3]uint32, shmem uint32, err error) error {
+func launchErr(k Kernel, grid, block, cluster [3]uint32, shmem uint32, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("cuda: launch of %s (grid %v, block %v, %d bytes of dynamic shared memory): %w", k.name, grid, block, shmem, err)
+	cl := ""
+	if cluster != [3]uint32{} {
+		cl = fmt.Sprintf(", clusters %v", cluster)
+	}
+	return fmt.Errorf("cuda: launch of %s (grid %v, block %v%s, %d bytes of dynamic shared memory): %w", k.name, grid, block, cl, shmem, err)
 }
 
 // wait waits for all work on the device, leaving an asynchronous failure

@@ -153,7 +153,7 @@ func (b *Backend) ReadLate(ts ...*compute.Tensor) func() ([][]uint32, error) {
 		if err := b.dev.d.check("cuEventSynchronize", b.dev.block(func() result { return b.dev.d.cuEventSynchronize(ev) })); err != nil {
 			return nil, err
 		}
-		if err := b.dev.takeAsyncErr(); err != nil { // as Download: not the work's result
+		if err := b.dev.takeAsyncErr(); err != nil { // as Download: a queued call failed
 			return nil, err
 		}
 		words := make([]uint32, n/4)
@@ -198,7 +198,14 @@ func (b *Backend) lateSlot() *lateSlot {
 	if oldest.busy {
 		pending := oldest.pending
 		l.mu.Unlock()
-		b.dev.do(func() error { _, err := pending(); return err })
+		b.dev.do(func() error {
+			// Its owner never read it: a failure it holds (a queued
+			// call's, or its own copy's) goes to the next read instead.
+			if _, err := pending(); err != nil && b.dev.asyncErr == nil {
+				b.dev.asyncErr = err
+			}
+			return nil
+		})
 		l.mu.Lock()
 		if oldest.busy {
 			return nil

@@ -132,7 +132,7 @@ func (dev *Device) DownloadAsync(b Buffer, n int) (wait func(dst []byte) error) 
 			if err := dev.d.check("cuEventSynchronize", dev.block(func() result { return dev.d.cuEventSynchronize(ev) })); err != nil {
 				return err
 			}
-			if err := dev.takeAsyncErr(); err != nil { // as Download: not the work's result
+			if err := dev.takeAsyncErr(); err != nil { // as Download: a queued call failed
 				return err
 			}
 			copy(dst[:n], unsafe.Slice((*byte)(host), n))
