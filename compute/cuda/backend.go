@@ -720,7 +720,10 @@ func (b *Backend) Copy(dst *compute.Tensor, start int, src *compute.Tensor) {
 
 // MatMul implements compute.Backend with the warp-per-column kernel, whose
 // per-row arithmetic does not depend on the number of rows.
-func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
+func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor { return b.matMul(x, w, kSplit{}) }
+
+// matMul is MatMul with the K split sk (zero: splitK's).
+func (b *Backend) matMul(x, w *compute.Tensor, sk kSplit) *compute.Tensor {
 	K := x.Dim(-1)
 	if x.DType() != compute.F32 || w.Rank() != 2 || w.Dim(1) != K {
 		panic(fmt.Sprintf("cuda: MatMul of %v and %v", x, w))
@@ -735,7 +738,7 @@ func (b *Backend) MatMul(x, w *compute.Tensor) *compute.Tensor {
 		return b.Zeros(compute.F32, shape...)
 	}
 	if w.DType() == compute.BF16 && !warpMatMul {
-		b.matmulMMA(y, x, w, M, N, K, nil, nil)
+		b.matmulMMA(y, x, w, M, N, K, nil, nil, sk)
 		return y
 	}
 	x = b.promptInput(x)
@@ -824,7 +827,7 @@ func (b *Backend) expertMatMul(op string, x, w, experts *compute.Tensor, off, co
 	y := b.alloc(compute.F32, at.rows, cols)
 	at.sel, at.stride = ptrOf(experts), w.Dim(1)*K
 	rows := b.view(w, []int{cols, K}, off*K) // expert 0's; the kernel moves to the chosen one
-	b.matmulMMA(y, x, rows, x.Rows(), cols, K, &at, nil)
+	b.matmulMMA(y, x, rows, x.Rows(), cols, K, &at, nil, kSplit{})
 	return y
 }
 
@@ -978,8 +981,13 @@ var _ compute.Stacker = (*Backend)(nil)
 // apart), and otherwise copies of its columns (split_cols). Anything else
 // runs as separate MatMuls.
 func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.Tensor {
+	return b.matMuls(x, ws, b.stacked(ws), kSplit{})
+}
+
+// matMuls is MatMuls of ws, stacked as whole (nil: not stacked), the
+// stacked product with the K split sk (zero: splitK's).
+func (b *Backend) matMuls(x *compute.Tensor, ws []*compute.Tensor, whole *compute.Tensor, sk kSplit) []*compute.Tensor {
 	out := make([]*compute.Tensor, len(ws))
-	whole := b.stacked(ws)
 	// A bf16 prompt pass runs each product on cuBLASLt by itself where it
 	// can: each output is then its own, with no split of the stack's (a
 	// 31B 4k prefill spent 47 ms in split_cols), and the choice depends on
@@ -1004,7 +1012,7 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 			segs[1] = segs[0] + ws[1].Dim(0)
 		}
 		y = b.alloc(compute.F32, M, whole.Dim(0))
-		if b.matmulMMA(y, x, whole, M, whole.Dim(0), K, nil, &segs) {
+		if b.matmulMMA(y, x, whole, M, whole.Dim(0), K, nil, &segs, sk) {
 			off := 0
 			for i, w := range ws {
 				out[i] = b.view(y, append(append([]int(nil), lead...), w.Dim(0)), off*M)
@@ -1014,7 +1022,7 @@ func (b *Backend) MatMuls(x *compute.Tensor, ws ...*compute.Tensor) []*compute.T
 		}
 		// Not a rows kernel: y is [M, N], split below.
 	} else {
-		y = b.MatMul(x, whole)
+		y = b.matMul(x, whole, sk)
 	}
 	off := 0
 	for i, w := range ws {
@@ -1056,11 +1064,23 @@ func (b *Backend) GeluMatMuls(x, gate, up *compute.Tensor) (*compute.Tensor, boo
 	if !gluFused || b.bf16() || gate.Rank() != 2 || up.Rank() != 2 || gate.Dim(0) != up.Dim(0) {
 		return nil, false
 	}
-	whole := b.stacked([]*compute.Tensor{gate, up})
+	ws := []*compute.Tensor{gate, up}
+	whole := b.stacked(ws)
 	if whole == nil {
 		return nil, false
 	}
-	return b.rowsGLU(x, whole, gate.Dim(0), nil)
+	var sk kSplit
+	if gluSplit {
+		sk = gluSplitK(whole.Dim(0), whole.Dim(1))
+	}
+	if y, ok := b.rowsGLU(x, whole, gate.Dim(0), nil, sk); ok || !gluSplit {
+		return y, ok
+	}
+	// Every other pass takes the stacked product at the same split, so a
+	// row's bits do not depend on the pass it is in (compute.GeluMatMuls'
+	// own fallback would take splitK's).
+	gu := b.matMuls(x, ws, whole, sk)
+	return b.GeluMul(gu[0], gu[1]), true
 }
 
 // GeluMatMulBy implements compute.GeluGater with matmul_rows_glu_by: the
@@ -1069,13 +1089,13 @@ func (b *Backend) GeluMatMulBy(x, gate, up *compute.Tensor) (*compute.Tensor, bo
 	if !gluFused || b.bf16() || gate.Rank() != 2 || up.DType() != compute.F32 || up.Rows() != x.Rows() || up.Dim(-1) != gate.Dim(0) {
 		return nil, false
 	}
-	return b.rowsGLU(x, gate, gate.Dim(0), up)
+	return b.rowsGLU(x, gate, gate.Dim(0), up, kSplit{})
 }
 
 // rowsGLU launches matmul_rows_glu on w = gate|up ([2I, K]), or with up
-// matmul_rows_glu_by on w = gate ([I, K]); ok false where the unfused
-// ops would not take a rows kernel.
-func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*compute.Tensor, bool) {
+// matmul_rows_glu_by on w = gate ([I, K]), K split by sk (zero: splitK's);
+// ok false where the unfused ops would not take a rows kernel.
+func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor, sk kSplit) (*compute.Tensor, bool) {
 	if x.DType() != compute.F32 || w.DType() != compute.BF16 || w.Rank() != 2 || warpMatMul ||
 		!rowsArithmetic[rowsKernel] {
 		return nil, false
@@ -1084,7 +1104,7 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor) (*com
 	if M < 1 || M > min(rowsMaxM, 5) || K == 0 || I == 0 || w.Dim(1) != K {
 		return nil, false
 	}
-	splits, chunk := splitK(N, K) // the unfused product's split
+	splits, chunk := sk.of(N, K) // the unfused product's split
 	grid := [3]uint32{uint32((I + 63) / 64), uint32(splits), 1}
 	if splits > 1 && (int(grid[0]) > splitCounters || sumSplitsOnly) {
 		return nil, false
@@ -1312,7 +1332,10 @@ const splitMinK = 512
 // batch invariance): by fillSplit's model of waves, or with
 // TANDEM_CUDA_SPLIT=warps (and on no device) by the older rule of enough
 // warps to keep every SM streaming, at least 512 elements of K a split.
-func splitK(N, K int) (splits, chunk int) {
+func splitK(N, K int) (splits, chunk int) { return splitKCols(N, K, blockColsOf(rowsFor(N, K))) }
+
+// splitKCols is splitK with fillSplit counting blocks of cols columns.
+func splitKCols(N, K, cols int) (splits, chunk int) {
 	fixed := splitFixed
 	if fixed == 0 {
 		fixed = splitsFor[[2]int{N, K}]
@@ -1321,13 +1344,44 @@ func splitK(N, K int) (splits, chunk int) {
 	case fixed > 0:
 		splits = max(1, min(fixed, K/32))
 	case splitMode == "fill" && waveWarps > 0:
-		splits = fillSplit(N, K, waveWarps, blockColsOf(rowsFor(N, K)))
+		splits = fillSplit(N, K, waveWarps, cols)
 	default:
 		groups := (N + 7) / 8
 		splits = max(1, min((splitWarps+groups-1)/groups, K/splitMinK))
 	}
 	chunk = ((K+splits-1)/splits + 31) &^ 31
 	return (K + chunk - 1) / chunk, chunk
+}
+
+// kSplit is a product's K split (splits ranges of chunk), or zero for
+// splitK's.
+type kSplit struct{ splits, chunk int }
+
+// of is k, or splitK's split of an N × K weight where k is zero.
+func (k kSplit) of(N, K int) (splits, chunk int) {
+	if k.splits > 0 {
+		return k.splits, k.chunk
+	}
+	return splitK(N, K)
+}
+
+// gluSplit gives a stacked gate|up product the K split fillSplit counts
+// for matmul_rows_glu, whose blocks cover 128 stacked columns (64 of the
+// gate and the same 64 of up), on every path that product takes: the GLU
+// kernel for up to five rows, and the stacked product and gelu_mul for
+// more (GeluMatMuls). splitK counts the kernel the stacked product alone
+// would take, which for the E2B MLP (12288 × 1536, matmul_rows: 64
+// columns a block) is twice the GLU kernel's warps: 2 splits, a third of
+// the H200's wave; 4 forced ran the product in 13.2 µs stamped against
+// 15.8-16.8 (twenty-ninth session), and this rule gives 5 there. The split
+// is part of the bits. Written without a GPU (TANDEM_CUDA_GLU_SPLIT=1;
+// live, off by default): TestGLUSplitKeepsRowsInvariant, then timing.
+var gluSplit bool // TANDEM_CUDA_GLU_SPLIT, read by liveSettings
+
+// gluSplitK is gluSplit's split of a stacked gate|up weight of N × K.
+func gluSplitK(N, K int) kSplit {
+	splits, chunk := splitKCols(N, K, 128)
+	return kSplit{splits, chunk}
 }
 
 // splitMode is TANDEM_CUDA_SPLIT: "fill" (the default) takes fillSplit's
@@ -1443,8 +1497,8 @@ func alignedRows(K int, w *compute.Tensor, stride int) int {
 // (columns [0, segs[0]), [segs[0], segs[1]) and [segs[1], N) being separate
 // products), a rows kernel writes y as those products one after another;
 // it reports whether it did (other kernels write the plain [M, N]).
-func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, segs *[2]int) bool {
-	splits, chunk := splitK(N, K)
+func (b *Backend) matmulMMA(y, x, w *compute.Tensor, M, N, K int, at *expertAt, segs *[2]int, sk kSplit) bool {
+	splits, chunk := sk.of(N, K)
 	R := M // output rows
 	if at != nil {
 		R = at.rows

@@ -874,6 +874,50 @@ func TestGeluMatMulsMatch(t *testing.T) {
 	}
 }
 
+// TestGLUSplitKeepsRowsInvariant protects gluSplit
+// (TANDEM_CUDA_GLU_SPLIT): with it a stacked gate|up product takes the
+// split fillSplit counts for the GLU kernel on every path, so each row of a
+// GeluMatMuls pass of any size (the GLU kernel up to five rows, the
+// multi-tile and tiled kernels beyond) has the bits it has alone, and a
+// lone row's are those of the stacked product at that split followed by
+// gelu_mul; at the E2B MLP's shape (6144 × 1536 twice) the split is not
+// splitK's on the H200 (5 against 2), so a path that kept splitK's fails.
+func TestGLUSplitKeepsRowsInvariant(t *testing.T) {
+	g := backendOrSkip(t)
+	defer restoreMatMul()()
+	defer func(on, fused bool, sf map[[2]int]int) { gluSplit, gluFused, splitsFor = on, fused, sf }(gluSplit, gluFused, splitsFor)
+	r := rand.New(rand.NewPCG(61, 62))
+	const most = 40
+	for _, s := range []struct{ I, K int }{{6144, 1536}, {300, 1536}, {37, 2053}} {
+		stack := weight(g, compute.BF16, randF32(r, 2*s.I*s.K), 2*s.I, s.K)
+		gate, up := g.Slice(stack, 0, s.I), g.Slice(stack, s.I, 2*s.I)
+		sk := gluSplitK(2*s.I, s.K)
+		if plain, _ := splitK(2*s.I, s.K); sk.splits == plain {
+			t.Logf("I=%d K=%d: the GLU split is splitK's (%d) on this device", s.I, s.K, plain)
+		}
+		gluFused, gluSplit, splitsFor = true, true, nil
+		xs := randF32(r, most*s.K)
+		alone := make([][]float32, most)
+		for i := range alone {
+			alone[i] = g.ToF32(compute.GeluMatMuls(g, g.FromF32(xs[i*s.K:(i+1)*s.K], 1, s.K), gate, up))
+		}
+		for _, M := range []int{2, 5, 6, 8, 17, most} {
+			y := g.ToF32(compute.GeluMatMuls(g, g.FromF32(xs[:M*s.K], M, s.K), gate, up))
+			for i := range M {
+				if err := sameBits(y[i*s.I:(i+1)*s.I], alone[i]); err != nil {
+					t.Fatalf("I=%d K=%d, row %d of %d: %v", s.I, s.K, i, M, err)
+				}
+			}
+		}
+		// The stacked product and gelu_mul apart, at that split.
+		gluFused, gluSplit, splitsFor = false, false, map[[2]int]int{{2 * s.I, s.K}: sk.splits}
+		want := g.ToF32(compute.GeluMatMuls(g, g.FromF32(xs[:s.K], 1, s.K), gate, up))
+		if err := sameBits(alone[0], want); err != nil {
+			t.Fatalf("I=%d K=%d: a lone row against the stacked product at %d splits and gelu_mul: %v", s.I, s.K, sk.splits, err)
+		}
+	}
+}
+
 // TestSplitFinishMatchesSumSplits pins the order in which a product's K
 // splits are added: the kernels' own finish (finish_group, run by the last
 // block of a column group) must give the bits of sum_splits, which adds

@@ -76,6 +76,7 @@ var liveSettings = []struct {
 	{"TANDEM_CUDA_ATTN_TILED_COLS", func(string) { attnTiledCols = envInt("TANDEM_CUDA_ATTN_TILED_COLS", 2, 1, 4) }},
 	{"TANDEM_CUDA_ATTN_ROWS", func(v string) { attnRows = v != "0" }},
 	{"TANDEM_CUDA_GLU", func(v string) { gluFused = v != "0" }},
+	{"TANDEM_CUDA_GLU_SPLIT", func(v string) { gluSplit = v == "1" }},
 	{"TANDEM_CUDA_CLUSTER", func(v string) { clusterFinish = v != "0" }},
 	{"TANDEM_CUDA_POOL_GC", func(string) { poolGCEvery = envInt("TANDEM_CUDA_POOL_GC", 2048, 0, 1<<30) }},
 	{"TANDEM_CUDA_DROP", setDropped},

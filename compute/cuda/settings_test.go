@@ -50,6 +50,7 @@ func TestReadSettings(t *testing.T) {
 		{"TANDEM_CUDA_ATTN_TILED_COLS", "4", func() bool { return attnTiledCols == 4 }, func() bool { return attnTiledCols == 2 }},
 		{"TANDEM_CUDA_ATTN_ROWS", "0", func() bool { return !attnRows }, func() bool { return attnRows }},
 		{"TANDEM_CUDA_GLU", "0", func() bool { return !gluFused }, func() bool { return gluFused }},
+		{"TANDEM_CUDA_GLU_SPLIT", "1", func() bool { return gluSplit }, func() bool { return !gluSplit }},
 		{"TANDEM_CUDA_CLUSTER", "0", func() bool { return !clusterFinish }, func() bool { return clusterFinish }},
 		{"TANDEM_CUDA_ROWS_TILES", "1", func() bool { return rowsTiles == 1 }, func() bool { return rowsTiles == 4 }},
 		{"TANDEM_CUDA_TILED1_WIDE", "0", func() bool { return !tiled1Wide }, func() bool { return tiled1Wide }},
