@@ -804,7 +804,8 @@ func restoreMatMul() func() {
 func TestGeluMatMulsMatch(t *testing.T) {
 	g := backendOrSkip(t)
 	defer restoreMatMul()()
-	defer func(on bool) { gluFused = on }(gluFused)
+	defer func(on, split bool) { gluFused, gluSplit = on, split }(gluFused, gluSplit)
+	gluSplit = false // its reference is MatMuls at splitK's split
 	r := rand.New(rand.NewPCG(51, 52))
 	for _, s := range []struct{ I, K int }{{300, 1536}, {1536, 4096}, {37, 2053}, {64, 64}} {
 		stack := weight(g, compute.BF16, randF32(r, 2*s.I*s.K), 2*s.I, s.K)
@@ -891,11 +892,12 @@ func TestGLUSplitKeepsRowsInvariant(t *testing.T) {
 	for _, s := range []struct{ I, K int }{{6144, 1536}, {300, 1536}, {37, 2053}} {
 		stack := weight(g, compute.BF16, randF32(r, 2*s.I*s.K), 2*s.I, s.K)
 		gate, up := g.Slice(stack, 0, s.I), g.Slice(stack, s.I, 2*s.I)
+		splitsFor, splitFixed = nil, 0 // the rules' own splits, whatever the environment set
 		sk := gluSplitK(2*s.I, s.K)
 		if plain, _ := splitK(2*s.I, s.K); sk.splits == plain {
 			t.Logf("I=%d K=%d: the GLU split is splitK's (%d) on this device", s.I, s.K, plain)
 		}
-		gluFused, gluSplit, splitsFor = true, true, nil
+		gluFused, gluSplit = true, true
 		xs := randF32(r, most*s.K)
 		alone := make([][]float32, most)
 		for i := range alone {
