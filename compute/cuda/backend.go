@@ -1105,7 +1105,7 @@ func (b *Backend) rowsGLU(x, w *compute.Tensor, I int, up *compute.Tensor, sk kS
 		return nil, false
 	}
 	splits, chunk := sk.of(N, K) // the unfused product's split
-	grid := [3]uint32{uint32((I + 63) / 64), uint32(splits), 1}
+	grid := [3]uint32{uint32((I + gluBlockCols/2 - 1) / (gluBlockCols / 2)), uint32(splits), 1}
 	if splits > 1 && (int(grid[0]) > splitCounters || sumSplitsOnly) {
 		return nil, false
 	}
@@ -1378,9 +1378,13 @@ func (k kSplit) of(N, K int) (splits, chunk int) {
 // live, off by default): TestGLUSplitKeepsRowsInvariant, then timing.
 var gluSplit bool // TANDEM_CUDA_GLU_SPLIT, read by liveSettings
 
+// gluBlockCols is how many of a stacked gate|up's columns a
+// matmul_rows_glu block covers: 64 of the gate and the same 64 of up.
+const gluBlockCols = 128
+
 // gluSplitK is gluSplit's split of a stacked gate|up weight of N × K.
 func gluSplitK(N, K int) kSplit {
-	splits, chunk := splitKCols(N, K, 128)
+	splits, chunk := splitKCols(N, K, gluBlockCols)
 	return kSplit{splits, chunk}
 }
 
