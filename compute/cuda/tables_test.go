@@ -144,6 +144,31 @@ func TestFillSplit(t *testing.T) {
 	}
 }
 
+// TestGLUSplitCountsTheGLUKernel protects gluSplitK (TANDEM_CUDA_GLU_SPLIT)
+// on the H200's waves: the E2B MLP's stacked gate|up (12288 × 1536) takes
+// the split that fills a wave of matmul_rows_glu's warps (128 stacked
+// columns a block: 5 splits of 320) where splitK, counting matmul_rows',
+// takes 2; the 31B MLP's, whose kernel already covers 128 columns a block,
+// keeps splitK's; a forced split holds for both.
+func TestGLUSplitCountsTheGLUKernel(t *testing.T) {
+	defer func(w int, sf map[[2]int]int) { waveWarps, splitsFor = w, sf }(waveWarps, splitsFor)
+	defer restoreMatMul()()
+	splitFixed, splitMode, waveWarps, rowsKernel, splitsFor = 0, "fill", 4224, "auto", nil
+	if got, want := gluSplitK(12288, 1536), (kSplit{5, 320}); got != want {
+		t.Errorf("E2B MLP: gluSplitK = %+v, want %+v", got, want)
+	}
+	if splits, _ := splitK(12288, 1536); splits != 2 {
+		t.Errorf("E2B MLP: splitK = %d splits, want 2", splits)
+	}
+	if got := gluSplitK(43008, 5376); got != (kSplit{3, 1792}) {
+		t.Errorf("31B MLP: gluSplitK = %+v, want splitK's 3 splits of 1792", got)
+	}
+	splitsFor = map[[2]int]int{{12288, 1536}: 4}
+	if got := gluSplitK(12288, 1536); got != (kSplit{4, 384}) {
+		t.Errorf("E2B MLP forced to 4: gluSplitK = %+v", got)
+	}
+}
+
 // TestSplitSetting protects TANDEM_CUDA_SPLIT's parse: unset is fill, and
 // a value it does not know leaves the default rather than a mode half set.
 func TestSplitSetting(t *testing.T) {
